@@ -1,0 +1,38 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each builds .venv first if needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+# pytest workers; notebooks and tests run in parallel on CI's 2 cores
+WORKERS ?= 2
+
+.PHONY: demo test venv sync nbtest pytest bench lock
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.14.1 torchvision==0.29.1
+	$(PIP) -c requirements.lock -e ".[dev]"
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fastrl-replay demo
+
+# notebooks are clean, the library matches a fresh export, README matches index.ipynb; then every test
+test: $(STAMP)
+	$(BIN)/python tools/nbsync.py
+	$(BIN)/python -m pytest -n $(WORKERS) -p no:cacheprovider
+
+sync: $(STAMP)
+	$(BIN)/python tools/nbsync.py --fix
+
+bench: $(STAMP)
+	$(PIP) -c requirements.lock -e ".[dev,bench]"
+	$(BIN)/python bench/replay_bench.py
+
+# refresh the pins from the current environment
+lock:
+	$(BIN)/pip freeze --exclude-editable | grep -v '^fastrl-replay' > requirements.lock
