@@ -8,7 +8,7 @@ PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 # pytest workers; notebooks and tests run in parallel on CI's 2 cores
 WORKERS ?= 2
 
-.PHONY: demo test venv sync nbtest pytest bench lock
+.PHONY: demo test venv sync outputs bench lock
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(WORKERS) -p no:cacheprovider
 
 sync: $(STAMP)
+	$(BIN)/python tools/nbsync.py --fix
+
+# re-run every notebook in a fresh kernel and store its outputs (the documentation shows them)
+outputs: $(STAMP)
+	PYTHONWARNINGS='ignore:`torch.jit.script` is deprecated:FutureWarning' $(BIN)/nbdev-test nbs --save
 	$(BIN)/python tools/nbsync.py --fix
 
 bench: $(STAMP)
