@@ -1,5 +1,7 @@
 """Throughput of `ExperienceReplay` against peer replay buffers: cpprb, TorchRL and Stable-Baselines3.
 
+`ours` is fed torch tensors, its native input; `ours[numpy]` is fed the NumPy arrays that SB3 and cpprb get.
+
 A buffer of capacity 1,000,000 holds transitions with float32 observations of D features (D=4 and D=17 by
 default), a float32 action of 6, a float32 reward and a bool done flag. Three operations are timed:
 
@@ -68,6 +70,16 @@ class Ours:
         er = self.new()
         er + self.all
         return er, er.sample
+
+
+class OursNumpy(Ours):
+    "Ours fed NumPy arrays, the input SB3 and cpprb get: the same buffer without torch's per-tensor call overhead"
+    name = 'ours[numpy]'
+    def __init__(self, data, n_single, n_chunks):
+        super().__init__(data, n_single, n_chunks)
+        cols = dict(state=data['obs'], next_state=data['next_obs'], action=data['act'], reward=data['rew'], done=data['done'])
+        self.singles = [{k: v[i:i+1] for k, v in cols.items()} for i in range(n_single)]
+        self.chunks = [{k: v[s:s+BS] for k, v in cols.items()} for s in chunk_starts(n_chunks)]
 
 
 class Cpprb:
@@ -148,7 +160,7 @@ class TorchRL:
         return rb, rb.sample
 
 
-LIBS = {'ours': Ours, 'cpprb': Cpprb, 'sb3': SB3, 'torchrl': TorchRL}
+LIBS = {'ours': Ours, 'ours[numpy]': OursNumpy, 'cpprb': Cpprb, 'sb3': SB3, 'torchrl': TorchRL}
 DISTS = {'cpprb': ['cpprb'], 'sb3': ['stable-baselines3', 'gymnasium'], 'torchrl': ['torchrl', 'tensordict']}
 
 
@@ -222,29 +234,32 @@ def summarize(rounds):
     return res
 
 
-def ratios(res):
-    "Our throughput over each peer's, and over the best peer's, for each operation"
-    peers = [n for n in res if n != 'ours']
-    out = {f'vs {p}': {op: res['ours'][op]/res[p][op] for op in OPS} for p in peers}
+OURS = ('ours', 'ours[numpy]')
+
+def ratios(res, ours='ours'):
+    "The throughput of `ours` over each peer's, and over the best peer's, for each operation"
+    peers = [n for n in res if n not in OURS]
+    out = {f'vs {p}': {op: res[ours][op]/res[p][op] for op in OPS} for p in peers}
     if peers:
         best = {op: max(peers, key=lambda p: res[p][op]) for op in OPS}
-        out['vs best peer'] = {op: res['ours'][op]/res[best[op]][op] for op in OPS}
+        out['vs best peer'] = {op: res[ours][op]/res[best[op]][op] for op in OPS}
         out['best peer'] = best
     return out
 
 
-def print_tables(dim, res, rat, n_rounds):
+def print_tables(dim, res, rats, n_rounds):
     print(f'\nD={dim}: capacity {CAP:,}, batch {BS}, median of {n_rounds} rounds (transitions/s)')
-    print(f'{"library":<10}{"add(1)":>14}{"add(256)":>14}{"sample(256)":>14}{"sample ms/call":>16}')
+    print(f'{"library":<13}{"add(1)":>14}{"add(256)":>14}{"sample(256)":>14}{"sample ms/call":>16}')
     for name, r in res.items():
-        print(f'{name:<10}{r["add1"]:>14,.0f}{r["add256"]:>14,.0f}{r["sample"]:>14,.0f}{r["sample_ms"]:>16.4f}')
-    if not rat: return
-    print(f'\nours / peer (throughput ratio, >= 1.0 means ours is faster)')
-    print(f'{"":<14}' + ''.join(f'{OP_NAMES[op]:>22}' for op in OPS))
-    for key, r in rat.items():
-        if key == 'best peer': continue
-        cells = [f'{r[op]:.2f}' + (f' ({rat["best peer"][op]})' if key == 'vs best peer' else '') for op in OPS]
-        print(f'{key:<14}' + ''.join(f'{c:>22}' for c in cells))
+        print(f'{name:<13}{r["add1"]:>14,.0f}{r["add256"]:>14,.0f}{r["sample"]:>14,.0f}{r["sample_ms"]:>16.4f}')
+    for ours, rat in rats.items():
+        if not rat: continue
+        print(f'\n{ours} / peer (throughput ratio, >= 1.0 means ours is faster)')
+        print(f'{"":<14}' + ''.join(f'{OP_NAMES[op]:>22}' for op in OPS))
+        for key, r in rat.items():
+            if key == 'best peer': continue
+            cells = [f'{r[op]:.2f}' + (f' ({rat["best peer"][op]})' if key == 'vs best peer' else '') for op in OPS]
+            print(f'{key:<14}' + ''.join(f'{c:>22}' for c in cells))
 
 
 def versions(names):
@@ -268,7 +283,7 @@ def main():
     torch.manual_seed(0)  # TorchRL samples with torch's global RNG
     cfg = dict(SETTINGS['quick' if args.quick else 'full'])
     if args.rounds: cfg['rounds'] = args.rounds
-    names = ['ours'] + args.peers
+    names = list(OURS) + args.peers
     print(f'settings: {cfg}, torch threads: {torch.get_num_threads()}')
     t0 = time.perf_counter()
     report = dict(settings=dict(cfg, capacity=CAP, batch=BS, action_dim=ACT_DIM), versions=versions(names),
@@ -276,9 +291,9 @@ def main():
     for dim in args.dims:
         rounds = bench_dim(dim, names, cfg)
         res = summarize(rounds)
-        rat = ratios(res)
-        print_tables(dim, res, rat, cfg['rounds'])
-        report['dims'][str(dim)] = dict(median=res, ratios=rat, rounds=rounds)
+        rats = {o: ratios(res, o) for o in OURS if o in res}
+        print_tables(dim, res, rats, cfg['rounds'])
+        report['dims'][str(dim)] = dict(median=res, ratios=rats, rounds=rounds)
     report['seconds'] = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
