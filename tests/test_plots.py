@@ -1,0 +1,113 @@
+"The plotting helpers: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
+import numpy as np, pytest, torch
+import plotly.graph_objects as go
+from fastrl_replay.memory.experience_replay import (ExperienceReplay, ExperienceReplayCallback, ExperienceReplayException,
+    get_steps, plot_replay_stats, plot_losses, plot_returns, figures_to_html)
+from fastrl_replay.test_utils import synth_transitions, synth_replay_learner
+
+COLS = ['td_error', 'reward', 'action', 'done', 'step']
+
+def memory(n=20, max_sz=20):
+    er = ExperienceReplay(max_sz=max_sz, warmup_sz=1, seed=0) + synth_transitions(n)
+    er.update_td(torch.linspace(0, 1, len(er)), torch.arange(len(er)))
+    return er
+
+def titles(fig): return [a.text for a in fig.layout.annotations]
+def lines(fig): return [t for t in fig.data if t.mode == 'lines+markers']
+
+@pytest.mark.parametrize('columns', ['reward', ['reward'], 'td_error', ' step '])
+def test_one_column_title_is_whole(columns):
+    name = (columns[0] if isinstance(columns, list) else columns).strip()
+    fig = plot_replay_stats(memory(), columns)
+    assert titles(fig) == [name]  # fastrl's one-row grid titled the subplot with one character
+    assert len(fig.data) == 2 and fig.data[0].name == name
+
+@pytest.mark.parametrize('n_cols', [1, 2, 3, 5])
+def test_several_column_titles_are_whole(n_cols):
+    fig = plot_replay_stats(memory(), ','.join(COLS[:3]), n_cols=n_cols)
+    assert titles(fig) == COLS[:3]
+    axes = [k for k in fig.layout.to_plotly_json() if k.startswith('xaxis')]
+    assert len(axes) == -(-3 // n_cols) * min(n_cols, 3)
+
+@pytest.mark.parametrize('k', [1, 2, 3, 4, 5])
+def test_frames_move_only_markers(k):
+    er = memory()
+    fig = plot_replay_stats(er, COLS[:k], n_cols=2)
+    markers = [i for i, t in enumerate(fig.data) if t.mode == 'markers']
+    assert markers == list(range(1, 2 * k, 2))
+    assert [(fig.data[i].marker.color, fig.data[i].marker.size) for i in markers] == [('red', 10)] * k
+    assert len(fig.frames) == len(er)
+    for j, f in enumerate(fig.frames):
+        assert f.name == str(j) and list(f.traces) == markers and len(f.data) == k
+        assert not set(f.traces) & {i for i, t in enumerate(fig.data) if t.mode == 'lines+markers'}
+        for c, d in zip(COLS[:k], f.data): assert (d.x[0], d.y[0]) == (j, float(er.memory[c][j, 0]))
+    for c, t in zip(COLS[:k], lines(fig)):  # the lines hold the whole column, whatever the frames do
+        np.testing.assert_array_equal(t.y, er.memory[c][:, 0].double().numpy())
+        np.testing.assert_array_equal(t.x, np.arange(len(er)))
+
+@pytest.mark.parametrize('n,max_frames', [(1000, 200), (1000, 7), (1000, 2), (201, 200), (5, 200), (1, 200), (10, 1)])
+def test_max_frames_caps_and_spans(n, max_frames):
+    er = memory(n, max_sz=n)
+    fig = plot_replay_stats(er, 'step', max_frames=max_frames)
+    rows = [int(f.data[0].x[0]) for f in fig.frames]
+    assert len(rows) == min(n, max_frames) and rows == sorted(set(rows))
+    assert rows[0] == 0 and (max_frames == 1 or rows[-1] == n - 1)
+    assert [f.data[0].y[0] for f in fig.frames] == rows  # `step` counts the rows
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == [str(r) for r in rows]
+    assert [list(s.args[0]) for s in steps] == [[f.name] for f in fig.frames]
+    play = fig.layout.updatemenus[0].buttons[0]
+    assert list(play.args[0]) == [f.name for f in fig.frames] and play.args[1]['frame']['duration'] == 500
+
+def test_a_million_rows_make_few_frames():
+    er = ExperienceReplay(max_sz=1_000_000, warmup_sz=1) + {'reward': torch.zeros(1_000_000, 1)}
+    fig = plot_replay_stats(er, 'reward')
+    assert len(fig.frames) == 200 and fig.layout.sliders[0].steps[-1].label == '999999'
+
+def test_wide_column_is_its_mean():
+    er = memory()
+    fig = plot_replay_stats(er, 'state,reward')
+    assert titles(fig) == ['state (mean)', 'reward']
+    np.testing.assert_allclose(fig.data[0].y, er.memory['state'].double().mean(1).numpy())
+    assert fig.frames[3].data[0].y[0] == pytest.approx(er.memory['state'][3].double().mean().item())
+    img = ExperienceReplay(max_sz=4, warmup_sz=1) + {'obs': torch.arange(4 * 6, dtype=torch.uint8).reshape(4, 2, 3)}
+    fig = plot_replay_stats(img, 'obs')
+    assert titles(fig) == ['obs (mean)'] and list(fig.data[0].y) == [2.5, 8.5, 14.5, 20.5]
+
+def test_bad_columns_raise():
+    er = memory()
+    for cols, msg in [('rewards', "'rewards'"), ('td_error,nope', "'nope'"), (['reward', 'Reward'], "'Reward'"),
+                      ('', 'one or more columns'), ([], 'one or more columns'), ('reward,', 'one or more columns')]:
+        with pytest.raises(ExperienceReplayException, match=msg): plot_replay_stats(er, cols)
+    with pytest.raises(ExperienceReplayException, match='empty memory'): plot_replay_stats(ExperienceReplay())
+    with pytest.raises(ExperienceReplayException, match='empty memory'):
+        plot_replay_stats(ExperienceReplay(warmup_sz=0) + synth_transitions(0))
+    with pytest.raises(ExperienceReplayException, match='max_frames'): plot_replay_stats(er, max_frames=0)
+
+def test_get_steps():
+    assert get_steps(2) == [['0', '1'], get_steps()[1]]
+    assert get_steps(5, atomic=True)[0] == ['5']
+    assert get_steps()[1]['frame'] == dict(duration=50, redraw=False) and get_steps()[1]['mode'] == 'immediate'
+
+def test_figures_to_html():
+    figs = [plot_replay_stats(memory(), 'reward'), plot_returns([1., 2, 3]), plot_returns([4., 5])]
+    for inc, cdn, inline in [('cdn', 1, False), (True, 0, True), (False, 0, False)]:
+        html = figures_to_html(figs, include_plotlyjs=inc)
+        assert html.startswith('<html><head>') and html.endswith('</body></html>')
+        assert html.count('<html>') == html.count('<body>') == 1
+        assert html.count('class="plotly-graph-div"') == 3 and html.count('Plotly.newPlot(') == 3
+        assert html.count('src="https://cdn.plot.ly/') == cdn
+        assert html.count('plotly.js v') == inline  # the bundle's banner: inlined at most once
+    assert figures_to_html([]) == '<html><head><meta charset="utf-8" /></head><body>\n\n</body></html>'
+
+def test_training_plots():
+    learn = synth_replay_learner(n_batches=4, bs=10, cbs=ExperienceReplayCallback(bs=8, max_sz=50, warmup_sz=10, seed=0))
+    with learn.no_bar(), learn.no_logging(): learn.fit(2)
+    fig = plot_losses(learn.recorder)
+    assert isinstance(fig, go.Figure) and len(fig.data) == 1 and fig.data[0].mode == 'lines'
+    assert list(fig.data[0].x) == list(range(8)) and list(fig.data[0].y) == [float(l) for l in learn.recorder.losses]
+    with pytest.raises(ValueError, match='no training losses'): plot_losses(synth_replay_learner())
+    fig = plot_returns(np.arange(6.), window=3)
+    assert [t.mode for t in fig.data] == ['markers', 'lines'] and list(fig.data[0].x) == list(range(6))
+    assert list(fig.data[1].y) == [0, 0.5, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match='window'): plot_returns([1.], window=1.5)
