@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements.lock
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/fastrl-replay demo
+	$(BIN)/fastrl-replay train
 
 # notebooks are clean, the library matches a fresh export, README matches index.ipynb; then every test
 test: $(STAMP)

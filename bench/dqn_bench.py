@@ -1,0 +1,85 @@
+"""Our DQN against Stable-Baselines3's DQN on CartPole-v1, with the same hyperparameters, on the same machine.
+
+Both use the rl-baselines3-zoo settings for CartPole-v1 DQN: 50,000 environment steps, an MLP of two 256-unit
+layers, Adam at a constant 2.3e-3, batches of 64 from a memory of 100,000, training from step 1,000, one
+gradient step per 2 environment steps (SB3: train_freq 256, gradient_steps 128), the target network copied
+every 10 environment steps, exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm
+clipped at 10, one-step returns, no Double DQN. Each run reports environment steps per second (training
+only) and the mean return of 20 greedy evaluation episodes; the ratios are ours over SB3's.
+
+    .venv/bin/python bench/dqn_bench.py                # seeds 0 and 1
+    .venv/bin/python bench/dqn_bench.py --seeds 0 1 2 --steps 50000
+"""
+import argparse, json, time
+from pathlib import Path
+import numpy as np, torch, gymnasium as gym
+
+ENV, OUT = 'CartPole-v1', Path(__file__).resolve().parent/'results'/'dqn_bench.json'
+ZOO = dict(lr=2.3e-3, bs=64, buffer=100_000, learning_starts=1_000, gamma=0.99, target_update_env_steps=10,
+           train_every=2, exploration_fraction=0.16, final_eps=0.04, hidden=(256, 256), max_grad_norm=10.)
+
+def evaluate_policy(act, seed, n=20):
+    "Mean return of `n` greedy episodes, `act` mapping an observation to an action"
+    env, returns = gym.make(ENV), []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(n):
+        total, done = 0., False
+        while not done:
+            obs, r, term, trunc, _ = env.step(act(obs))
+            total, done = total + r, term or trunc
+        returns.append(total)
+        obs, _ = env.reset()
+    return float(np.mean(returns))
+
+def run_sb3(seed, steps):
+    from stable_baselines3 import DQN
+    z = ZOO
+    model = DQN('MlpPolicy', ENV, learning_rate=z['lr'], batch_size=z['bs'], buffer_size=z['buffer'],
+                learning_starts=z['learning_starts'], gamma=z['gamma'], target_update_interval=z['target_update_env_steps'],
+                train_freq=256, gradient_steps=128, exploration_fraction=z['exploration_fraction'],
+                exploration_final_eps=z['final_eps'], max_grad_norm=z['max_grad_norm'],
+                policy_kwargs=dict(net_arch=list(z['hidden'])), seed=seed, device='cpu')
+    t = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    wall = time.perf_counter() - t
+    ret = evaluate_policy(lambda o: int(model.predict(o, deterministic=True)[0]), seed + 10_000)
+    return dict(steps_per_s=steps / wall, wall_s=wall, eval_mean=ret)
+
+def run_ours(seed, steps):
+    from fastai.callback.training import GradientClip
+    from fastrl_replay.agents.dqn import dqn_learner, evaluate
+    z = ZOO
+    learn = dqn_learner(ENV, steps_per_epoch=steps // 10, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
+                        train_every=z['train_every'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
+                        eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
+                        target_sync=max(z['target_update_env_steps'] // z['train_every'], 1), double=False,
+                        lr=z['lr'], seed=seed)
+    learn.add_cb(GradientClip(z['max_grad_norm']))
+    t = time.perf_counter()
+    with learn.no_bar(), learn.no_logging(): learn.fit(10, z['lr'])
+    wall = time.perf_counter() - t
+    env_steps = learn.dls.train.dataset.loop.env_steps
+    ret = float(np.mean(evaluate(learn.model, ENV, n_episodes=20, seed=seed + 10_000)))
+    return dict(steps_per_s=env_steps / wall, wall_s=wall, eval_mean=ret)
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--seeds', type=int, nargs='+', default=[0, 1])
+    p.add_argument('--steps', type=int, default=50_000)
+    p.add_argument('--out', type=Path, default=OUT)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    res = {'sb3': [], 'ours': []}
+    for seed in args.seeds:  # alternate the two, so both see the same machine conditions
+        for name, run in (('sb3', run_sb3), ('ours', run_ours)):
+            r = dict(seed=seed, **run(seed, args.steps))
+            res[name].append(r)
+            print(f'{name:5s} seed {seed}: {r["steps_per_s"]:7.0f} env steps/s, {r["wall_s"]:6.1f}s, greedy return {r["eval_mean"]:6.1f}', flush=True)
+    med = {k: {m: float(np.median([r[m] for r in v])) for m in ('steps_per_s', 'eval_mean')} for k, v in res.items()}
+    ratio = {m: med['ours'][m] / med['sb3'][m] for m in ('steps_per_s', 'eval_mean')}
+    print(f'\nmedian over seeds: ours {med["ours"]}, sb3 {med["sb3"]}')
+    print(f'ours / sb3: steps per second {ratio["steps_per_s"]:.2f}, eval return {ratio["eval_mean"]:.2f}')
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(dict(settings=dict(ZOO, steps=args.steps, seeds=args.seeds), runs=res, median=med, ratio=ratio), indent=1))
+
+if __name__ == '__main__': main()

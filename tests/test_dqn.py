@@ -1,0 +1,73 @@
+"DQN pieces with hand-computed values, and a short end-to-end run."
+import copy, numpy as np, pytest, torch
+from torch import nn
+from fastrl_replay.core import BD
+from fastrl_replay.agents.dqn import DQNTrainer, QNet, dqn_learner, evaluate
+
+class Fixed(nn.Module):
+    "Values that are a fixed table of the first state feature (an index), for hand-computed targets"
+    def __init__(self, table):
+        super().__init__(); self.table = nn.Parameter(torch.tensor(table, dtype=torch.float32))
+    def forward(self, x): return self.table[(x['state'] if isinstance(x, dict) else x)[:, 0].long()]
+
+def batch():
+    return BD(state=torch.tensor([[0.], [1.]]), next_state=torch.tensor([[1.], [2.]]), action=torch.tensor([[0], [1]]),
+              reward=torch.tensor([[1.], [2.]]), discount=torch.tensor([[0.5], [0.25]]), terminated=torch.tensor([[False], [False]]))
+
+def trainer(double, online, target):
+    tr = DQNTrainer(double=double)
+    tr.learn = type('L', (), {'model': Fixed(online)})()
+    tr.target = Fixed(target)
+    return tr
+
+def test_double_and_plain_targets_by_hand():
+    online = [[0., 0.], [5., 1.], [0., 9.]]  # argmax at next states 1 and 2: actions 0 and 1
+    target = [[0., 0.], [2., 7.], [3., 4.]]
+    b = batch()
+    # plain: max of the target net at the next state; double: target net at the online argmax
+    assert trainer(False, online, target).td_targets(b).flatten().tolist() == [1 + 0.5 * 7, 2 + 0.25 * 4]
+    assert trainer(True, online, target).td_targets(b).flatten().tolist() == [1 + 0.5 * 2, 2 + 0.25 * 4]
+    b['terminated'] = torch.tensor([[True], [False]])
+    assert trainer(True, online, target).td_targets(b).flatten().tolist() == [1., 2 + 0.25 * 4]
+
+def test_loss_sets_td_error_and_uses_weights():
+    tr = trainer(False, [[0., 0.], [5., 1.], [0., 9.]], [[0., 0.], [2., 7.], [3., 4.]])
+    b, pred = batch(), torch.tensor([[6., 0.], [0., 1.]], requires_grad=True)
+    loss = tr.loss(pred, b)
+    td = tr.learn.td_error.flatten().tolist()
+    assert td == [6 - 4.5, 1 - 3.]  # Q(s, a) - target
+    huber = [1.5 - 0.5, 2. - 0.5]  # smooth L1 with beta 1 is |x| - 0.5 beyond 1
+    assert torch.isclose(loss, torch.tensor(sum(huber) / 2))
+    b['weight'] = torch.tensor([[1.], [0.]])
+    assert torch.isclose(tr.loss(pred, b), torch.tensor(huber[0] / 2))
+
+def test_hard_and_polyak_target_updates():
+    model = nn.Linear(2, 2)
+    hard = DQNTrainer(target_sync=3); hard.learn = type('L', (), {'model': model})(); hard.before_fit()
+    with torch.no_grad(): model.weight.add_(1.)
+    hard.after_step(); hard.after_step()
+    assert not torch.equal(hard.target.weight, model.weight)
+    hard.after_step()
+    assert torch.equal(hard.target.weight, model.weight)
+    soft = DQNTrainer(tau=0.25); soft.learn = type('L', (), {'model': model})(); soft.before_fit()
+    old = soft.target.weight.clone()
+    with torch.no_grad(): model.weight.add_(4.)
+    soft.after_step()
+    assert torch.allclose(soft.target.weight, old + 0.25 * 4.)
+
+def test_short_run_trains_the_acting_model():
+    learn = dqn_learner(steps_per_epoch=1500, warmup_sz=300, seed=0)
+    loop = learn.dls.train.dataset.loop
+    assert loop.agent.model is learn.model
+    before = copy.deepcopy(learn.model.state_dict())
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    assert not all(torch.equal(before[k], v) for k, v in learn.model.state_dict().items())  # the acting model was trained
+    assert loop.agent.model is learn.model and learn.dqn_trainer.n_updates > 0
+    assert np.isfinite(learn.recorder.losses[-1].item())
+    mem = learn.experience_replay.experience_replay
+    assert mem.memory['td_error'].abs().sum() > 0
+    assert len(evaluate(learn.model, n_episodes=3, max_steps=50)) == 3
+
+def test_rejects_continuous_and_unknown_envs():
+    with pytest.raises(ValueError, match='discrete actions'): dqn_learner('Pendulum-v1')
+    with pytest.raises(ValueError, match="unknown gymnasium environment 'Nope-v0'"): dqn_learner('Nope-v0')
