@@ -3,7 +3,7 @@
 Both use the rl-baselines3-zoo settings for CartPole-v1 DQN: 50,000 environment steps, an MLP of two 256-unit
 layers, Adam at a constant 2.3e-3, batches of 64 from a memory of 100,000, training from step 1,000, one
 gradient step per 2 environment steps (SB3: train_freq 256, gradient_steps 128), the target network copied
-every 10 environment steps, exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm
+every 10 environment steps (in effect once per 128-step training burst, see ZOO), exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm
 clipped at 10, one-step returns, no Double DQN. Each run reports environment steps per second (training
 only) and the mean return of 20 greedy evaluation episodes; the ratios are ours over SB3's.
 
@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 
 ENV, OUT = 'CartPole-v1', Path(__file__).resolve().parent/'results'/'dqn_bench.json'
+# SB3 counts target_update_interval in environment steps, but trains in bursts of 128 gradient steps between
+# which no environment steps happen: its target network therefore changes once per burst, every 128 gradient
+# steps. We train one gradient step per 2 environment steps, so the same schedule is a copy every 128 steps.
 ZOO = dict(lr=2.3e-3, bs=64, buffer=100_000, learning_starts=1_000, gamma=0.99, target_update_env_steps=10,
-           train_every=2, exploration_fraction=0.16, final_eps=0.04, hidden=(256, 256), max_grad_norm=10.)
+           target_sync_grad_steps=128, train_every=2, exploration_fraction=0.16, final_eps=0.04, hidden=(256, 256),
+           max_grad_norm=10.)
 
 def evaluate_policy(act, seed, n=20):
     "Mean return of `n` greedy episodes, `act` mapping an observation to an action"
@@ -52,7 +56,7 @@ def run_ours(seed, steps):
     learn = dqn_learner(ENV, steps_per_epoch=steps // 10, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
                         train_every=z['train_every'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
                         eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
-                        target_sync=max(z['target_update_env_steps'] // z['train_every'], 1), double=False,
+                        target_sync=z['target_sync_grad_steps'], double=False,
                         lr=z['lr'], seed=seed)
     learn.add_cb(GradientClip(z['max_grad_norm']))
     t = time.perf_counter()
