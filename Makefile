@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+PIP := $(BIN)/pip install -qq --disable-pip-version-check
 # pytest workers; notebooks and tests run in parallel on CI's 2 cores
 WORKERS ?= 2
 
