@@ -1,0 +1,257 @@
+"`SumTree` against a NumPy reference, the statistics of its samplers, and bad input that must leave it untouched."
+import math
+import numpy as np, pytest, torch
+from hypothesis import given, settings, strategies as st, HealthCheck
+from fastrl_replay.memory.sumtree import SumTree
+
+CHI2_7DOF_P001 = 24.32  # chi-square critical value at p = 0.001 for 7 degrees of freedom
+
+class Reference:
+    "Leaves in a plain array, written one at a time, so the last of repeated indices wins"
+    def __init__(self, capacity):
+        self.leaves, self.was_set = np.zeros(capacity), np.zeros(capacity, bool)
+    def set(self, idxs, values):
+        for i, v in zip(idxs, values): self.leaves[i], self.was_set[i] = v, True
+    @property
+    def min(self): return self.leaves[self.was_set].min() if self.was_set.any() else math.inf
+
+def padded(t, ref):
+    "The reference leaves padded to the tree's power-of-two size: 0 in the sum tree, +inf for unset leaves in the min tree"
+    sums, mins = np.zeros(t.size), np.full(t.size, math.inf)
+    sums[:t.capacity] = ref.leaves
+    mins[:t.capacity] = np.where(ref.was_set, ref.leaves, math.inf)
+    return sums, mins
+
+def check_against(t, ref):
+    "Every internal node is the sum (the min) of the leaves below it, and the public API agrees with `ref`"
+    sums, mins = padded(t, ref)
+    st_, mt = t.sum_tree.cpu().numpy(), t.min_tree.cpu().numpy()
+    for level in range(t.depth + 1):  # level 0 is the root; the nodes of a level are 2**level .. 2**(level+1) - 1
+        nodes = slice(2 ** level, 2 ** (level + 1))
+        np.testing.assert_array_equal(st_[nodes], sums.reshape(2 ** level, -1).sum(1))
+        np.testing.assert_array_equal(mt[nodes], mins.reshape(2 ** level, -1).min(1))
+    assert t.total == ref.leaves.sum()
+    assert t.min == ref.min
+    np.testing.assert_array_equal(t.get(torch.arange(t.capacity)).cpu().numpy(), ref.leaves)
+    np.testing.assert_array_equal(t.leaves.cpu().numpy(), ref.leaves)
+
+def snapshot(t): return t.sum_tree.clone(), t.min_tree.clone()
+
+def assert_bit_identical(a, b):
+    for x, y in zip(a, b): assert torch.equal(x.view(torch.int64), y.view(torch.int64))
+
+# values that are multiples of 1/4 up to 16, a third of them 0: every sum is exact in float64, so the tree and
+# NumPy must agree to the bit whatever order they add in
+dyadic = st.one_of(st.just(0.), st.integers(0, 64).map(lambda k: k / 4))
+
+@st.composite
+def histories(draw, values=dyadic):
+    "A capacity (not only powers of two) and a few batches of writes, with repeated indices within a batch"
+    cap = draw(st.integers(1, 40))
+    batch = st.lists(st.tuples(st.integers(0, cap - 1), values), max_size=12)
+    return cap, draw(st.lists(batch, min_size=1, max_size=6))
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.data())
+def test_matches_numpy_reference(hist, data):
+    cap, batches = hist
+    t, ref = SumTree(cap), Reference(cap)
+    assert (t.total, t.min) == (0., math.inf)
+    for batch in batches:
+        idxs, values = [i for i, _ in batch], [v for _, v in batch]
+        as_ = data.draw(st.sampled_from(['tensor', 'list', 'numpy']))
+        if as_ == 'tensor': t.set(torch.tensor(idxs, dtype=torch.long), torch.tensor(values, dtype=torch.float64))
+        elif as_ == 'numpy': t.set(np.array(idxs, dtype=np.int64), np.array(values, dtype=np.float32))
+        else: t.set(idxs, values)
+        ref.set(idxs, values)
+        check_against(t, ref)
+        total = ref.leaves.sum()
+        if total == 0:
+            with pytest.raises(ValueError, match='no mass'): t.find([0.])
+            continue
+        cum = np.cumsum(ref.leaves)
+        fracs = data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20))
+        qs = np.concatenate([np.array(fracs) * total, cum[cum < total], [0.]])  # random masses and every boundary
+        np.testing.assert_array_equal(t.find(torch.from_numpy(qs)).numpy(), np.searchsorted(cum, qs, side='right'))
+        # a query equal to the total goes to the last leaf with mass
+        assert t.find([total]).item() == np.flatnonzero(ref.leaves)[-1]
+
+@settings(max_examples=200, deadline=None)
+@given(histories(values=st.one_of(st.just(0.), st.floats(0, 1e6), st.floats(0, 1e-6))), st.data())
+def test_arbitrary_floats_structure_and_no_zero_leaf(hist, data):
+    "With any floats the nodes are still exactly `left + right` of their children, and `find` never lands on a 0 leaf"
+    cap, batches = hist
+    t, ref = SumTree(cap), Reference(cap)
+    for batch in batches:
+        t.set([i for i, _ in batch], [v for _, v in batch])
+        ref.set([i for i, _ in batch], [v for _, v in batch])
+    sums, mins = padded(t, ref)
+    tree, mtree = np.zeros(2 * t.size), np.full(2 * t.size, math.inf)
+    tree[t.size:], mtree[t.size:] = sums, mins
+    for k in range(t.size - 1, 0, -1):
+        tree[k], mtree[k] = tree[2 * k] + tree[2 * k + 1], min(mtree[2 * k], mtree[2 * k + 1])
+    np.testing.assert_array_equal(t.sum_tree.numpy()[1:], tree[1:])
+    np.testing.assert_array_equal(t.min_tree.numpy()[1:], mtree[1:])
+    assert t.min == ref.min
+    assert t.total == pytest.approx(math.fsum(ref.leaves), rel=1e-12, abs=0)
+    if t.total > 0:
+        fracs = data.draw(st.lists(st.floats(0, 1), min_size=1, max_size=20))
+        qs = torch.tensor(fracs, dtype=torch.float64) * t.sum_tree[1]
+        qs = torch.cat([qs, t.sum_tree[1:2], torch.tensor([np.nextafter(t.total, 0)])])
+        assert (t.get(t.find(qs)) > 0).all()
+
+def test_repeated_indices_last_write_wins_in_a_big_batch():
+    t, g = SumTree(3), torch.Generator().manual_seed(0)
+    idxs = torch.randint(3, (10_000,), generator=g)
+    values = torch.arange(10_000, dtype=torch.float64)
+    t.set(idxs, values)
+    last = [max(j for j in range(10_000) if idxs[j] == i) for i in range(3)]
+    assert t.leaves.tolist() == [float(j) for j in last]
+    assert t.total == float(sum(last))
+
+def test_capacity_one_and_float32_values():
+    t = SumTree(1)
+    assert (t.size, t.depth) == (1, 0)
+    t.set([0, 0], torch.tensor([0.1, 0.3], dtype=torch.float32))
+    assert t.total == float(torch.tensor(0.3, dtype=torch.float32))
+    assert t.find([0., t.total]).tolist() == [0, 0]
+    assert t.sample(5, torch.Generator().manual_seed(0)).tolist() == [0] * 5
+
+def test_python_floats_are_kept_as_float64():
+    t = SumTree(4).set([0, 1], [0.1, 65536.64453125])
+    assert t.get([0, 1]).tolist() == [0.1, 65536.64453125]
+    assert t.find([0.1 + 65536.64453125 - 1e-9]).item() == 1
+
+def test_values_that_require_grad_are_detached():
+    td = torch.tensor([0.5, 2.], requires_grad=True)
+    t = SumTree(4).set([1, 2], td.abs() + 0.01)
+    assert not t.sum_tree.requires_grad and not t.min_tree.requires_grad
+    assert t.get([1, 2]).tolist() == [float(torch.tensor(0.51)), float(torch.tensor(2.01))]
+
+def test_no_drift_after_many_updates():
+    "Recomputing parents from children: after a long history the total is exactly the sum of the current leaves"
+    t, g = SumTree(1000), torch.Generator().manual_seed(0)
+    for _ in range(300):
+        t.set(torch.randint(1000, (64,), generator=g), torch.rand(64, generator=g, dtype=torch.float64) * 1e3)
+    t.set(torch.arange(1000), torch.full((1000,), 0.25, dtype=torch.float64))
+    assert t.total == 250.
+    assert t.min == 0.25
+
+def chi2(counts, probs):
+    expected = probs * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+VALUES = torch.tensor([3., 1., 4., 1.5, 9., 2.6, 5., 0.5], dtype=torch.float64)
+
+@pytest.mark.parametrize('method', ['sample', 'stratified_sample'])
+def test_frequencies_match_values_chi_square(method):
+    t, n = SumTree(8).set(range(8), VALUES), 200_000
+    draws = getattr(t, method)(n, torch.Generator().manual_seed(1234))
+    assert draws.dtype == torch.int64 and draws.shape == (n,)
+    counts = torch.bincount(draws, minlength=8).double()
+    probs = VALUES / VALUES.sum()
+    assert chi2(counts, probs) < CHI2_7DOF_P001
+    if method == 'stratified_sample':
+        # one draw per slice: a leaf gets its share of the slices, give or take its two boundary slices
+        assert ((counts - probs * n).abs() <= 2).all()
+        assert (draws.diff() >= 0).all()
+
+def test_independent_draws_are_not_stratified():
+    "The chi-square statistic of independent draws varies with the seed as it should: not always tiny"
+    t = SumTree(8).set(range(8), VALUES)
+    stats = [chi2(torch.bincount(t.sample(2000, torch.Generator().manual_seed(s)), minlength=8).double(), VALUES / VALUES.sum())
+             for s in range(20)]
+    assert max(stats) > 3  # stratified draws stay near 0
+
+@pytest.mark.parametrize('method', ['sample', 'stratified_sample'])
+def test_zero_leaves_and_padding_never_drawn(method):
+    values = torch.tensor([0., 1e-300, 0., 7., 0., 0., 1e10, 0., 0.1, 0., 0.], dtype=torch.float64)  # capacity 11 -> 16
+    t = SumTree(11).set(range(11), values)
+    draws = getattr(t, method)(100_000, torch.Generator().manual_seed(0))
+    assert set(draws.unique().tolist()) <= {1, 3, 6, 8}
+    assert (t.get(draws) > 0).all()
+    edges = torch.cumsum(values, 0)
+    assert (t.get(t.find(torch.cat([edges, torch.tensor([0.])]))) > 0).all()
+
+def test_seeded_samples_are_reproducible():
+    t = SumTree(100).set(range(100), torch.rand(100, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    for method in (t.sample, t.stratified_sample):
+        a, b = method(256, torch.Generator().manual_seed(7)), method(256, torch.Generator().manual_seed(7))
+        assert torch.equal(a, b)
+        assert not torch.equal(a, method(256, torch.Generator().manual_seed(8)))
+    torch.manual_seed(3); a = t.sample(64)
+    torch.manual_seed(3); assert torch.equal(a, t.sample(64))
+
+BAD_SETS = [
+    ([0, 1], [1., -1.], 'values must be finite and >= 0, got [-1.0]'),
+    ([0], [float('nan')], 'got [nan]'),
+    ([0, 2], [1., float('inf')], 'got [inf]'),
+    ([0], [-0.5], 'got [-0.5]'),
+    ([0, 10], [1., 1.], 'leaf indices must be in [0, 10), got [10]'),
+    ([-1, 3], [1., 1.], 'got [-1]'),
+    (torch.tensor([1., 2.]), [1., 1.], 'leaf indices must be integers, got dtype float32'),
+    ([True], [1.], 'integers, got dtype bool'),
+    ([0, 1, 2], [1., 2.], 'expected one value per leaf index, got 3 indices and 2 values'),
+    ([0], [1., 2.], 'got 1 indices and 2 values'),
+    ([0], torch.tensor([1 + 1j]), 'values must be real numbers, got dtype complex64'),
+]
+
+@pytest.mark.parametrize('idxs,values,msg', BAD_SETS)
+def test_bad_input_raises_and_changes_nothing(idxs, values, msg):
+    t = SumTree(10).set([0, 3, 4, 9], [1., 2., 0., 5.])
+    before = snapshot(t)
+    with pytest.raises(ValueError) as e: t.set(idxs, values)
+    assert msg in str(e.value)
+    assert_bit_identical(before, snapshot(t))
+
+def test_bad_queries_and_arguments():
+    t = SumTree(10).set([0, 3], [1., 2.])
+    before = snapshot(t)
+    for call, msg in [(lambda: t.get([10]), 'leaf indices must be in [0, 10)'),
+                      (lambda: t.find([3.5]), 'query masses must be in [0, total=3.0], got [3.5]'),
+                      (lambda: t.find([-1.]), 'got [-1.0]'),
+                      (lambda: t.find([float('nan')]), 'got [nan]'),
+                      (lambda: t.sample(0), 'n must be a positive int, got 0'),
+                      (lambda: t.stratified_sample(2.5), 'n must be a positive int, got 2.5'),
+                      (lambda: SumTree(0), 'capacity must be a positive int'),
+                      (lambda: SumTree(True), 'capacity must be a positive int')]:
+        with pytest.raises(ValueError, match=None) as e: call()
+        assert msg in str(e.value)
+    assert_bit_identical(before, snapshot(t))
+
+@pytest.mark.parametrize('method', ['sample', 'stratified_sample'])
+def test_no_mass_raises(method):
+    for t in (SumTree(5), SumTree(5).set([1, 2], [3., 4.]).set([2, 1], [0., 0.])):
+        with pytest.raises(ValueError, match='the tree has no mass'): getattr(t, method)(4, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match='the tree has no mass'): SumTree(5).find([0.])
+
+def test_unchecked_set_matches_checked():
+    g = torch.Generator().manual_seed(0)
+    a, b = SumTree(37), SumTree(37)
+    for _ in range(20):
+        i, v = torch.randint(37, (16,), generator=g), torch.rand(16, generator=g, dtype=torch.float64)
+        a.set(i, v); b.set(i, v, check=False)
+    assert_bit_identical(snapshot(a), snapshot(b))
+    assert torch.equal(a.sample(32, torch.Generator().manual_seed(1)), b.sample(32, torch.Generator().manual_seed(1), check=False))
+
+@pytest.mark.cuda
+def test_cuda_matches_cpu():
+    g = torch.Generator().manual_seed(0)
+    cpu, gpu = SumTree(1000), SumTree(1000, device='cuda')
+    for _ in range(10):
+        i = torch.randint(1000, (4096,), generator=g)  # many repeats per batch
+        v = torch.rand(4096, generator=g, dtype=torch.float64)
+        cpu.set(i, v); gpu.set(i.cuda(), v.cuda(), check=False)
+    assert torch.equal(cpu.sum_tree, gpu.sum_tree.cpu()) and torch.equal(cpu.min_tree, gpu.min_tree.cpu())
+    qs = torch.rand(10_000, generator=g, dtype=torch.float64) * cpu.sum_tree[1]
+    assert torch.equal(cpu.find(qs), gpu.find(qs.cuda()).cpu())
+    gg = torch.Generator('cuda')
+    for method in ('sample', 'stratified_sample'):
+        a = getattr(gpu, method)(256, gg.manual_seed(5))
+        assert a.device.type == 'cuda' and a.dtype == torch.int64
+        assert torch.equal(a, getattr(gpu, method)(256, gg.manual_seed(5)))
+        assert (gpu.get(a) > 0).all()
+    with pytest.raises(ValueError, match='generator is on cpu'): gpu.sample(4, torch.Generator())
+    before = snapshot(gpu)
+    with pytest.raises(ValueError, match='finite and >= 0'): gpu.set(torch.tensor([1], device='cuda'), torch.tensor([-1.], device='cuda'))
+    assert_bit_identical(before, snapshot(gpu))
