@@ -1,0 +1,32 @@
+"The installed `fastrl-replay` console script, end to end, with a tiny budget."
+import json, subprocess, sys
+from pathlib import Path
+
+EXE = Path(sys.executable).parent/'fastrl-replay'
+
+def run(*args): return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=300)
+
+def test_train_writes_its_report(tmp_path):
+    r = run('train', '--steps', '1500', '--replay-size', '1000', '--seed', '3', '--out', str(tmp_path), '--quiet')
+    assert r.returncode == 0, r.stderr
+    assert 'greedy return over 20 episodes' in r.stdout
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.startswith('dqn-CartPole-v1-seed3-')
+    assert sorted(p.name for p in run_dir.iterdir()) == ['metrics.json', 'model.pth', 'report.html']
+    m = json.loads((run_dir/'metrics.json').read_text())
+    assert {'eval_mean', 'eval_std', 'env_steps', 'wall_s', 'seed', 'env'} <= m.keys()
+    assert m['seed'] == 3 and m['env'] == 'CartPole-v1' and m['env_steps'] >= 1500 and len(m['eval_returns']) == 20
+    assert m['memory_rows'] == 1000
+    page = (run_dir/'report.html').read_text()
+    assert page.count('class="plotly-graph-div"') == 3 and '<script src="http' not in page  # plotly.js inlined: offline
+
+def test_bad_options_give_clear_messages(tmp_path):
+    r = run('train', '--env', 'CartPol-v1', '--out', str(tmp_path))
+    assert r.returncode == 2 and "unknown gymnasium environment 'CartPol-v1'; did you mean CartPole-v1" in r.stderr
+    r = run('train', '--steps', '0')
+    assert r.returncode == 2 and "argument --steps: expected a positive integer, got '0'" in r.stderr
+    r = run('train', '--replay-size', 'lots')
+    assert r.returncode == 2 and "argument --replay-size: expected a positive integer, got 'lots'" in r.stderr
+    r = run('train', '--env', 'Pendulum-v1', '--steps', '100', '--out', str(tmp_path))
+    assert r.returncode == 2 and 'DQN needs discrete actions' in r.stderr
+    assert not any(tmp_path.iterdir())  # nothing written for a refused run
