@@ -51,11 +51,14 @@ def histories(draw, values=dyadic):
     batch = st.lists(st.tuples(st.integers(0, cap - 1), values), max_size=12)
     return cap, draw(st.lists(batch, min_size=1, max_size=6))
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BACKENDS = ['numba', 'torch']
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.data())
-def test_matches_numpy_reference(hist, data):
+def test_matches_numpy_reference(backend, hist, data):
     cap, batches = hist
-    t, ref = SumTree(cap), Reference(cap)
+    t, ref = SumTree(cap, backend=backend), Reference(cap)
     assert (t.total, t.min) == (0., math.inf)
     for batch in batches:
         idxs, values = [i for i, _ in batch], [v for _, v in batch]
@@ -76,12 +79,15 @@ def test_matches_numpy_reference(hist, data):
         # a query equal to the total goes to the last leaf with mass
         assert t.find([total]).item() == np.flatnonzero(ref.leaves)[-1]
 
-@settings(max_examples=200, deadline=None)
-@given(histories(values=st.one_of(st.just(0.), st.floats(0, 1e6), st.floats(0, 1e-6))), st.data())
-def test_arbitrary_floats_structure_and_no_zero_leaf(hist, data):
+ANY_FLOATS = st.one_of(st.just(0.), st.floats(0, 1e6), st.floats(0, 1e-6))
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@settings(max_examples=150, deadline=None)
+@given(histories(values=ANY_FLOATS), st.data())
+def test_arbitrary_floats_structure_and_no_zero_leaf(backend, hist, data):
     "With any floats the nodes are still exactly `left + right` of their children, and `find` never lands on a 0 leaf"
     cap, batches = hist
-    t, ref = SumTree(cap), Reference(cap)
+    t, ref = SumTree(cap, backend=backend), Reference(cap)
     for batch in batches:
         t.set([i for i, _ in batch], [v for _, v in batch])
         ref.set([i for i, _ in batch], [v for _, v in batch])
@@ -99,6 +105,30 @@ def test_arbitrary_floats_structure_and_no_zero_leaf(hist, data):
         qs = torch.tensor(fracs, dtype=torch.float64) * t.sum_tree[1]
         qs = torch.cat([qs, t.sum_tree[1:2], torch.tensor([np.nextafter(t.total, 0)])])
         assert (t.get(t.find(qs)) > 0).all()
+
+@settings(max_examples=200, deadline=None)
+@given(histories(values=ANY_FLOATS), st.integers(0, 2**32 - 1))
+def test_numba_and_torch_backends_agree_to_the_bit(hist, seed):
+    "The compiled loops and the level-by-level tensor code build the same trees and draw the same leaves"
+    cap, batches = hist
+    a, b = SumTree(cap, backend='numba'), SumTree(cap, backend='torch')
+    for batch in batches:
+        idxs, values = [i for i, _ in batch], [v for _, v in batch]
+        a.set(idxs, values); b.set(idxs, values)
+        assert_bit_identical(snapshot(a), snapshot(b))
+    if a.total > 0:
+        for method in ('sample', 'stratified_sample'):
+            draws = getattr(a, method)(64, torch.Generator().manual_seed(seed))
+            assert torch.equal(draws, getattr(b, method)(64, torch.Generator().manual_seed(seed)))
+        qs = torch.rand(64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * a.sum_tree[1]
+        assert torch.equal(a.find(qs), b.find(qs))
+
+def test_backend_choice():
+    assert SumTree(4).backend == 'numba'
+    assert SumTree(4, backend='torch').backend == 'torch'
+    with pytest.raises(ValueError, match="backend must be 'numba' or 'torch', got 'cuda'"): SumTree(4, backend='cuda')
+    with pytest.raises(ValueError, match="backend 'numba' runs on the CPU only, got device meta"):
+        SumTree(4, device='meta', backend='numba')
 
 def test_repeated_indices_last_write_wins_in_a_big_batch():
     t, g = SumTree(3), torch.Generator().manual_seed(0)
@@ -143,9 +173,10 @@ def chi2(counts, probs):
 
 VALUES = torch.tensor([3., 1., 4., 1.5, 9., 2.6, 5., 0.5], dtype=torch.float64)
 
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('method', ['sample', 'stratified_sample'])
-def test_frequencies_match_values_chi_square(method):
-    t, n = SumTree(8).set(range(8), VALUES), 200_000
+def test_frequencies_match_values_chi_square(method, backend):
+    t, n = SumTree(8, backend=backend).set(range(8), VALUES), 200_000
     draws = getattr(t, method)(n, torch.Generator().manual_seed(1234))
     assert draws.dtype == torch.int64 and draws.shape == (n,)
     counts = torch.bincount(draws, minlength=8).double()
@@ -196,16 +227,18 @@ BAD_SETS = [
     ([0], torch.tensor([1 + 1j]), 'values must be real numbers, got dtype complex64'),
 ]
 
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('idxs,values,msg', BAD_SETS)
-def test_bad_input_raises_and_changes_nothing(idxs, values, msg):
-    t = SumTree(10).set([0, 3, 4, 9], [1., 2., 0., 5.])
+def test_bad_input_raises_and_changes_nothing(idxs, values, msg, backend):
+    t = SumTree(10, backend=backend).set([0, 3, 4, 9], [1., 2., 0., 5.])
     before = snapshot(t)
     with pytest.raises(ValueError) as e: t.set(idxs, values)
     assert msg in str(e.value)
     assert_bit_identical(before, snapshot(t))
 
-def test_bad_queries_and_arguments():
-    t = SumTree(10).set([0, 3], [1., 2.])
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_bad_queries_and_arguments(backend):
+    t = SumTree(10, backend=backend).set([0, 3], [1., 2.])
     before = snapshot(t)
     for call, msg in [(lambda: t.get([10]), 'leaf indices must be in [0, 10)'),
                       (lambda: t.find([3.5]), 'query masses must be in [0, total=3.0], got [3.5]'),
