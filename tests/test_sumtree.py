@@ -9,17 +9,17 @@ CHI2_7DOF_P001 = 24.32  # chi-square critical value at p = 0.001 for 7 degrees o
 class Reference:
     "Leaves in a plain array, written one at a time, so the last of repeated indices wins"
     def __init__(self, capacity):
-        self.leaves, self.was_set = np.zeros(capacity), np.zeros(capacity, bool)
+        self.leaves = np.zeros(capacity)
     def set(self, idxs, values):
-        for i, v in zip(idxs, values): self.leaves[i], self.was_set[i] = v, True
+        for i, v in zip(idxs, values): self.leaves[i] = v
     @property
-    def min(self): return self.leaves[self.was_set].min() if self.was_set.any() else math.inf
+    def min(self): return self.leaves[self.leaves > 0].min() if (self.leaves > 0).any() else math.inf
 
 def padded(t, ref):
-    "The reference leaves padded to the tree's power-of-two size: 0 in the sum tree, +inf for unset leaves in the min tree"
+    "The reference leaves padded to the tree's power-of-two size: 0 in the sum tree, +inf for leaves holding 0 in the min tree"
     sums, mins = np.zeros(t.size), np.full(t.size, math.inf)
     sums[:t.capacity] = ref.leaves
-    mins[:t.capacity] = np.where(ref.was_set, ref.leaves, math.inf)
+    mins[:t.capacity] = np.where(ref.leaves > 0, ref.leaves, math.inf)
     return sums, mins
 
 def check_against(t, ref):
