@@ -8,7 +8,7 @@ PIP := $(BIN)/pip install -qq --disable-pip-version-check
 # pytest workers; notebooks and tests run in parallel on CI's 2 cores
 WORKERS ?= 2
 
-.PHONY: demo test venv sync outputs bench lock
+.PHONY: demo test venv sync outputs bench lock docs docs-test
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,19 @@ outputs: $(STAMP)
 bench: $(STAMP)
 	$(PIP) -c requirements.lock -e ".[dev,bench]"
 	$(BIN)/python bench/replay_bench.py
+
+# the documentation site, from the notebooks and their stored outputs, into docs/_site (offline)
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) -c requirements.lock -e ".[dev,docs]"
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	$(BIN)/python tools/docs_site.py
+
+# builds the site and checks every page in headless Chromium (Debian's: apt-get install -y chromium)
+docs-test: $(DOCS_STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m docs tests/test_docs_site.py
 
 # refresh the pins from the current environment
 lock:

@@ -1,0 +1,222 @@
+"""Build the documentation site from the notebooks, offline: `python tools/docs_site.py` (what `make docs` runs).
+
+1. nbdev's processors turn every notebook under `nbs/` into `_proc/` (only those changed since the last build):
+   they run the import, export and `show_doc` cells, so each `show_doc` output is the markdown of a signature, its
+   docments and its docstring, and they drop exported and hidden cells. No other cell runs: the stored outputs are
+   the documentation.
+2. Each processed notebook becomes a page source under `docs/_build/src/`, named like nbdev names its pages
+   (`06a_memory.experience_replay.ipynb` -> `memory.experience_replay.html`): the title and summary become a heading,
+   the remaining `#|` directives are stripped (`echo: false` hides the input), backticked names of documented
+   symbols link to their API entries, and plotly outputs lose their CDN scripts, so that the one `plotly.min.js`
+   shipped in the site draws them. The home page gets the table of contents: `nbs/tutorials/` first, then every
+   other notebook in file-name order, so a new notebook gets its page without any change here.
+3. Sphinx with myst-nb renders those pages into `docs/_site/` with the configuration in `docs/conf.py`.
+   Unchanged pages are not rewritten, so Sphinx rebuilds only what changed."""
+import argparse, json, re, shutil, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NBS, DOCS = ROOT/'nbs', ROOT/'docs'
+BUILD, SITE = DOCS/'_build', DOCS/'_site'
+SRC, STATIC = BUILD/'src', BUILD/'static'
+TUTORIALS = 'tutorials'
+
+def process_notebooks(n_workers=2) -> Path:
+    "Run nbdev's docs processors over `nbs/` into `_proc/` (cached by modification time)"
+    from nbdev.serve import proc_nbs
+    return Path(proc_nbs(str(NBS), n_workers=n_workers))
+
+def processed(proc: Path) -> list:
+    "The processed notebooks, in file-name order, with the path of their source relative to `nbs/`"
+    return sorted((p for p in proc.rglob('*.ipynb') if not any(o.startswith(('.', '_')) for o in p.relative_to(proc).parts)),
+                  key=lambda p: p.relative_to(proc).as_posix())
+
+# ---- directives ----------------------------------------------------------------------------------------------
+_re_directive = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+
+def split_directives(src: str):
+    "The leading `#| key: value` lines of a code cell as a dict, and the rest of the source"
+    lines, d = src.splitlines(), {}
+    while lines and (m := _re_directive.match(lines[0])):
+        d[m.group(1)] = m.group(2).lower() or 'true'; lines.pop(0)
+    return d, '\n'.join(lines).strip('\n')
+
+# ---- plotly, offline ---------------------------------------------------------------------------------------------
+_re_cdn_script = re.compile(r'<script\b[^>]*\bsrc\s*=\s*["\']https?://[^"\']*["\'][^>]*>\s*</script>', re.I)
+_re_cdn_import = re.compile(r'<script\b[^>]*type\s*=\s*["\']module["\'][^>]*>\s*import\s+["\']https?://[^"\']*["\']\s*;?\s*</script>', re.I)
+_re_script = re.compile(r'<script\b[^>]*>.*?</script>', re.I|re.S)
+_re_body = re.compile(r'<body[^>]*>(.*)</body>', re.I|re.S)
+
+def offline_html(html: str):
+    "`html` without the scripts it loads from the network, `None` if nothing but configuration scripts is left"
+    if (m := _re_body.search(html)): html = m.group(1)  # a whole document, e.g. `figures_to_html`: keep its body
+    html = _re_cdn_import.sub('', _re_cdn_script.sub('', html))
+    return html if _re_script.sub('', html).strip() else None
+
+def plotly_json_html(fig: dict) -> str:
+    "A stored `application/vnd.plotly.v1+json` figure as a div drawn by the site's plotly.js"
+    import plotly.io as pio
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False)
+
+PLOTLY_MIME = 'application/vnd.plotly.v1+json'
+
+def fix_outputs(outputs: list) -> list:
+    res = []
+    for o in outputs:
+        data = o.get('data')
+        if data is not None:
+            if PLOTLY_MIME in data:
+                data['text/html'] = plotly_json_html(data.pop(PLOTLY_MIME))
+            if 'text/html' in data:
+                html = offline_html(''.join(data['text/html']))
+                if html is None: continue
+                data['text/html'] = html
+        res.append(o)
+    return res
+
+# ---- links to the API entries ------------------------------------------------------------------------------------
+_re_doc_heading = re.compile(r'^#{2,4}\s+(\S+)\s*$', re.M)
+_re_backticks = re.compile(r'(?<!\[)`([A-Za-z_][\w.]*?)(?:\(\))?`(?!\]\()')
+
+def make_id(name: str) -> str:
+    "The HTML id Sphinx gives the section titled `name`"
+    from docutils.nodes import make_id
+    return make_id(name)
+
+def api_entries(nbs: list) -> dict:
+    "Each name that has a `show_doc` entry, mapped to `(page, anchor)` (its first entry)"
+    res = {}
+    for page, nb in nbs:
+        for c in nb['cells']:
+            for o in c.get('outputs', []):
+                md = o.get('data', {}).get('text/markdown')
+                if md is None: continue
+                for name in _re_doc_heading.findall(''.join(md)): res.setdefault(name, (page, make_id(name)))
+    return res
+
+def linkify(md: str, page: str, entries: dict) -> str:
+    "Link backticked names of documented symbols in the markdown `md` of `page` to their entries"
+    depth = page.count('/')
+    def link(m):
+        name = m.group(1)
+        if name not in entries: return m.group(0)
+        target, anchor = entries[name]
+        href = ('' if target == page else '../'*depth + target + '.html') + '#' + anchor
+        return f'<a class="reference internal" href="{href}"><code class="docutils literal notranslate">{m.group(0)[1:-1]}</code></a>'
+    lines, fence = md.splitlines(), False
+    for i, l in enumerate(lines):
+        if l.lstrip().startswith(('```', '~~~')): fence = not fence
+        elif not fence and not l.startswith('    '): lines[i] = _re_backticks.sub(link, l)
+    return '\n'.join(lines)
+
+# ---- pages -------------------------------------------------------------------------------------------------------
+def frontmatter(cell) -> dict:
+    import yaml
+    src = ''.join(cell['source']).strip()
+    return yaml.safe_load(src.strip('-').strip()) or {} if src.startswith('---') else {}
+
+def page_name(rel: Path, fm: dict) -> str:
+    "The page of the notebook `rel` (relative to `nbs/`): nbdev's output file, in the notebook's folder"
+    stem = Path(fm.get('output-file') or rel.name).stem
+    return (rel.parent/stem).as_posix()
+
+def show_doc_markdown(cell, directives):
+    "The markdown a hidden `show_doc` cell displays, or `None` for other cells"
+    outs = cell.get('outputs', [])
+    if directives.get('echo') != 'false' or not outs or not all('text/markdown' in o.get('data', {}) for o in outs): return None
+    # a markdown cell rather than an output: its heading is a section of the page, listed in the page's contents
+    return '\n\n'.join(re.sub(r'^\s*---\s*\n', '', ''.join(o['data']['text/markdown'])).strip() for o in outs)
+
+def to_page(nb: dict) -> dict:
+    "A processed notebook as the notebook Sphinx renders: a title, no directives, no hidden input"
+    cells, fm = nb['cells'], {}
+    if cells and cells[0]['cell_type'] == 'raw': fm = frontmatter(cells.pop(0))
+    head = [f"# {fm['title']}"] if fm.get('title') else []
+    if fm.get('description'): head.append('> ' + fm['description'])
+    out = [dict(cell_type='markdown', metadata={}, source='\n\n'.join(head))] if head else []
+    for c in cells:
+        src = ''.join(c.get('source', ''))
+        if c['cell_type'] == 'markdown':
+            if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
+            out.append(dict(cell_type='markdown', metadata={}, source=src))
+        elif c['cell_type'] == 'code':
+            d, src = split_directives(src)
+            if d.get('include') == 'false': continue
+            if (md := show_doc_markdown(c, d)) is not None:
+                out.append(dict(cell_type='markdown', metadata={}, source=md)); continue
+            tags = (['remove-input'] if d.get('echo') == 'false' or not src.strip() else []) + \
+                   (['remove-output'] if d.get('output') == 'false' else [])
+            outputs = fix_outputs(c.get('outputs', []))
+            if not src.strip() and not outputs: continue
+            out.append(dict(cell_type='code', execution_count=None, metadata={'tags': tags} if tags else {},
+                            outputs=outputs, source=src))
+    for i, c in enumerate(out): c['id'] = f'cell-{i}'
+    meta = {'kernelspec': {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'},
+            'language_info': {'name': 'python'}}
+    return dict(cells=out, metadata=meta, nbformat=4, nbformat_minor=5), fm
+
+def toctree(caption: str, pages: list) -> str:
+    return '\n'.join(['```{toctree}', ':hidden:', ':maxdepth: 1', f':caption: {caption}', '', *pages, '```'])
+
+def write_if_changed(p: Path, text: str) -> bool:
+    if p.exists() and p.read_text() == text: return False
+    p.parent.mkdir(parents=True, exist_ok=True); p.write_text(text); return True
+
+def make_sources(proc: Path) -> list:
+    "Write the page sources under `docs/_build/src`; return the page names"
+    pages = []
+    for p in processed(proc):
+        rel = p.relative_to(proc)
+        page, fm = to_page(json.loads(p.read_text()))
+        pages.append((page_name(rel, fm), page))
+    names = [n for n, _ in pages]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup: raise SystemExit(f'two notebooks make the same page: {sorted(dup)}')
+    if 'index' not in names: raise SystemExit('nbs/index.ipynb is missing: it is the home page')
+    entries = api_entries(pages)
+    for name, nb in pages:
+        for c in nb['cells']:
+            if c['cell_type'] == 'markdown': c['source'] = linkify(c['source'], name, entries)
+    tutorials = [n for n in names if n.startswith(TUTORIALS + '/')]
+    modules = [n for n in names if n != 'index' and n not in tutorials]
+    index = dict(pages)['index']
+    index['cells'].append(dict(cell_type='markdown', metadata={},
+                               source=(toctree('Tutorials', tutorials) + '\n\n' if tutorials else '') + toctree('API reference', modules)))
+    keep = set()
+    for name, nb in pages:
+        dest = SRC/f'{name}.ipynb'; keep.add(dest)
+        write_if_changed(dest, json.dumps(nb, indent=1, ensure_ascii=False))
+    for p in list(SRC.rglob('*.ipynb')):
+        if p not in keep: p.unlink()
+    return names
+
+def copy_plotly_js():
+    "Put the installed plotly's `plotly.min.js` in the site's static files (once for the whole site)"
+    import plotly
+    src = Path(plotly.__file__).parent/'package_data'/'plotly.min.js'
+    dest = STATIC/'plotly.min.js'
+    if not dest.exists() or dest.stat().st_size != src.stat().st_size:
+        STATIC.mkdir(parents=True, exist_ok=True); shutil.copyfile(src, dest)
+
+def sphinx(out: Path, fresh=False):
+    args = [sys.executable, '-m', 'sphinx', '-b', 'html', '-q', '-c', str(DOCS), '-d', str(BUILD/'doctrees'), str(SRC), str(out)]
+    if fresh: args.insert(3, '-E')
+    subprocess.run(args, check=True, cwd=ROOT)
+
+def build(out: Path = SITE, fresh=False) -> list:
+    "Build the site into `out`; return its page names"
+    t0 = time.time()
+    if fresh:
+        shutil.rmtree(BUILD, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
+    proc = process_notebooks()
+    names = make_sources(proc)
+    copy_plotly_js()
+    sphinx(out, fresh)
+    print(f'{len(names)} pages in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} ({time.time()-t0:.1f} s)')
+    return names
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--fresh', action='store_true', help='discard the previous build (Sphinx and page sources) first')
+    a = ap.parse_args()
+    build(fresh=a.fresh)
