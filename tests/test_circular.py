@@ -259,7 +259,9 @@ def test_bad_batches_change_nothing():
 
 def test_settings_are_checked():
     for kw, msg in [(dict(stack_size=0), 'stack_size must be a positive int'), (dict(update_horizon=0), 'update_horizon'),
-                    (dict(gamma=1.5), 'gamma must be in [0, 1]'), (dict(padding='edge'), "padding must be 'zero' or 'first'")]:
+                    (dict(gamma=1.5), 'gamma must be in [0, 1]'), (dict(padding='edge'), "padding must be 'zero' or 'first'"),
+                    (dict(warmup_sz=-1), 'warmup_sz must be an int >= 0'), (dict(observation_shape=(2.5,)), 'observation_shape'),
+                    (dict(eps=-1.), 'alpha, beta and eps must be >= 0'), (dict(seed=1, generator=torch.Generator()), 'either a generator or a seed')]:
         args = {**dict(observation_shape=OBS, stack_size=2, replay_capacity=4, batch_size=2), **kw}
         with pytest.raises(ExperienceReplayException, match=None) as e: CircularReplayBuffer(**args)
         assert msg in str(e.value)
