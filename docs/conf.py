@@ -27,7 +27,7 @@ exclude_patterns = ['**.ipynb_checkpoints']
 nb_execution_mode = 'off'
 nb_render_markdown_format = 'myst'  # show_doc writes markdown: signatures, docments and docstrings
 nb_merge_streams = True
-myst_enable_extensions = ['dollarmath', 'colon_fence']
+myst_enable_extensions = ['dollarmath', 'colon_fence', 'attrs_block']
 myst_heading_anchors = 4
 # module notebooks start their API sections at `###` under a `#` title
 suppress_warnings = ['myst.header', 'mystnb.unknown_mime_type']

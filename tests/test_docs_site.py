@@ -71,18 +71,26 @@ def test_to_page():
     assert fm == {'description': 'A summary', 'output-file': 'x.html', 'title': 'X'}
     got = [(c['cell_type'], c['source'], c['metadata'].get('tags', [])) for c in nb['cells']]
     assert got == [('markdown', '# X\n\n> A summary', []),
-                   ('markdown', '### f\n\n```python\ndef f(a): # An arg\n```\n\n*Doc*', []),
+                   ('markdown', '{.api-entry}\n### f\n\n```python\ndef f(a): # An arg\n```\n\n*Doc*', []),
                    ('code', 'print(1)', ['remove-input']),
                    ('code', 'f(2)', []),
                    ('code', 'f(3)', ['remove-output']),
                    ('markdown', 'Prose', [])]
     assert [c['id'] for c in nb['cells']] == [f'cell-{i}' for i in range(6)]
+    assert nb['cells'][1]['metadata'] == {'api': ['f']}
+
+def test_api_headings():
+    "show_doc headings become API entries whose dunder names stay names; headings in code fences stay code"
+    md = '### Memory.__getitem__\n\n```python\n# not a heading\n```\n\n*Doc*'
+    assert docs.api_headings(md) == ('{.api-entry}\n### Memory.\\_\\_getitem\\_\\_\n\n```python\n# not a heading\n```\n\n*Doc*',
+                                     ['Memory.__getitem__'])
 
 def test_api_links():
     "Backticked names that have a show_doc entry link to it, from any page; code, fences and other names are left alone"
     pytest.importorskip('docutils', reason='the docs extra (make docs-test) installs docutils')
-    pages = [('memory.experience_replay', {'cells': [_code('show_doc(ExperienceReplay.update_td)', _md_out('---\n\n### ExperienceReplay.update_td\n\n*Write*'))]})]
-    entries = docs.api_entries(pages)
+    page, _ = docs.to_page(_processed(_code('#| echo: false\nshow_doc(ExperienceReplay.update_td)',
+                                            _md_out('---\n\n### ExperienceReplay.update_td\n\n*Write*'))))
+    entries = docs.api_entries([('memory.experience_replay', page)])
     assert entries == {'ExperienceReplay.update_td': ('memory.experience_replay', 'experiencereplay-update-td')}
     md = 'Call `ExperienceReplay.update_td()` or `other`:\n```python\n`ExperienceReplay.update_td`\n```'
     link = '<a class="reference internal" href="../memory.experience_replay.html#experiencereplay-update-td"><code class="docutils literal notranslate">ExperienceReplay.update_td()</code></a>'

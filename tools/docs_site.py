@@ -75,7 +75,6 @@ def fix_outputs(outputs: list) -> list:
     return res
 
 # ---- links to the API entries ------------------------------------------------------------------------------------
-_re_doc_heading = re.compile(r'^#{2,4}\s+(\S+)\s*$', re.M)
 _re_backticks = re.compile(r'(?<!\[)`([A-Za-z_][\w.]*?)(?:\(\))?`(?!\]\()')
 
 def make_id(name: str) -> str:
@@ -88,10 +87,7 @@ def api_entries(nbs: list) -> dict:
     res = {}
     for page, nb in nbs:
         for c in nb['cells']:
-            for o in c.get('outputs', []):
-                md = o.get('data', {}).get('text/markdown')
-                if md is None: continue
-                for name in _re_doc_heading.findall(''.join(md)): res.setdefault(name, (page, make_id(name)))
+            for name in c['metadata'].get('api', []): res.setdefault(name, (page, make_id(name)))
     return res
 
 def linkify(md: str, page: str, entries: dict) -> str:
@@ -120,12 +116,27 @@ def page_name(rel: Path, fm: dict) -> str:
     stem = Path(fm.get('output-file') or rel.name).stem
     return (rel.parent/stem).as_posix()
 
-def show_doc_markdown(cell, directives):
-    "The markdown a hidden `show_doc` cell displays, or `None` for other cells"
+def show_doc_cell(cell, directives):
+    "The markdown cell showing what a hidden `show_doc` cell displays, or `None` for other cells"
     outs = cell.get('outputs', [])
     if directives.get('echo') != 'false' or not outs or not all('text/markdown' in o.get('data', {}) for o in outs): return None
     # a markdown cell rather than an output: its heading is a section of the page, listed in the page's contents
-    return '\n\n'.join(re.sub(r'^\s*---\s*\n', '', ''.join(o['data']['text/markdown'])).strip() for o in outs)
+    names, mds = [], []
+    for o in outs:
+        md, found = api_headings(re.sub(r'^\s*---\s*\n', '', ''.join(o['data']['text/markdown'])).strip())
+        names += found; mds.append(md)
+    return dict(cell_type='markdown', metadata={'api': names}, source='\n\n'.join(mds))
+
+_re_heading = re.compile(r'^(#{1,6})\s+(.+?)\s*$')
+def api_headings(md: str):
+    "`md` with its headings marked as API entries (`{.api-entry}`, `_` and `*` escaped), and the names they show"
+    lines, names, fence = md.splitlines(), [], False
+    for i, l in enumerate(lines):
+        if l.lstrip().startswith(('```', '~~~')): fence = not fence
+        elif not fence and (m := _re_heading.match(l)):
+            names.append(m.group(2))
+            lines[i] = '{.api-entry}\n' + m.group(1) + ' ' + re.sub(r'([_*])', r'\\\1', m.group(2))
+    return '\n'.join(lines), names
 
 def to_page(nb: dict) -> dict:
     "A processed notebook as the notebook Sphinx renders: a title, no directives, no hidden input"
@@ -142,8 +153,8 @@ def to_page(nb: dict) -> dict:
         elif c['cell_type'] == 'code':
             d, src = split_directives(src)
             if d.get('include') == 'false': continue
-            if (md := show_doc_markdown(c, d)) is not None:
-                out.append(dict(cell_type='markdown', metadata={}, source=md)); continue
+            if (doc := show_doc_cell(c, d)) is not None:
+                out.append(doc); continue
             tags = (['remove-input'] if d.get('echo') == 'false' or not src.strip() else []) + \
                    (['remove-output'] if d.get('output') == 'false' else [])
             outputs = fix_outputs(c.get('outputs', []))
