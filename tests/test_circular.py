@@ -291,3 +291,21 @@ def test_prioritized_sampling_follows_priorities_over_valid_transitions():
     buf.add(frame(8, 0), 0, 1., False)  # overwrites serial 0, which serial 1's stack needs; serial 8 is incomplete
     assert buf.get_priority([0, 1]).tolist() == [0., 0.]
     assert buf.get_priority([2]).tolist() == [3.]
+
+def test_priorities_stay_exact_over_long_runs_without_samples():
+    "More than 8,192 marked rows flush on their own; the tree still holds priority exactly on the valid transitions"
+    buf = buffer(stack=3, n=3, cap=300, prioritized=True)
+    rng = np.random.default_rng(0)
+    for s in range(9_000):
+        env = int(rng.integers(3))
+        buf.add(frame(s, env), 0, 1., bool(rng.random() < 0.02), env_id=env)
+    assert len(buf._dirty) < 9_000
+    np.testing.assert_array_equal(buf.get_priority(np.arange(300)).numpy() > 0, buf.valid_mask())
+
+def test_few_valid_transitions_are_still_drawn_uniformly():
+    "With 1 valid index in 41, redrawing gives up after 16 rounds and draws among the valid ones directly"
+    buf = buffer(stack=1, cap=64)
+    buf.add(frame(0, 0), 0, 1., True)  # one complete transition
+    for e in range(1, 41): buf.add(frame(e, e), 0, 1., False, env_id=e)  # 40 environments, each one step in
+    assert np.flatnonzero(buf.valid_mask()).tolist() == [0]
+    assert buf.sample_index_batch(32).tolist() == [0] * 32
