@@ -275,6 +275,12 @@ def test_extras_are_stored_and_returned():
     assert b['log_prob'].flatten().tolist() == [-0.5, -1.5] and b['mask'].tolist() == [[True, False, True], [False] * 3]
     with pytest.raises(ExperienceReplayException, match=r"missing extra elements \['mask'\]"): buf.add(frame(2, 0), 0, 1., False, -0.5)
     assert buf.add_count == 2
+    rows = dict(state=np.stack([frame(2, 0), frame(3, 0)]), action=np.zeros((2, 1), np.int64), reward=np.ones((2, 1), np.float32),
+                terminated=np.array([[False], [True]]), log_prob=np.array([[-2.5], [-3.5]], np.float32), mask=np.ones((2, 3), bool))
+    with pytest.raises(ExperienceReplayException, match=r"batch columns missing \['mask'\]"): buf + {k: v for k, v in rows.items() if k != 'mask'}
+    buf + rows
+    b = buf.sample_transition_batch(indices=[2, 3])
+    assert b['log_prob'].flatten().tolist() == [-2.5, -3.5] and b['mask'].all()
 
 # --- priorities ----------------------------------------------------------------------------------------------------
 
