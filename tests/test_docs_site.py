@@ -173,6 +173,9 @@ def test_a_page_per_notebook(site):
             'memory.experience_replay.html'} <= pages
     nav = (site/'index.html').read_text()  # every page is in the navigation
     for p in expected_pages() - {'index.html'}: assert f'href="{p}"' in nav, f'{p} is not in the navigation'
+    for p in pages:  # no nbdev directive, no hidden cell
+        html = (site/p).read_text()
+        assert '#|' not in html and 'nbdev.nbdev_export()' not in html, f'{p} shows a directive or a hidden cell'
 
 @pytest.mark.docs
 def test_every_page_in_chromium(site, base_url, browser):
