@@ -96,6 +96,7 @@ def test_api_links():
     link = '<a class="reference internal" href="../memory.experience_replay.html#experiencereplay-update-td"><code class="docutils literal notranslate">ExperienceReplay.update_td()</code></a>'
     assert docs.linkify(md, 'tutorials/dqn_cartpole', entries) == f'Call {link} or `other`:\n```python\n`ExperienceReplay.update_td`\n```'
     assert 'href="#experiencereplay-update-td"' in docs.linkify('`ExperienceReplay.update_td`', 'memory.experience_replay', entries)
+    assert docs.linkify('## `ExperienceReplay.update_td`', 'index', entries) == '## `ExperienceReplay.update_td`'
 
 @pytest.mark.parametrize('nb', TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial(nb):

@@ -91,7 +91,7 @@ def api_entries(nbs: list) -> dict:
     return res
 
 def linkify(md: str, page: str, entries: dict) -> str:
-    "Link backticked names of documented symbols in the markdown `md` of `page` to their entries"
+    "Link backticked names of documented symbols in the markdown `md` of `page` to their entries, outside headings and code"
     depth = page.count('/')
     def link(m):
         name = m.group(1)
@@ -102,7 +102,7 @@ def linkify(md: str, page: str, entries: dict) -> str:
     lines, fence = md.splitlines(), False
     for i, l in enumerate(lines):
         if l.lstrip().startswith(('```', '~~~')): fence = not fence
-        elif not fence and not l.startswith('    '): lines[i] = _re_backticks.sub(link, l)
+        elif not fence and not l.startswith(('    ', '#')): lines[i] = _re_backticks.sub(link, l)  # headings stay plain
     return '\n'.join(lines)
 
 # ---- pages -------------------------------------------------------------------------------------------------------
