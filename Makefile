@@ -34,9 +34,14 @@ outputs: $(STAMP)
 	PYTHONWARNINGS='ignore:`torch.jit.script` is deprecated:FutureWarning' $(BIN)/nbdev-test nbs --save
 	$(BIN)/python tools/nbsync.py --fix
 
+# Tianshou 2.0.1 declares pandas < 3 although its replay buffers work with the pandas fastai uses here, so it is
+# installed without its declared requirements, and the ones its imports need are installed by name
 bench: $(STAMP)
 	$(PIP) -c requirements.lock -e ".[dev,bench]"
+	$(PIP) --no-deps tianshou==2.0.1
+	$(PIP) -c requirements.lock sensai-utils deepdiff overrides h5py pettingzoo tensorboard virtualenv 2>/dev/null
 	$(BIN)/python bench/replay_bench.py
+	$(BIN)/python bench/per_bench.py
 
 # the documentation site, from the notebooks and their stored outputs, into docs/_site (offline)
 DOCS_STAMP := $(VENV)/.docs-installed

@@ -20,11 +20,21 @@ def test_train_writes_its_report(tmp_path):
     page = (run_dir/'report.html').read_text()
     assert page.count('class="plotly-graph-div"') == 3 and '<script src="http' not in page  # plotly.js inlined: offline
 
+def test_prioritized_report_adds_priorities_and_draw_counts(tmp_path):
+    r = run('train', '--steps', '1200', '--replay-size', '1000', '--replay', 'per', '--out', str(tmp_path), '--quiet')
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = tmp_path.iterdir()
+    assert json.loads((run_dir/'metrics.json').read_text())['replay'] == 'per'
+    page = (run_dir/'report.html').read_text()
+    assert page.count('class="plotly-graph-div"') == 5 and 'priority of' in page and 'draws per row' in page
+
 def test_bad_options_give_clear_messages(tmp_path):
     r = run('train', '--env', 'CartPol-v1', '--out', str(tmp_path))
     assert r.returncode == 2 and "unknown gymnasium environment 'CartPol-v1'; did you mean CartPole-v1" in r.stderr
     r = run('train', '--steps', '0')
     assert r.returncode == 2 and "argument --steps: expected a positive integer, got '0'" in r.stderr
+    r = run('train', '--replay', 'her')
+    assert r.returncode == 2 and "argument --replay: invalid choice: 'her' (choose from 'uniform', 'per', 'laber')" in r.stderr
     r = run('train', '--replay-size', 'lots')
     assert r.returncode == 2 and "argument --replay-size: expected a positive integer, got 'lots'" in r.stderr
     r = run('train', '--env', 'Pendulum-v1', '--steps', '100', '--out', str(tmp_path))

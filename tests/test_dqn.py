@@ -71,3 +71,23 @@ def test_short_run_trains_the_acting_model():
 def test_rejects_continuous_and_unknown_envs():
     with pytest.raises(ValueError, match='discrete actions'): dqn_learner('Pendulum-v1')
     with pytest.raises(ValueError, match="unknown gymnasium environment 'Nope-v0'"): dqn_learner('Nope-v0')
+
+def test_surrogate_priorities_are_abs_td_without_grad():
+    tr = trainer(False, [[3., 0.], [0., 5.], [0., 0.]], [[0., 0.], [2., 4.], [1., 1.]])
+    p = tr.surrogate_priorities(batch())
+    # row 0: Q=3, target 1 + 0.5 * 4 = 3 -> 0; row 1: Q=5, target 2 + 0.25 * 1 = 2.25 -> 2.75
+    assert p.tolist() == [0., 2.75] and not p.requires_grad
+
+def test_replay_kinds_and_their_settings():
+    from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+    from fastrl_replay.memory.laber import LaBERExperienceReplay
+    per = dqn_learner(steps_per_epoch=1000, train_every=4, replay='per').experience_replay.experience_replay
+    assert type(per) is PrioritizedExperienceReplay
+    assert (per.weight_norm, per.beta_steps, per.alpha, per.bs, per.max_sz) == ('batch', 2500, 0.6, 128, 50_000)
+    per = dqn_learner(replay='per', replay_kwargs=dict(weight_norm='memory', alpha=0.5)).experience_replay.experience_replay
+    assert (per.weight_norm, per.alpha) == ('memory', 0.5)
+    learn = dqn_learner(replay='laber', replay_kwargs=dict(m=8))
+    lab = learn.experience_replay.experience_replay
+    assert type(lab) is LaBERExperienceReplay and lab.m == 8
+    assert lab.score.__self__ is learn.dqn_trainer and lab.score.__func__ is DQNTrainer.surrogate_priorities
+    with pytest.raises(ValueError, match="replay must be 'uniform', 'per' or 'laber', got 'PER'"): dqn_learner(replay='PER')
