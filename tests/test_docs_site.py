@@ -170,8 +170,8 @@ def ids_of(path: Path) -> set: return set(re.findall(r'\bid="([^"]+)"', path.rea
 def test_a_page_per_notebook(site):
     pages = set(site_pages(site))
     assert expected_pages() <= pages, f'notebooks without a page: {sorted(expected_pages() - pages)}'
-    assert {'index.html', 'search.html', 'tutorials/dqn_cartpole.html', 'tutorials/from_fastrl.html',
-            'memory.experience_replay.html'} <= pages
+    assert {'index.html', 'search.html', 'memory.experience_replay.html', 'tutorials/dqn_cartpole.html',
+            'tutorials/per_laber.html', 'tutorials/frames_nstep.html', 'tutorials/from_fastrl.html'} <= pages
     nav = (site/'index.html').read_text()  # every page is in the navigation
     for p in expected_pages() - {'index.html'}: assert f'href="{p}"' in nav, f'{p} is not in the navigation'
     for p in pages:  # no nbdev directive, no hidden cell
