@@ -21,10 +21,10 @@ BUILD, SITE = DOCS/'_build', DOCS/'_site'
 SRC, STATIC = BUILD/'src', BUILD/'static'
 TUTORIALS = 'tutorials'
 
-def process_notebooks(n_workers=2) -> Path:
-    "Run nbdev's docs processors over `nbs/` into `_proc/` (cached by modification time)"
+def process_notebooks(n_workers=2, force=False) -> Path:
+    "Run nbdev's docs processors over `nbs/` into `_proc/` (cached by modification time, unless `force`)"
     from nbdev.serve import proc_nbs
-    return Path(proc_nbs(str(NBS), n_workers=n_workers))
+    return Path(proc_nbs(str(NBS), n_workers=n_workers, force=force))
 
 def processed(proc: Path) -> list:
     "The processed notebooks, in file-name order, with the path of their source relative to `nbs/`"
@@ -219,7 +219,7 @@ def build(out: Path = SITE, fresh=False) -> list:
     t0 = time.time()
     if fresh:
         shutil.rmtree(BUILD, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
-    proc = process_notebooks()
+    proc = process_notebooks(force=fresh)
     names = make_sources(proc)
     copy_plotly_js()
     sphinx(out, fresh)
@@ -228,6 +228,6 @@ def build(out: Path = SITE, fresh=False) -> list:
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--fresh', action='store_true', help='discard the previous build (Sphinx and page sources) first')
+    ap.add_argument('--fresh', action='store_true', help='discard the previous build (processed notebooks, page sources, Sphinx) first')
     a = ap.parse_args()
     build(fresh=a.fresh)
