@@ -98,6 +98,14 @@ def test_api_links():
     assert 'href="#experiencereplay-update-td"' in docs.linkify('`ExperienceReplay.update_td`', 'memory.experience_replay', entries)
     assert docs.linkify('## `ExperienceReplay.update_td`', 'index', entries) == '## `ExperienceReplay.update_td`'
 
+def test_prune(tmp_path):
+    "Pages of deleted notebooks go; pages, Sphinx's own pages and static files stay"
+    for f in ['index.html', 'gone.html', 'tutorials/a.html', 'tutorials/old.html', 'search.html', 'genindex.html', '_static/x.html']:
+        (tmp_path/f).parent.mkdir(parents=True, exist_ok=True); (tmp_path/f).write_text('')
+    docs.prune(tmp_path, ['index', 'tutorials/a'])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob('*.html')) == \
+        ['_static/x.html', 'genindex.html', 'index.html', 'search.html', 'tutorials/a.html']
+
 @pytest.mark.parametrize('nb', TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial(nb):
     "The tutorials run top to bottom as `nbdev-test` runs them (slow cells skipped)"

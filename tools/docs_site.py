@@ -27,7 +27,7 @@ def process_notebooks(n_workers=2, force=False) -> Path:
     return Path(proc_nbs(str(NBS), n_workers=n_workers, force=force))
 
 def processed(proc: Path) -> list:
-    "The processed notebooks, in file-name order, with the path of their source relative to `nbs/`"
+    "The processed notebooks under `proc`, in file-name order (folders and files starting with `.` or `_` left out)"
     return sorted((p for p in proc.rglob('*.ipynb') if not any(o.startswith(('.', '_')) for o in p.relative_to(proc).parts)),
                   key=lambda p: p.relative_to(proc).as_posix())
 
@@ -61,6 +61,7 @@ def plotly_json_html(fig: dict) -> str:
 PLOTLY_MIME = 'application/vnd.plotly.v1+json'
 
 def fix_outputs(outputs: list) -> list:
+    "`outputs` with plotly figures as offline divs and without what only loads scripts from the network"
     res = []
     for o in outputs:
         data = o.get('data')
@@ -107,6 +108,7 @@ def linkify(md: str, page: str, entries: dict) -> str:
 
 # ---- pages -------------------------------------------------------------------------------------------------------
 def frontmatter(cell) -> dict:
+    "The YAML front matter nbdev's processors put in a raw first cell (title, description, output-file)"
     import yaml
     src = ''.join(cell['source']).strip()
     return yaml.safe_load(src.strip('-').strip()) or {} if src.startswith('---') else {}
@@ -138,8 +140,8 @@ def api_headings(md: str):
             lines[i] = '{.api-entry}\n' + m.group(1) + ' ' + re.sub(r'([_*])', r'\\\1', m.group(2))
     return '\n'.join(lines), names
 
-def to_page(nb: dict) -> dict:
-    "A processed notebook as the notebook Sphinx renders: a title, no directives, no hidden input"
+def to_page(nb: dict) -> tuple[dict, dict]:
+    "A processed notebook as the notebook Sphinx renders (a title, no directives, no hidden input), and its front matter"
     cells, fm = nb['cells'], {}
     if cells and cells[0]['cell_type'] == 'raw': fm = frontmatter(cells.pop(0))
     head = [f"# {fm['title']}"] if fm.get('title') else []
@@ -214,6 +216,13 @@ def sphinx(out: Path, fresh=False):
     if fresh: args.insert(3, '-E')
     subprocess.run(args, check=True, cwd=ROOT)
 
+def prune(out: Path, names: list):
+    "Remove pages of notebooks that no longer exist: Sphinx leaves the HTML of a deleted source behind"
+    keep = set(names) | {'genindex', 'search'}
+    for p in out.rglob('*.html'):
+        rel = p.relative_to(out)
+        if not rel.parts[0].startswith('_') and rel.with_suffix('').as_posix() not in keep: p.unlink()
+
 def build(out: Path = SITE, fresh=False) -> list:
     "Build the site into `out`; return its page names"
     t0 = time.time()
@@ -223,6 +232,7 @@ def build(out: Path = SITE, fresh=False) -> list:
     names = make_sources(proc)
     copy_plotly_js()
     sphinx(out, fresh)
+    prune(out, names)
     print(f'{len(names)} pages in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} ({time.time()-t0:.1f} s)')
     return names
 
