@@ -1,3 +1,9 @@
 "Everything a notebook needs: `from fastrl_replay.all import *`"
 from .core import *
 from .memory.experience_replay import *
+from .memory.sumtree import *
+from .memory.prioritized import *
+from .memory.laber import *
+from .memory.circular import *
+from .data.gym import *
+from .agents.dqn import *
