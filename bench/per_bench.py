@@ -26,8 +26,9 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np, torch
+from replay_bench import CAP, BS, ACT_DIM, make_data as transitions  # the uniform benchmark's sizes and transitions
 
-CAP, BS, DIM, ACT_DIM, ALPHA, BETA = 1_000_000, 256, 17, 6, 0.6, 0.4
+DIM, ALPHA, BETA = 17, 0.6, 0.4
 OPS = ('add256', 'sample', 'sample_update')
 PEERS = ('cpprb', 'torchrl', 'tianshou')
 SETTINGS = {'full':  dict(rounds=5, n_chunks=400, calls=300, warmup=20),
@@ -36,14 +37,9 @@ OUT = Path(__file__).resolve().parent/'results'/'per_bench.json'
 
 
 def make_data(seed=0):
-    "CAP transitions, initial priorities and per-call TD errors as NumPy arrays: the one source for every library"
-    rng = np.random.default_rng(seed)
-    return dict(obs=rng.standard_normal((CAP, DIM), dtype=np.float32),
-                next_obs=rng.standard_normal((CAP, DIM), dtype=np.float32),
-                act=rng.uniform(-1, 1, (CAP, ACT_DIM)).astype(np.float32),
-                rew=rng.standard_normal((CAP, 1), dtype=np.float32),
-                done=rng.random((CAP, 1)) < 0.01,
-                prio0=np.abs(rng.standard_normal(CAP)) + 1e-3,
+    "replay_bench's CAP transitions, with initial priorities and per-call TD errors: the one source for every library"
+    rng = np.random.default_rng(seed + 1)
+    return dict(transitions(DIM, seed), prio0=np.abs(rng.standard_normal(CAP)) + 1e-3,
                 td=rng.standard_normal((2_000, BS)).astype(np.float32))
 
 
