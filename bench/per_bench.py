@@ -19,7 +19,8 @@ Run from the repository root (after `make bench` has installed the peers):
 
     .venv/bin/python bench/per_bench.py            # 5 rounds, a few minutes
     .venv/bin/python bench/per_bench.py --quick
-    .venv/bin/python bench/per_bench.py --device cuda --peers torchrl   # on a GPU machine
+    .venv/bin/python bench/per_bench.py --device cuda --peers torchrl cpprb   # on a GPU machine
+    .venv/bin/python bench/per_bench.py --device cuda --tree-device cuda     # our tree on the GPU too
 """
 import argparse, gc, json, logging, os, platform, statistics, time
 from importlib import metadata
@@ -45,16 +46,16 @@ def make_data(seed=0):
 
 class Ours:
     name = 'ours'
-    def __init__(self, data, cfg, device='cpu'):
+    def __init__(self, data, cfg, device='cpu', tree_device=None):
         from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
-        self.cls, self.device = PrioritizedExperienceReplay, torch.device(device)
+        self.cls, self.device, self.tree_device = PrioritizedExperienceReplay, torch.device(device), tree_device
         t = {k: torch.from_numpy(v).to(self.device) for k, v in data.items()}
         self.all = dict(state=t['obs'], next_state=t['next_obs'], action=t['act'], reward=t['rew'], done=t['done'])
         self.chunks = [{k: v[s:s+BS] for k, v in self.all.items()} for s in range(0, cfg['n_chunks']*BS, BS)]
         self.prio0, self.td = t['prio0'], list(t['td'])
 
     def new(self): return self.cls(bs=BS, max_sz=CAP, warmup_sz=1, alpha=ALPHA, beta=BETA, beta_steps=0, seed=0,
-                                   device=self.device)
+                                   device=self.device, tree_device=self.tree_device)
     def add_buffer(self):
         er = self.new()
         return er, er.__add__
@@ -219,7 +220,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--quick', action='store_true', help='fewer rounds and calls')
     p.add_argument('--peers', nargs='+', choices=PEERS, default=list(PEERS))
-    p.add_argument('--device', default='cpu', help="where ours (and TorchRL) keep storage and trees: 'cpu' or 'cuda'")
+    p.add_argument('--device', default='cpu', help="where ours and TorchRL store transitions: 'cpu' or 'cuda'")
+    p.add_argument('--tree-device', help="where our sum tree lives (default: the CPU, as TorchRL's)")
     p.add_argument('--rounds', type=int)
     p.add_argument('--out', type=Path, default=OUT)
     args = p.parse_args()
@@ -231,10 +233,12 @@ def main():
     libs = []
     for name in ['ours'] + args.peers:
         kw = dict(device=args.device) if name in ('ours', 'torchrl') else {}
+        if name == 'ours': kw['tree_device'] = args.tree_device
         try: libs.append(LIBS[name](data, cfg, **kw))
         except ImportError as e: print(f'  skipping {name}: not installed ({e})')
     del data
-    print(f'settings: {cfg}, device {args.device}, torch threads {torch.get_num_threads()}')
+    print(f'settings: {cfg}, device {args.device}, our tree on {args.tree_device or "cpu"}, '
+          f'torch threads {torch.get_num_threads()}')
     rounds = {lib.name: {op: [] for op in OPS} for lib in libs}
     t0 = time.perf_counter()
     for r in range(cfg['rounds']):
@@ -259,7 +263,8 @@ def main():
     for d in ['fastrl_replay'] + [d for n in args.peers for d in DISTS[n]]:
         try: vs[d] = metadata.version(d)
         except metadata.PackageNotFoundError: vs[d] = None
-    report = dict(settings=dict(cfg, capacity=CAP, batch=BS, dim=DIM, alpha=ALPHA, beta=BETA, device=args.device),
+    report = dict(settings=dict(cfg, capacity=CAP, batch=BS, dim=DIM, alpha=ALPHA, beta=BETA, device=args.device,
+                                tree_device=args.tree_device),
                   versions=vs, machine=dict(platform=platform.platform(), cpus=os.cpu_count()),
                   median=res, ratios=rats, rounds=rounds, seconds=time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)

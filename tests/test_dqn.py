@@ -91,3 +91,16 @@ def test_replay_kinds_and_their_settings():
     assert type(lab) is LaBERExperienceReplay and lab.m == 8
     assert lab.score.__self__ is learn.dqn_trainer and lab.score.__func__ is DQNTrainer.surrogate_priorities
     with pytest.raises(ValueError, match="replay must be 'uniform', 'per' or 'laber', got 'PER'"): dqn_learner(replay='PER')
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('replay', ['uniform', 'per', 'laber'])
+def test_short_run_on_cuda_keeps_model_batches_and_memory_on_the_device(replay):
+    learn = dqn_learner(steps_per_epoch=600, warmup_sz=200, bs=32, seed=0, device='cuda', replay=replay,
+                        replay_kwargs=dict(device='cuda'))
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    mem = learn.experience_replay.experience_replay
+    assert next(learn.model.parameters()).device.type == 'cuda' and learn.dls.train.dataset.loop.agent.model is learn.model
+    assert mem.memory['state'].device.type == 'cuda' and len(mem) == 600
+    assert learn.dqn_trainer.n_updates == (600 - 200) // 4 + 1 and np.isfinite(learn.recorder.losses[-1].item())
+    assert mem.memory['td_error'].abs().sum() > 0
+    assert len(evaluate(learn.model, n_episodes=2, max_steps=20)) == 2

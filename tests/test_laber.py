@@ -79,3 +79,19 @@ def test_bad_scores_raise_and_count_nothing(bad, msg):
     with pytest.raises(ExperienceReplayException, match=None) as e: mem.sample()
     assert msg in str(e.value)
     assert int(mem.sample_counts.sum()) == 0
+
+@pytest.mark.cuda
+def test_cuda_memory_scores_and_weights_on_the_device():
+    seen = {}
+    def score(b):
+        seen['device'] = b['reward'].device.type
+        seen['last'] = b['reward'][:, 0].abs().clone()
+        return seen['last']
+    mem = LaBERExperienceReplay(bs=8, max_sz=100, warmup_sz=1, m=4, variant='mean', eps=1e-6, score=score, device='cuda', seed=0)
+    mem + synth_transitions(100)
+    b, idxs = mem.sample()
+    assert seen['device'] == 'cuda' and idxs.device.type == 'cuda' and b['weight'].device.type == 'cuda'
+    assert torch.equal(b['step'], mem.memory['step'][idxs])
+    s = seen['last'].double() + 1e-6
+    r = mem.memory['reward'][idxs, 0].abs().double() + 1e-6
+    torch.testing.assert_close(b['weight'][:, 0], ((s / s.sum()).mean() / (r / s.sum())).float())

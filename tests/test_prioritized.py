@@ -204,8 +204,11 @@ def test_warmup_and_slicing():
     assert part.memory['step'][:, 0].tolist() == [2, 3, 4, 5]
 
 @pytest.mark.cuda
-def test_cuda_sample_and_update_stay_on_the_device():
-    c = PrioritizedExperienceReplay(bs=64, max_sz=100, warmup_sz=10, alpha=1., eps=1e-9, device='cuda', seed=3)
+@pytest.mark.parametrize('tree_device', [None, 'cuda'])
+def test_cuda_sample_and_update_stay_on_the_device(tree_device):
+    c = PrioritizedExperienceReplay(bs=64, max_sz=100, warmup_sz=10, alpha=1., eps=1e-9, device='cuda',
+                                    tree_device=tree_device, seed=3)
+    assert c.tree.device.type == (tree_device or 'cpu') and c.generator.device.type == (tree_device or 'cpu')
     for step in range(10): c + synth_transitions(13, start=13 * step)
     b, idxs = c.sample()
     assert idxs.device.type == 'cuda' and b['weight'].device.type == 'cuda' and b['state'].device.type == 'cuda'
@@ -215,3 +218,37 @@ def test_cuda_sample_and_update_stay_on_the_device():
     last = {r: v for r, v in zip(rows, vals)}
     torch.testing.assert_close(c.get_priority(list(last)).cpu(), torch.tensor(list(last.values()), dtype=torch.float64) + 1e-9)
     assert c.tree.total == pytest.approx(c.get_priority(range(100)).sum().item())
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('weight_norm', ['memory', 'batch', None])
+def test_cuda_storage_with_the_cpu_tree_equals_cpu_storage(weight_norm):
+    "The same seed gives the same rows, weights, priorities and TD errors whether the transitions live on the GPU or not"
+    mems = [PrioritizedExperienceReplay(bs=32, max_sz=50, warmup_sz=10, alpha=0.7, weight_norm=weight_norm, device=d, seed=1)
+            for d in ('cpu', 'cuda')]
+    g = torch.Generator().manual_seed(0)
+    for step in range(12):
+        new = synth_transitions(7, start=7 * step)
+        td = torch.randn(32, generator=g)
+        for m in mems:
+            m + new.to(m.device)
+            if len(m) < 10: continue
+            b, idxs = m.sample()
+            assert idxs.device.type == b['weight'].device.type == b['state'].device.type == m.device.type
+            m + synth_transitions(3, start=1000 + 3 * step).to(m.device)  # rows sampled above may be overwritten: stale
+            m.update_td(td[:, None].to(m.device), idxs)
+    cpu, gpu = mems
+    assert torch.equal(cpu.get_priority(range(50)), gpu.get_priority(range(50)))
+    assert torch.equal(cpu.memory['td_error'], gpu.memory['td_error'].cpu())
+    assert torch.equal(cpu.sample_counts, gpu.sample_counts) and cpu.n_stale == gpu.n_stale > 0
+    (b0, i0), (b1, i1) = cpu.sample(), gpu.sample()
+    assert torch.equal(i0, i1.cpu()) and torch.equal(b0['weight'], b1['weight'].cpu()) and torch.equal(b0['step'], b1['step'].cpu())
+
+def test_sampling_draws_on_the_tree_device():
+    m = PrioritizedExperienceReplay(bs=4, max_sz=8, warmup_sz=1, seed=0) + synth_transitions(8)
+    assert m.tree.device.type == m.generator.device.type == 'cpu' and m.tree.backend == 'numba'
+    assert m[2:5].tree.device.type == 'cpu' and m[2:5]._settings()['tree_device'] == torch.device('cpu')
+
+@pytest.mark.cuda
+def test_a_generator_on_the_storage_device_is_refused_when_the_tree_is_on_the_cpu():
+    with pytest.raises(ExperienceReplayException, match=r'generator is on cuda(:0)?, sampling draws on cpu'):
+        PrioritizedExperienceReplay(device='cuda', generator=torch.Generator('cuda'))
