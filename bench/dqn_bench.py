@@ -1,11 +1,12 @@
 """Our DQN against Stable-Baselines3's DQN on CartPole-v1, with the same hyperparameters, on the same machine.
 
 Both use the rl-baselines3-zoo settings for CartPole-v1 DQN: 50,000 environment steps, an MLP of two 256-unit
-layers, Adam at a constant 2.3e-3, batches of 64 from a memory of 100,000, training from step 1,000, one
-gradient step per 2 environment steps (SB3: train_freq 256, gradient_steps 128), the target network copied
-every 10 environment steps (in effect once per 128-step training burst, see ZOO), exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm
-clipped at 10, one-step returns, no Double DQN. Each run reports environment steps per second (training
-only) and the mean return of 20 greedy evaluation episodes; the ratios are ours over SB3's.
+layers, Adam at a constant 2.3e-3, batches of 64 from a memory of 100,000, training from step 1,000, 128
+gradient steps after every 256 environment steps (SB3's train_freq and gradient_steps; ours: train_every and
+grad_steps), the target network copied every 10 environment steps (in effect once per training burst, see ZOO),
+exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm clipped at 10, one-step
+returns, no Double DQN. Each run reports environment steps per second (training only) and the mean return of
+20 greedy evaluation episodes; the ratios are ours over SB3's.
 
     .venv/bin/python bench/dqn_bench.py                # seeds 0 and 1
     .venv/bin/python bench/dqn_bench.py --seeds 0 1 2 --steps 50000
@@ -15,12 +16,12 @@ from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 
 ENV, OUT = 'CartPole-v1', Path(__file__).resolve().parent/'results'/'dqn_bench.json'
-# SB3 counts target_update_interval in environment steps, but trains in bursts of 128 gradient steps between
-# which no environment steps happen: its target network therefore changes once per burst, every 128 gradient
-# steps. We train one gradient step per 2 environment steps, so the same schedule is a copy every 128 steps.
+# SB3 counts target_update_interval in environment steps, which it takes only between training bursts: its
+# target network is therefore the online network as it was after the last burst. A copy after every 128th
+# gradient step, the end of each of our bursts, is the same schedule.
 ZOO = dict(lr=2.3e-3, bs=64, buffer=100_000, learning_starts=1_000, gamma=0.99, target_update_env_steps=10,
-           target_sync_grad_steps=128, train_every=2, exploration_fraction=0.16, final_eps=0.04, hidden=(256, 256),
-           max_grad_norm=10.)
+           target_sync_grad_steps=128, train_freq=256, gradient_steps=128, exploration_fraction=0.16, final_eps=0.04,
+           hidden=(256, 256), max_grad_norm=10.)
 
 def evaluate_policy(act, seed, n=20):
     "Mean return of `n` greedy episodes, `act` mapping an observation to an action"
@@ -40,7 +41,7 @@ def run_sb3(seed, steps):
     z = ZOO
     model = DQN('MlpPolicy', ENV, learning_rate=z['lr'], batch_size=z['bs'], buffer_size=z['buffer'],
                 learning_starts=z['learning_starts'], gamma=z['gamma'], target_update_interval=z['target_update_env_steps'],
-                train_freq=256, gradient_steps=128, exploration_fraction=z['exploration_fraction'],
+                train_freq=z['train_freq'], gradient_steps=z['gradient_steps'], exploration_fraction=z['exploration_fraction'],
                 exploration_final_eps=z['final_eps'], max_grad_norm=z['max_grad_norm'],
                 policy_kwargs=dict(net_arch=list(z['hidden'])), seed=seed, device='cpu')
     t = time.perf_counter()
@@ -53,14 +54,14 @@ def run_ours(seed, steps):
     from fastai.callback.training import GradientClip
     from fastrl_replay.agents.dqn import dqn_learner, evaluate
     z = ZOO
-    learn = dqn_learner(ENV, steps_per_epoch=steps // 10, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
-                        train_every=z['train_every'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
+    learn = dqn_learner(ENV, steps_per_epoch=steps, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
+                        train_every=z['train_freq'], grad_steps=z['gradient_steps'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
                         eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
                         target_sync=z['target_sync_grad_steps'], double=False,
                         lr=z['lr'], seed=seed)
     learn.add_cb(GradientClip(z['max_grad_norm']))
     t = time.perf_counter()
-    with learn.no_bar(), learn.no_logging(): learn.fit(10, z['lr'])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])  # one epoch: bursts fall where SB3's do
     wall = time.perf_counter() - t
     env_steps = learn.dls.train.dataset.loop.env_steps
     ret = float(np.mean(evaluate(learn.model, ENV, n_episodes=20, seed=seed + 10_000)))
