@@ -55,6 +55,16 @@ def test_repeated_indices_last_write_wins():
     td = er.memory['td_error'].flatten()
     assert td[7].item() == 5. and td[2].item() == 4. and td.sum().item() == 9.
 
+def test_compiled_and_general_update_td_agree():
+    "Tensors from `sample` and a loss take the compiled pass; lists take the general one: the same writes, last wins"
+    g = torch.Generator().manual_seed(0)
+    fast, slow = (ExperienceReplay(max_sz=50, warmup_sz=1) + synth_transitions(50) for _ in range(2))
+    for _ in range(20):
+        idxs, td = torch.randint(50, (64,), generator=g), torch.randn(64, 1, generator=g)
+        fast.update_td(td, idxs)
+        slow.update_td(td.flatten().tolist(), idxs.tolist())
+    assert torch.equal(fast.memory['td_error'], slow.memory['td_error'])
+
 def test_update_td_accepts_every_documented_form():
     er = ExperienceReplay(bs=4, max_sz=10, warmup_sz=1, seed=0) + synth_transitions(10)
     er.update_td(TensorBatch(torch.ones(2, 1)), [0, 1])
@@ -130,6 +140,11 @@ def test_bad_first_batch_allocates_nothing(bad, msg):
     (torch.ones(2, 2), [0, 1], 'got (2, 2)'),
     (torch.ones(2), [0.5, 1.5], 'indices must be a 1-d sequence of ints'),
     (torch.ones(2), [[0, 1]], 'indices must be a 1-d sequence of ints'),
+    # what `sample` and a loss give (int64 and float32 tensors) goes through one compiled pass first
+    (torch.ones(2), torch.tensor([0, 10]), 'indices [10] are out of range for a memory of 10 rows'),
+    (torch.ones(2, 1), torch.tensor([-1, 0]), 'indices [-1] are out of range'),
+    (torch.tensor([1., float('nan')]), torch.tensor([0, 1]), 'NaN or inf'),
+    (torch.tensor([[float('inf')], [1.]]), torch.tensor([0, 1]), 'NaN or inf'),
 ])
 def test_bad_update_td_writes_nothing(td, idxs, msg):
     er = ExperienceReplay(max_sz=10, warmup_sz=1) + synth_transitions(10)
