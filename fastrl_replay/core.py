@@ -25,9 +25,10 @@ class TensorBatch(TensorBase):
         "Number of rows"
         return self.shape[0]
 
-# %% ../nbs/00_core.ipynb #4d97c556
-_ROW_INDEX = (int, np.integer, slice, list, range, np.ndarray, torch.Tensor)
+# %% ../nbs/00_core.ipynb #a0c1d2e3
+ROW_INDEX = (int, np.integer, slice, list, range, np.ndarray, torch.Tensor)  # what selects rows rather than a column
 
+# %% ../nbs/00_core.ipynb #4d97c556
 def _as_column(k, v) -> torch.Tensor:
     "Column `k` as a tensor with a leading batch dimension"
     if isinstance(v, np.ndarray): v = torch.from_numpy(v)
@@ -51,7 +52,11 @@ def _row_index(idx, n):
         if not -n <= idx < n: raise IndexError(f'row {idx} is out of range for a batch of {n} rows')
         return slice(idx % n, idx % n + 1)
     if isinstance(idx, range): return list(idx)
-    if isinstance(idx, np.ndarray): return torch.from_numpy(idx)
+    if isinstance(idx, np.ndarray):
+        if idx.dtype.kind == 'u':  # unsigned indices (cpprb's): checked, then as int64, which torch indexes with
+            if idx.size and idx.max() >= n: raise IndexError(f'rows {idx[idx >= n][:5].tolist()} are out of range for a batch of {n} rows')
+            idx = idx.astype(np.int64)
+        return torch.from_numpy(idx)
     return idx
 
 # %% ../nbs/00_core.ipynb #5af583f8
@@ -76,7 +81,7 @@ class BD(dict):
     __len__ = bs
 
     def __getitem__(self, idx):
-        if isinstance(idx, str) or not isinstance(idx, _ROW_INDEX): return dict.__getitem__(self, idx)
+        if isinstance(idx, str) or not isinstance(idx, ROW_INDEX): return dict.__getitem__(self, idx)
         i = _row_index(idx, self.bs())
         return BD._new({k: v[i] for k, v in self.items()})
 

@@ -12,9 +12,7 @@ PRIOS = torch.tensor([3., 1., 4., 1.5, 9., 2.6, 5., 0.5], dtype=torch.float64)
 
 def per(path='compiled', **kw):
     "A prioritized memory on the compiled CPU path, or on the tensor path the GPU uses"
-    m = PrioritizedExperienceReplay(**kw)
-    if path == 'tensor': m.tree, m._host = SumTree(m.max_sz, backend='torch'), False
-    return m
+    return PrioritizedExperienceReplay(**kw, tree_backend='torch' if path == 'tensor' else None)
 
 PATHS = ['compiled', 'tensor']
 
@@ -167,10 +165,10 @@ def test_bad_input_raises_and_changes_nothing(path, call, msg):
     _, idxs = m.sample()
     m.update_td(torch.tensor([0.5, 1., 2., 4.]), idxs)
     before = (m.tree.sum_tree.clone(), m.tree.min_tree.clone(), m.memory['td_error'].clone(), m.sample_counts.clone(),
-              m._written_at.clone(), m._sampled_at.clone(), m.max_priority, m.n_stale, m.pointer, len(m))
+              m.written_at.clone(), m.sampled_at.clone(), m.max_priority, m.n_stale, m.pointer, len(m))
     with pytest.raises(ExperienceReplayException) as e: call(m)
     assert msg in str(e.value)
-    after = (m.tree.sum_tree, m.tree.min_tree, m.memory['td_error'], m.sample_counts, m._written_at, m._sampled_at,
+    after = (m.tree.sum_tree, m.tree.min_tree, m.memory['td_error'], m.sample_counts, m.written_at, m.sampled_at,
              m.max_priority, m.n_stale, m.pointer, len(m))
     for a, b in zip(before, after):
         assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
@@ -246,7 +244,7 @@ def test_cuda_storage_with_the_cpu_tree_equals_cpu_storage(weight_norm):
 def test_sampling_draws_on_the_tree_device():
     m = PrioritizedExperienceReplay(bs=4, max_sz=8, warmup_sz=1, seed=0) + synth_transitions(8)
     assert m.tree.device.type == m.generator.device.type == 'cpu' and m.tree.backend == 'numba'
-    assert m[2:5].tree.device.type == 'cpu' and m[2:5]._settings()['tree_device'] == torch.device('cpu')
+    assert m[2:5].tree.device.type == 'cpu' and m[2:5].sampler.settings()['tree_device'] == torch.device('cpu')
 
 @pytest.mark.cuda
 def test_a_generator_on_the_storage_device_is_refused_when_the_tree_is_on_the_cpu():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import numpy as np, torch, numba
 from fastcore.basics import patch
+from .core import is_int, dtype_name
+
 
 # %% auto #0
 __all__ = ['SumTree']
@@ -17,10 +19,6 @@ __all__ = ['SumTree']
 def _pow2(n:int) -> int:
     "The smallest power of two >= `n` (and >= 1)"
     return 1 << max(n - 1, 0).bit_length()
-
-def _is_int(v) -> bool: return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-def _dt(d) -> str: return str(d).replace('torch.', '')
 
 def _few(t:torch.Tensor, k:int=5) -> str:
     "The first `k` entries of `t`, for an error message"
@@ -39,7 +37,8 @@ def _host(x) -> np.ndarray:
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #59434aea
 @numba.njit(cache=True, nogil=True)
-def _nb_set(sums, mins, size, depth, idxs, vals):
+def set_leaves(sums, mins, size, depth, idxs, vals):
+    "Set leaves `idxs` to `vals` (in order: the last of repeats wins) and update their ancestors in both trees"
     n = idxs.shape[0]
     nodes = np.empty(n, np.int64)
     for j in range(n):
@@ -96,7 +95,7 @@ class SumTree:
                  capacity:int, # Number of leaves, all starting at 0
                  device:str|torch.device|None=None, # Where the trees live and the work happens (default: CPU)
                  backend:str|None=None): # 'numba' (compiled loops, CPU only) or 'torch' (one step per level); default: numba on CPU
-        if not _is_int(capacity) or capacity < 1: raise ValueError(f'capacity must be a positive int, got {capacity!r}')
+        if not is_int(capacity) or capacity < 1: raise ValueError(f'capacity must be a positive int, got {capacity!r}')
         self.capacity, self.size = int(capacity), _pow2(int(capacity))
         self.depth = self.size.bit_length() - 1  # levels between the leaves and the root
         self.device = torch.device(device if device is not None else 'cpu')
@@ -107,7 +106,7 @@ class SumTree:
         self.sum_tree = torch.zeros(2 * self.size, dtype=torch.float64, device=self.device)
         self.min_tree = torch.full((2 * self.size,), math.inf, dtype=torch.float64, device=self.device)
         self._shifts = torch.arange(1, self.depth + 1, device=self.device)[:, None]
-        if self.backend == 'numba': self._sums, self._mins = self.sum_tree.numpy(), self.min_tree.numpy()  # shared memory
+        if self.backend == 'numba': self.host_sums, self.host_mins = self.sum_tree.numpy(), self.min_tree.numpy()  # NumPy views of the trees, for compiled code
 
     def __len__(self): return self.capacity
 
@@ -134,7 +133,7 @@ class SumTree:
         "`idxs` as a flat int64 tensor on the device, checked to be leaf indices when `check`"
         i = _tensor(idxs, self.device).reshape(-1)
         if i.dtype == torch.bool or i.is_floating_point() or i.is_complex():
-            if i.numel(): raise ValueError(f'leaf indices must be integers, got dtype {_dt(i.dtype)}')
+            if i.numel(): raise ValueError(f'leaf indices must be integers, got dtype {dtype_name(i.dtype)}')
         i = i.long()
         if check and i.numel():
             lo, hi = torch.aminmax(i)
@@ -154,7 +153,7 @@ def set(self:SumTree,
     i, v = _tensor(idxs, self.device).reshape(-1), _tensor(values, self.device).reshape(-1)
     if i.numel() != v.numel():
         raise ValueError(f'expected one value per leaf index, got {i.numel()} indices and {v.numel()} values')
-    if v.dtype == torch.bool or v.is_complex(): raise ValueError(f'values must be real numbers, got dtype {_dt(v.dtype)}')
+    if v.dtype == torch.bool or v.is_complex(): raise ValueError(f'values must be real numbers, got dtype {dtype_name(v.dtype)}')
     i, v = self._idxs(i, check), v.detach().to(torch.float64)  # TD errors straight from a loss may require grad
     if check and v.numel():
         ok = (v >= 0) & (v < math.inf)  # False for negatives, NaN and inf
@@ -196,7 +195,7 @@ def _set_host(self:SumTree, idxs, values, check:bool) -> SumTree:
                          f'{_few(torch.from_numpy(i[(i < 0) | (i >= self.capacity)]))}')
     if check and _nb_bad_value(v, _MAX_F64) >= 0:
         raise ValueError(f'values must be finite and >= 0, got {_few(torch.from_numpy(v[~((v >= 0) & (v < math.inf))]))}')
-    _nb_set(self._sums, self._mins, self.size, self.depth, i, v)
+    set_leaves(self.host_sums, self.host_mins, self.size, self.depth, i, v)
     return self
 
 @patch
@@ -230,7 +229,7 @@ def _find(self:SumTree, q:torch.Tensor) -> torch.Tensor:
     "The leaves owning float64 masses `q` (1-d, unchecked, modified in place by the torch backend)"
     if self.backend == 'numba':
         out = np.empty(q.shape[0], dtype=np.int64)
-        _nb_find(self._sums, self.size, self.depth, self.capacity, q.numpy(), out)
+        _nb_find(self.host_sums, self.size, self.depth, self.capacity, q.numpy(), out)
         return torch.from_numpy(out)
     node = torch.ones(q.shape, dtype=torch.long, device=self.device)
     sums = self.sum_tree.view(-1, 2)  # row k holds the children of node k
@@ -245,7 +244,7 @@ def _find(self:SumTree, q:torch.Tensor) -> torch.Tensor:
 @patch
 def _masses(self:SumTree, n, generator, check) -> torch.Tensor:
     "`n` uniform draws in `[0, 1)` from `generator`, after checking `n`, the generator's device and the tree's mass"
-    if not _is_int(n) or n < 1: raise ValueError(f'n must be a positive int, got {n!r}')
+    if not is_int(n) or n < 1: raise ValueError(f'n must be a positive int, got {n!r}')
     if generator is not None and generator.device.type != self.device.type:
         raise ValueError(f'generator is on {generator.device}, the tree on {self.device}')
     if check and not self.total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is nothing to sample')
@@ -265,7 +264,7 @@ def _draw(self:SumTree, u:torch.Tensor, stratified:bool) -> torch.Tensor:
     "The leaves for uniform draws `u`, independent or one per slice"
     if self.backend == 'numba':
         out = np.empty(len(u), dtype=np.int64)
-        _nb_draw(self._sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
+        _nb_draw(self.host_sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
         return torch.from_numpy(out)
     if not stratified: return self._find(u.mul_(self.sum_tree[1]))
     k = torch.arange(len(u), dtype=torch.float64, device=self.device)
