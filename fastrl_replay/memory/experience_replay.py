@@ -255,7 +255,7 @@ def new_empty(self:ColumnStorage) -> ColumnStorage:
     res.reserve(self.reserved)
     return res
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #b322dd44
+# %% ../../nbs/06a_memory.experience_replay.ipynb #6bb37498
 class ExperienceReplay(Replay):
     "A FIFO ring of transitions, allocated from the first batch, sampled uniformly"
     def __init__(self,
@@ -265,8 +265,12 @@ class ExperienceReplay(Replay):
                  memory:Mapping|None=None, # Transitions to start with, added as with `+`
                  device:str|torch.device|None=None, # Where storage lives and sampling happens (default: CPU)
                  generator:torch.Generator|None=None, # Random generator for `sample`, on `device`
-                 seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
-        super().__init__(ColumnStorage(max_sz, device), UniformSampler(generator, seed), bs, warmup_sz, memory)
+                 seed:int|None=None, # Seed for a new generator (default: drawn from torch's global RNG)
+                 sampler:Sampler|None=None): # Picks the rows of a sample (default: a `UniformSampler` with `generator` or `seed`)
+        if sampler is None: sampler = UniformSampler(generator, seed)
+        elif generator is not None or seed is not None:
+            raise ExperienceReplayException('a ready sampler comes with its own generator: give it the generator or seed')
+        super().__init__(ColumnStorage(max_sz, device), sampler, bs, warmup_sz, memory)
 
     @property
     def memory(self) -> BD|None:
