@@ -183,7 +183,7 @@ def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     _check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
-# %% ../../nbs/06_memory.core.ipynb #e862adb2
+# %% ../../nbs/06_memory.core.ipynb #4fb1f323
 class Storage:
     "Rows of transitions in a ring of `max_sz`: what `Replay` and the samplers ask of a storage"
     always_valid = True  # every stored row can be sampled; False: `valid` says which can
@@ -216,6 +216,7 @@ class Storage:
     def changed(self) -> np.ndarray:
         "The rows recorded since the last call, each once"
         return np.empty(0, np.int64)
+    n_changed = 0  # rows recorded and not yet handed over
     def select(self, idx) -> tuple[BD, torch.Tensor]:
         "The rows `idx` selects, in storage order, and their storage indices"
         raise ExperienceReplayException(f'a {type(self).__name__} cannot be sliced')
@@ -377,7 +378,7 @@ def update_td(self:Replay,
     "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
     self.sampler.update_td(td_errors, idxs)
 
-# %% ../../nbs/06_memory.core.ipynb #d2dc53ef
+# %% ../../nbs/06_memory.core.ipynb #ecad28ef
 @patch
 def __getitem__(self:Replay, idx) -> Replay:
     "A new memory of the same kind holding the rows `idx` selects, in storage order"
@@ -389,7 +390,7 @@ def __getitem__(self:Replay, idx) -> Replay:
     new.sampler.copy_rows(self.sampler, positions)
     return new
 
-# %% ../../nbs/06_memory.core.ipynb #6f5ec7b4
+# %% ../../nbs/06_memory.core.ipynb #fe59fd05
 @patch
 def state_dict(self:Replay) -> dict:
     "Everything that restores this memory into one made with the same settings"
@@ -405,7 +406,7 @@ def load_state_dict(self:Replay, state:dict):
     self.sampler.load_state_dict(state['sampler'])
     self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
-# %% ../../nbs/06_memory.core.ipynb #0cc83d03
+# %% ../../nbs/06_memory.core.ipynb #8d1cffcb
 def forward_attrs(cls, part:str, names:str):
     "Give `cls` properties `names` (space-separated) that read and write the attributes of the same names on `self.<part>`"
     for n in names.split():
