@@ -6,15 +6,17 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #981b6c10
 from __future__ import annotations
-import argparse, html, json, time
+import argparse, html, json, time, warnings
 from pathlib import Path
 import numpy as np, torch
-from .memory.experience_replay import (ExperienceReplayCallback, plot_replay_stats, plot_losses,
-                                                    plot_returns, figures_to_html)
-from .memory.prioritized import plot_priorities, plot_sample_counts
-from .agents.dqn import dqn_learner, evaluate
-from .test_utils import synth_replay_learner
-from fastai.callback.core import Callback
+with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
+    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
+    from fastai.callback.core import Callback
+    from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
+    from fastrl_replay.agents.dqn import dqn_learner, evaluate
+    from fastrl_replay.data.synth import synth_replay_learner
+    from fastrl_replay.plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
+                                     figures_to_html)
 
 # %% auto #0
 __all__ = ['run_demo', 'run_train', 'main']
@@ -46,6 +48,7 @@ def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
     metrics['report'] = str(run/'metrics.json')
     return metrics
 
+# %% ../nbs/90_cli.ipynb #c5fa8e5e
 def _new_run_dir(out: Path, prefix: str) -> Path:
     "A new folder `out/<prefix>-<time>[-k]`, never one an earlier run wrote"
     stem, k = f'{prefix}-{time.strftime("%Y%m%d-%H%M%S")}', 0
@@ -93,6 +96,7 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
     (run/'report.html').write_text(_report(metrics, figs))
     return dict(metrics, report=str(run/'report.html'))
 
+# %% ../nbs/90_cli.ipynb #70c0effe
 def _report(metrics:dict, figs) -> str:
     "An offline HTML report: a title, the metrics and the figures, with plotly.js inlined once"
     rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>' for k, v in metrics.items()
@@ -129,7 +133,9 @@ def main(argv=None):
           f"{m['rows_with_td_error']} with a TD error written back")
     print(f"report: {m['report']}")
 
+# %% ../nbs/90_cli.ipynb #3a23209e
 def _train(parser, args):
+    "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
     try: m = run_train(args.env, args.steps, args.seed, args.replay_size, args.out, replay=args.replay, quiet=args.quiet)
     except ValueError as e: parser.error(str(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "
@@ -138,6 +144,7 @@ def _train(parser, args):
     print(f"report: {m['report']}")
 
 def _positive(s):
+    "`s` as an int >= 1, for argparse"
     try: v = int(s)
     except ValueError: v = 0
     if v < 1: raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}')

@@ -1,5 +1,6 @@
 "The installed `fastrl-replay` console script, end to end, with a tiny budget."
 import json, subprocess, sys
+import pytest
 from pathlib import Path
 
 EXE = Path(sys.executable).parent/'fastrl-replay'
@@ -40,3 +41,28 @@ def test_bad_options_give_clear_messages(tmp_path):
     r = run('train', '--env', 'Pendulum-v1', '--steps', '100', '--out', str(tmp_path))
     assert r.returncode == 2 and 'DQN needs discrete actions' in r.stderr
     assert not any(tmp_path.iterdir())  # nothing written for a refused run
+
+def test_demo_runs_the_callback_and_writes_its_metrics(tmp_path):
+    r = run('demo', '--epochs', '1', '--out', str(tmp_path), '--quiet')
+    assert r.returncode == 0, r.stderr
+    assert '19 batches cancelled while the memory warmed up, 31 trained on replayed samples' in r.stdout
+    assert 'FutureWarning' not in r.stderr and 'torch.jit.script' not in r.stderr  # fastai's import-time warning is hidden
+    (run_dir,) = tmp_path.iterdir()
+    m = json.loads((run_dir/'metrics.json').read_text())
+    assert (m['batches_cancelled'], m['batches_trained'], m['memory_rows']) == (19, 31, 500)
+
+def test_bad_counts_and_settings_exact_messages(tmp_path):
+    r = run('demo', '--epochs', '0', '--out', str(tmp_path))
+    assert r.returncode == 2 and "fastrl-replay demo: error: argument --epochs: expected a positive integer, got '0'" in r.stderr
+    r = run('train', '--replay-size', '-5', '--out', str(tmp_path))
+    assert r.returncode == 2 and "argument --replay-size: expected a positive integer, got '-5'" in r.stderr
+    assert not any(tmp_path.iterdir())
+
+def test_run_train_refuses_bad_settings_before_training(tmp_path):
+    from fastrl_replay.cli import run_train
+    for kwargs, msg in [(dict(replay='her'), "replay must be 'uniform', 'per' or 'laber', got 'her'"),
+                        (dict(steps=9), 'steps must be at least 10, got 9'),
+                        (dict(env='CartPol-v1'), "unknown gymnasium environment 'CartPol-v1'; did you mean CartPole-v1")]:
+        with pytest.raises(ValueError) as e: run_train(out=str(tmp_path), **kwargs)
+        assert str(e.value).startswith(msg)
+    assert not any(tmp_path.iterdir())

@@ -104,3 +104,23 @@ def test_short_run_on_cuda_keeps_model_batches_and_memory_on_the_device(replay):
     assert learn.dqn_trainer.n_updates == (600 - 200) // 4 + 1 and np.isfinite(learn.recorder.losses[-1].item())
     assert mem.memory['td_error'].abs().sum() > 0
     assert len(evaluate(learn.model, n_episodes=2, max_steps=20)) == 2
+
+def test_lean_learner_trains_the_dqn_as_learner_does():
+    "`dqn_learner` trains with a `LeanLearner`; the same seeded DQN on fastai's `Learner` records exactly the same"
+    from fastai.learner import Learner, Recorder
+    from fastai.callback.schedule import fit_flat_cos
+    from fastrl_replay.learner import LeanLearner, LeanRecorder
+    def records(lean):
+        learn = dqn_learner(steps_per_epoch=300, warmup_sz=100, train_every=2, seed=1)
+        assert type(learn) is LeanLearner
+        if not lean:
+            learn.__class__ = Learner
+            learn.remove_cb(learn.recorder)
+            learn.add_cb(Recorder(train_metrics=True, valid_metrics=False))
+        with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(2, 1e-3)
+        r = learn.recorder
+        return type(r), [float(l) for l in r.losses], r.lrs, r.iters, [[None if v is None else float(v) for v in row] for row in r.values]
+    (lean_rec, *lean), (rec, *plain) = records(True), records(False)
+    assert (lean_rec, rec) == (LeanRecorder, Recorder)
+    assert lean == plain
+    assert len(lean[0]) == 2 * 150 - 49  # a loss per batch, less the 49 batches before the warm-up is reached

@@ -29,7 +29,7 @@ def count_vec(term_ats, trunc_at=None, mode=gym.vector.AutoresetMode.NEXT_STEP):
 def take(src, n): return [r for r, _ in zip(src, range(n))]
 
 def test_n_step_rewards_and_discounts_by_hand():
-    src = Source([GymLoop(env=count_vec([5]), steps_count=3, seed=0), FirstLast(0.5)])
+    src = Source([GymLoop(env=count_vec([5]), n_steps=3, seed=0), FirstLast(0.5)])
     rows = take(src, 5)  # one episode of 5 steps: windows start at steps 1..5
     assert [r['step'].item() for r in rows] == [1, 2, 3, 4, 5]
     # rewards of steps 1..5 are 1..5: window from step s sums r_s + 0.5 r_{s+1} + 0.25 r_{s+2}, cut at the episode end
@@ -54,7 +54,7 @@ def test_terminated_and_truncated_bootstrap_correctly():
 @pytest.mark.parametrize('mode', [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP])
 @pytest.mark.parametrize('n', [1, 3])
 def test_no_transition_crosses_a_reset(mode, n):
-    src = Source([GymLoop(env=count_vec([2, 3, 5], trunc_at=4, mode=mode), steps_count=n, seed=0), FirstLast(0.9)])
+    src = Source([GymLoop(env=count_vec([2, 3, 5], trunc_at=4, mode=mode), n_steps=n, seed=0), FirstLast(0.9)])
     rows = take(src, 120)
     for r in rows:
         s, ns = r['state'][0], r['next_state'][0]
@@ -74,7 +74,7 @@ def test_steps_delta_emits_every_kth_step():
     assert [r['step'].item() for r in take(src, 6)] == [1, 4, 7, 1, 4, 7]
 
 def test_without_first_last_windows_are_rows():
-    src = Source([GymLoop(env=count_vec([4]), steps_count=2, seed=0)])
+    src = Source([GymLoop(env=count_vec([4]), n_steps=2, seed=0)])
     wins = take(src, 4)
     assert [w.bs() for w in wins] == [2, 2, 2, 1] and 'discount' not in wins[0]
 
@@ -105,6 +105,31 @@ def test_epsilon_greedy_uses_the_model_it_was_given():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown gymnasium environment 'NoSuchEnv-v9'"): GymLoop('NoSuchEnv-v9')
     with pytest.raises(ValueError, match='exactly one GymLoop'): Source([FirstLast])
-    with pytest.raises(ValueError, match='steps_count'): GymLoop('CartPole-v1', steps_count=0)
+    with pytest.raises(ValueError) as e: GymLoop('CartPole-v1', n_steps=0)
+    assert str(e.value) == 'n_steps and steps_delta must be >= 1, got 0, 1'
+    with pytest.raises(ValueError) as e: GymLoop('CartPole-v1', steps_delta=0)
+    assert str(e.value) == 'n_steps and steps_delta must be >= 1, got 1, 0'
+    with pytest.raises(ValueError) as e: GymLoop('CartPol-v1')
+    assert str(e.value) == "unknown gymnasium environment 'CartPol-v1'; did you mean CartPole-v1, CartPole-v0, phys2d/CartPole-v1?"
     src = Source([GymLoop(env=count_vec([3])), ResReduce(2)])
     with pytest.raises(ValueError, match="mode='rgb_array'"): take(src, 1)
+
+def test_steps_count_is_an_alias_of_n_steps():
+    assert GymLoop(env=count_vec([5]), steps_count=3).n_steps == 3  # fastrl's spelling
+    assert GymLoop(env=count_vec([5]), n_steps=3).n_steps == 3
+    assert GymLoop(env=count_vec([5])).n_steps == 1 and not hasattr(GymLoop(env=count_vec([5])), 'steps_count')
+    assert GymLoop(env=count_vec([5]), n_steps=None, steps_count=2).n_steps == 2
+    alias = take(Source([GymLoop(env=count_vec([5]), steps_count=3, seed=0), FirstLast(0.5)]), 7)
+    name = take(Source([GymLoop(env=count_vec([5]), n_steps=3, seed=0), FirstLast(0.5)]), 7)
+    for a, b in zip(alias, name):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for n, c in [(3, 3), (1, 3), (3, 1)]:
+        with pytest.raises(ValueError) as e: GymLoop(env=count_vec([5]), n_steps=n, steps_count=c)
+        assert str(e.value) == f'give n_steps or its alias steps_count, not both: got n_steps={n}, steps_count={c}'
+    with pytest.raises(ValueError) as e: GymLoop(env=count_vec([5]), steps_count=0)
+    assert str(e.value) == 'n_steps and steps_delta must be >= 1, got 0, 1'
+
+def test_bad_updates_for_the_dataloaders():
+    for u in (0, -1, 1.5, None):
+        with pytest.raises(ValueError) as e: gym_dataloaders(Source([GymLoop(env=count_vec([3]))]), updates=u)
+        assert str(e.value) == f'updates must be an int >= 1, got {u!r}'

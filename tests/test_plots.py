@@ -1,9 +1,13 @@
-"The plotting helpers: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
+"The plots: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
 import numpy as np, pytest, torch
 import plotly.graph_objects as go
-from fastrl_replay.memory.experience_replay import (ExperienceReplay, ExperienceReplayCallback, ExperienceReplayException,
-    get_steps, plot_replay_stats, plot_losses, plot_returns, figures_to_html)
-from fastrl_replay.test_utils import synth_transitions, synth_replay_learner
+import plotly.io as pio
+from fastrl_replay.memory.core import ExperienceReplayException
+from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+from fastrl_replay.plots import (get_steps, plot_replay_stats, plot_losses, plot_returns, figures_to_html, plot_priorities,
+                                 plot_sample_counts, setup_plotly)
+from fastrl_replay.data.synth import synth_transitions, synth_replay_learner
 
 COLS = ['td_error', 'reward', 'action', 'done', 'step']
 
@@ -84,6 +88,25 @@ def test_bad_columns_raise():
         plot_replay_stats(ExperienceReplay(warmup_sz=0) + synth_transitions(0))
     with pytest.raises(ExperienceReplayException, match='max_frames'): plot_replay_stats(er, max_frames=0)
 
+def test_bad_arguments_exact_messages():
+    er = memory()
+    for call, msg in [(lambda: plot_replay_stats(er, 'td_error,rewards'),
+                       "column 'rewards' is not in the memory, whose columns are " + str(er.keys)),
+                      (lambda: plot_replay_stats(ExperienceReplay(), 'td_error'), 'cannot plot an empty memory: add transitions first'),
+                      (lambda: plot_replay_stats(er, n_cols=0), 'n_cols must be a positive int, got 0'),
+                      (lambda: plot_replay_stats(er, n_cols=True), 'n_cols must be a positive int, got True'),
+                      (lambda: plot_replay_stats(er, max_frames=2.), 'max_frames must be a positive int, got 2.0'),
+                      (lambda: plot_replay_stats(er, ''), "columns must name one or more columns, got ''")]:
+        with pytest.raises(ExperienceReplayException) as e: call()
+        assert str(e.value) == msg
+    for call, msg in [(lambda: plot_returns([]), 'no returns to plot'),
+                      (lambda: plot_returns([1.], window=0), 'window must be a positive int, got 0'),
+                      (lambda: plot_returns([1.], window=1.5), 'window must be a positive int, got 1.5'),
+                      (lambda: plot_losses(synth_replay_learner()), 'the recorder holds no training losses: fit the learner first')]:
+        with pytest.raises(ValueError) as e: call()
+        assert str(e.value) == msg
+    assert issubclass(ExperienceReplayException, ValueError)
+
 def test_get_steps():
     assert get_steps(2) == [['0', '1'], get_steps()[1]]
     assert get_steps(5, atomic=True)[0] == ['5']
@@ -111,3 +134,24 @@ def test_training_plots():
     assert [t.mode for t in fig.data] == ['markers', 'lines'] and list(fig.data[0].x) == list(range(6))
     assert list(fig.data[1].y) == [0, 0.5, 1, 2, 3, 4]
     with pytest.raises(ValueError, match='window'): plot_returns([1.], window=1.5)
+
+def test_priority_plots():
+    mem = PrioritizedExperienceReplay(bs=5, max_sz=30, warmup_sz=11, seed=0)
+    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(experience_replay=mem))
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    fig = plot_priorities(mem, bins=7)
+    assert fig.layout.xaxis.title.text == 'priority' and fig.data[0].nbinsx == 7 and fig.layout.yaxis.type == 'log'
+    np.testing.assert_array_equal(fig.data[0].x, mem.get_priority(torch.arange(30)).numpy())
+    counts = plot_sample_counts(mem)
+    assert list(counts.data[0].x) == list(range(30)) and counts.data[0].y.sum() == 10  # two trained batches of 5
+    er = memory()
+    fig = plot_priorities(er)  # no priorities: |td_error|
+    assert fig.layout.xaxis.title.text == '|td_error|' and fig.layout.title.text == '|td_error| of 20 stored rows'
+    np.testing.assert_array_equal(fig.data[0].x, er.memory['td_error'][:, 0].abs().numpy())
+
+def test_setup_plotly_outside_ipython():
+    before = pio.renderers.default
+    try:
+        assert setup_plotly() is None  # no IPython running here: only the renderer is set
+        assert pio.renderers.default == 'notebook_connected'
+    finally: pio.renderers.default = before

@@ -16,16 +16,17 @@ from ..memory.experience_replay import ExperienceReplay, ExperienceReplayCallbac
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
 from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders, check_env
-from fastcore.basics import store_attr
+from fastcore.basics import store_attr, patch
 from fastai.callback.core import Callback
-from fastai.learner import Learner, Metric, CastToTensor, Recorder, event
+from fastai.learner import Learner, Metric, CastToTensor
 from functools import partial
 from fastai.optimizer import OptimWrapper
 from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
 from fastai.callback.progress import ProgressCallback
+from ..learner import LeanLearner
 
 # %% auto #0
-__all__ = ['QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'LeanRecorder', 'LeanLearner', 'replay_memory', 'dqn_learner']
+__all__ = ['QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -54,33 +55,39 @@ class DQNTrainer(Callback):
         if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.target.to(next(self.model.parameters()).device)
 
-    def td_targets(self, b:Mapping) -> torch.Tensor:
-        "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
-        with torch.no_grad():
-            q_next = self.target(b['next_state'])
-            a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
-            boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
-        return b['reward'] + boot
-
-    def loss(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-        "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors; sets `learn.td_error`"
-        td = pred.gather(1, b['action'].long()) - self.td_targets(b)
-        self.learn.td_error = td.detach()
-        per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
-        return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
-
-    def surrogate_priorities(self, b:Mapping) -> torch.Tensor:
-        "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
-        b = b.to(next(self.model.parameters()).device)
-        with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
-        return td.abs().flatten()
-
     def after_step(self):
         self.n_updates += 1
         if self.tau is not None:
             with torch.no_grad():
                 for p, t in zip(self.model.parameters(), self.target.parameters()): t.lerp_(p, self.tau)
         elif self.n_updates % self.target_sync == 0: self.target.load_state_dict(self.model.state_dict())
+
+# %% ../../nbs/10a_agents.dqn.ipynb #e8228463
+@patch
+def td_targets(self:DQNTrainer, b:Mapping) -> torch.Tensor:
+    "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
+    with torch.no_grad():
+        q_next = self.target(b['next_state'])
+        a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
+        boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
+    return b['reward'] + boot
+
+# %% ../../nbs/10a_agents.dqn.ipynb #0f748181
+@patch
+def loss(self:DQNTrainer, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
+    "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors; sets `learn.td_error`"
+    td = pred.gather(1, b['action'].long()) - self.td_targets(b)
+    self.learn.td_error = td.detach()
+    per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
+    return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
+
+# %% ../../nbs/10a_agents.dqn.ipynb #1414f81b
+@patch
+def surrogate_priorities(self:DQNTrainer, b:Mapping) -> torch.Tensor:
+    "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
+    b = b.to(next(self.model.parameters()).device)
+    with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
+    return td.abs().flatten()
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f5876050
 class _LoopMetric(Metric):
@@ -122,52 +129,6 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
     e.close()
     return returns
 
-# %% ../../nbs/10a_agents.dqn.ipynb #45567591
-class LeanRecorder(Recorder):
-    "A `Recorder` that records the same losses, learning rates and metrics with less work per training batch"
-    @property
-    def name(self): return 'recorder'  # `learn.recorder`, as fastai's code expects
-
-    def before_train(self):
-        super().before_train()
-        self._mets_now = self._train_mets  # the same list for every batch of the epoch
-
-    def after_batch(self):
-        if not (self.training and len(self.yb)): return super().after_batch()
-        for met in self._mets_now: met.accumulate(self.learn)
-        opt = self.opt  # an `OptimWrapper` names `lr` as torch does, and builds its `hypers` anew at each call
-        self.lrs.append(opt.opt.param_groups[-1]['lr'] if isinstance(opt, OptimWrapper) else opt.hypers[-1]['lr'])
-        self.losses.append(v := self.smooth_loss.value)
-        self.learn.smooth_loss = v
-
-class LeanLearner(Learner):
-    "A `Learner` whose events go only to the callbacks that handle them, recorded by a `LeanRecorder`: the same training with less overhead per batch"
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if type(getattr(self, 'recorder', None)) is Recorder:
-            r = self.recorder
-            self.remove_cb(r)
-            self.add_cb(LeanRecorder(r.add_time, r.train_metrics, r.valid_metrics, r.smooth_loss.beta))
-
-    def _call_one(self, event_name):
-        key = (event_name, *map(id, self.cbs))  # a new list when callbacks are added or removed
-        cbs = self.__dict__.setdefault('_handlers', {}).get(key)
-        if cbs is None:
-            if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-            # `after_fit` goes to every callback: `Callback.__call__` resets `run` there
-            cbs = self._handlers[key] = [cb for cb in self.cbs.sorted('order')
-                                         if event_name == 'after_fit' or hasattr(cb, event_name)]
-        for cb in cbs: cb(event_name)
-
-    def __call__(self, event_name):
-        for e in ([event_name] if isinstance(event_name, str) else event_name): self._call_one(e)
-
-    def _set_device(self, b):
-        "A batch of one `BD` already on the model's device as it is; anything else moved as `Learner` moves it"
-        dev = next(self.model.parameters()).device
-        if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].values()): return b
-        return super()._set_device(b)
-
 # %% ../../nbs/10a_agents.dqn.ipynb #11ce47a4
 _MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
 
@@ -179,6 +140,22 @@ def replay_memory(replay:str, # 'uniform', 'per' or 'laber'
     if replay not in _MEMORIES: raise ValueError(f"replay must be 'uniform', 'per' or 'laber', got {replay!r}")
     if replay == 'laber': kwargs.setdefault('score', trainer.surrogate_priorities)
     return _MEMORIES[replay](**kwargs)
+
+def _replay_cb(replay:str, trainer:DQNTrainer, n_batches:int, replay_kwargs:dict|None, **kwargs) -> ExperienceReplayCallback:
+    "The replay callback of `dqn_learner`: memory settings `kwargs`, the DQN's defaults for 'per', then `replay_kwargs`"
+    per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay == 'per' else {}  # annealed over 10 epochs
+    return ExperienceReplayCallback(experience_replay=replay_memory(replay, trainer, **dict(kwargs, **per) | (replay_kwargs or {})))
+
+# %% ../../nbs/10a_agents.dqn.ipynb #0af7db6d
+def _env_sizes(env:str) -> tuple[int, int]:
+    "The observation size and the number of actions of `env`, which must have discrete actions"
+    check_env(env)
+    probe = gym.make(env)
+    if not isinstance(probe.action_space, gym.spaces.Discrete):
+        raise ValueError(f'DQN needs discrete actions; {env} has {probe.action_space}')
+    obs_dim, n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
+    probe.close()
+    return obs_dim, n_actions
 
 # %% ../../nbs/10a_agents.dqn.ipynb #10d54600
 def dqn_learner(env:str='CartPole-v1', # Gymnasium environment id (discrete actions)
@@ -206,25 +183,18 @@ def dqn_learner(env:str='CartPole-v1', # Gymnasium environment id (discrete acti
                 replay_cb:Callback|None=None # A replay callback to use instead of `ExperienceReplayCallback`
                ) -> Learner:
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
-    check_env(env)
-    probe = gym.make(env)
-    if not isinstance(probe.action_space, gym.spaces.Discrete):
-        raise ValueError(f'DQN needs discrete actions; {env} has {probe.action_space}')
-    obs_dim, n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
-    probe.close()
+    obs_dim, n_actions = _env_sizes(env)
     if seed is not None: torch.manual_seed(seed)
     model = QNet(obs_dim, n_actions, hidden)
     agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_steps, seed=seed)
-    source = Source([GymLoop(env, agent=agent, steps_count=n_steps, seed=seed, n_envs=n_envs), FirstLast(gamma)])
+    source = Source([GymLoop(env, agent=agent, n_steps=n_steps, seed=seed, n_envs=n_envs), FirstLast(gamma)])
     dls = gym_dataloaders(source, n=steps_per_epoch, bs=train_every, device=device, updates=grad_steps)
     trainer = DQNTrainer(target_sync=target_sync, tau=tau, double=double)
-    per = dict(beta_steps=10 * len(dls.train), weight_norm='batch') if replay == 'per' else {}  # annealed over 10 epochs
-    replay_cb = replay_cb or ExperienceReplayCallback(experience_replay=replay_memory(
-        replay, trainer, **dict(bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed, **per) | (replay_kwargs or {})))
+    replay_cb = replay_cb or _replay_cb(replay, trainer, len(dls.train), replay_kwargs,
+                                        bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
     learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
-                    metrics=loop_metrics(),
-                    cbs=[replay_cb, trainer, NoValidation()])
+                        metrics=loop_metrics(), cbs=[replay_cb, trainer, NoValidation()])
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn

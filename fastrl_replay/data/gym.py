@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Mapping
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
-from fastcore.basics import ifnone
+from fastcore.basics import ifnone, patch
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
 from fastai.learner import Learner
@@ -107,20 +107,22 @@ class GymLoop:
                  env_name:str='CartPole-v1', # A registered gymnasium environment id
                  agent=None, # Maps a `(n_envs, *obs)` float32 state array to actions (default: `RandomAgent`)
                  mode:str|None=None, # 'rgb_array' adds each state's rendered frame as `image`
-                 steps_count:int=1, # Steps per window (n for n-step transitions with `FirstLast`)
+                 n_steps:int|None=None, # Steps per window, n for n-step transitions with `FirstLast` (default 1)
                  steps_delta:int=1, # Emit the windows starting at every `steps_delta`-th step of an episode
                  seed:int|None=None, # Seed of the first reset (and of the default agent)
                  n_envs:int=1, # Environments stepped together
                  env:gym.vector.VectorEnv|None=None, # A ready vector environment to use instead of `env_name`
-                 obs_dtype=np.float32): # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
-        if steps_count < 1 or steps_delta < 1: raise ValueError(f'steps_count and steps_delta must be >= 1, got {steps_count}, {steps_delta}')
+                 obs_dtype=np.float32, # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
+                 steps_count:int|None=None): # fastrl's name for `n_steps`, accepted in its place
+        n_steps = _n_steps(n_steps, steps_count)
+        if n_steps < 1 or steps_delta < 1: raise ValueError(f'n_steps and steps_delta must be >= 1, got {n_steps}, {steps_delta}')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
         if env is None:
             check_env(env_name)
             env = _OneEnv(gym.make(env_name, render_mode=mode)) if n_envs == 1 else \
                   gym.make_vec(env_name, num_envs=n_envs, vectorization_mode='sync', render_mode=mode,
                                vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
-        self.env, self.mode, self.steps_count, self.steps_delta, self.seed = env, mode, steps_count, steps_delta, seed
+        self.env, self.mode, self.n_steps, self.steps_delta, self.seed = env, mode, n_steps, steps_delta, seed
         self.obs_dtype = np.dtype(obs_dtype)
         self.n_envs = env.num_envs
         self.autoreset = env.metadata.get('autoreset_mode', gym.vector.AutoresetMode.NEXT_STEP)
@@ -131,45 +133,57 @@ class GymLoop:
         self.state = None
         self.env_steps, self.n_episodes, self.episode_returns, self.returns = 0, 0, deque(maxlen=100), []
 
-    def _start(self):
-        obs, _ = self.env.reset(seed=self.seed)
-        self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
-        self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
-        self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
-        self.next_episode = self.episode_id.max() + 1
-        self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
+# %% ../../nbs/05b_data.gym.ipynb #95028958
+def _n_steps(n_steps:int|None, steps_count:int|None) -> int:
+    "`n_steps`, or fastrl's `steps_count` given in its place; 1 if neither is given"
+    if n_steps is not None and steps_count is not None:
+        raise ValueError(f'give n_steps or its alias steps_count, not both: got n_steps={n_steps}, steps_count={steps_count}')
+    return ifnone(n_steps, ifnone(steps_count, 1))
 
-    def step(self) -> list[dict]:
-        "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
-        if self.state is None: self._start()
-        frames = self.env.render() if self.mode == 'rgb_array' else None
-        actions = np.asarray(self.agent(self.state))
-        obs, rew, term, trunc, infos = self.env.step(actions)
-        obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
-        final = obs
-        if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
-            final = obs.copy()
-            for i in np.flatnonzero(infos['_final_obs']): final[i] = infos['final_obs'][i]
-        done = term | trunc
-        live = ~self.resetting  # NEXT_STEP mode: this call reset those environments and ignored their actions
-        self.ep_step += live
-        self.ep_return += np.where(live, rew, 0.)
-        n, act_shape = self.n_envs, self.env.single_action_space.shape or (1,)
-        cols = dict(state=self.state, next_state=final, action=(actions.astype(np.int64) if self.discrete else actions).reshape(n, *act_shape),
-                    reward=np.asarray(rew, np.float32).reshape(n, 1), terminated=term.reshape(n, 1),
-                    truncated=trunc.reshape(n, 1), done=done.reshape(n, 1), episode_id=self.episode_id.reshape(n, 1).copy(),
-                    step=self.ep_step.reshape(n, 1).copy(), env_id=np.arange(n).reshape(n, 1))
-        if frames is not None: cols['image'] = np.stack(frames)
-        if n == 1: rows = [cols] if live[0] else []  # already one row each
-        else: rows = [{k: v[i:i+1] for k, v in cols.items()} for i in np.flatnonzero(live)]
-        for i in (np.flatnonzero(live & done) if done.any() else ()):
-            self.n_episodes += 1; self.episode_returns.append(float(self.ep_return[i])); self.returns.append(self.episode_returns[-1])
-            self.ep_step[i], self.ep_return[i] = 0, 0.
-            self.episode_id[i], self.next_episode = self.next_episode, self.next_episode + 1
-        self.env_steps += len(rows)
-        self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
-        self.state = obs
-        return rows
+# %% ../../nbs/05b_data.gym.ipynb #7eb4fde9
+@patch
+def _start(self:GymLoop):
+    "Reset the environments and the per-environment episode counters"
+    obs, _ = self.env.reset(seed=self.seed)
+    self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
+    self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
+    self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
+    self.next_episode = self.episode_id.max() + 1
+    self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
+
+# %% ../../nbs/05b_data.gym.ipynb #1c259447
+@patch
+def step(self:GymLoop) -> list[dict]:
+    "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
+    if self.state is None: self._start()
+    frames = self.env.render() if self.mode == 'rgb_array' else None
+    actions = np.asarray(self.agent(self.state))
+    obs, rew, term, trunc, infos = self.env.step(actions)
+    obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
+    final = obs
+    if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
+        final = obs.copy()
+        for i in np.flatnonzero(infos['_final_obs']): final[i] = infos['final_obs'][i]
+    done = term | trunc
+    live = ~self.resetting  # NEXT_STEP mode: this call reset those environments and ignored their actions
+    self.ep_step += live
+    self.ep_return += np.where(live, rew, 0.)
+    n, act_shape = self.n_envs, self.env.single_action_space.shape or (1,)
+    cols = dict(state=self.state, next_state=final, action=(actions.astype(np.int64) if self.discrete else actions).reshape(n, *act_shape),
+                reward=np.asarray(rew, np.float32).reshape(n, 1), terminated=term.reshape(n, 1),
+                truncated=trunc.reshape(n, 1), done=done.reshape(n, 1), episode_id=self.episode_id.reshape(n, 1).copy(),
+                step=self.ep_step.reshape(n, 1).copy(), env_id=np.arange(n).reshape(n, 1))
+    if frames is not None: cols['image'] = np.stack(frames)
+    if n == 1: rows = [cols] if live[0] else []  # already one row each
+    else: rows = [{k: v[i:i+1] for k, v in cols.items()} for i in np.flatnonzero(live)]
+    for i in (np.flatnonzero(live & done) if done.any() else ()):
+        self.n_episodes += 1; self.episode_returns.append(float(self.ep_return[i])); self.returns.append(self.episode_returns[-1])
+        self.ep_step[i], self.ep_return[i] = 0, 0.
+        self.episode_id[i], self.next_episode = self.next_episode, self.next_episode + 1
+    self.env_steps += len(rows)
+    self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
+    self.state = obs
+    return rows
 
 # %% ../../nbs/05b_data.gym.ipynb #22a89309
 def _luma(frame:np.ndarray, reduce_by:int) -> np.ndarray:
@@ -239,21 +253,25 @@ class Source:
         while not self.queue: self._fill()
         return self.queue.popleft()
 
-    def _fill(self):
-        "Step the environments once and queue the transitions whose windows are complete"
-        for row in self.loop.step():
-            for tfm in self.row_tfms: row = tfm(row)
-            win = self.windows[row['env_id'][0, 0]]
-            win.append(row)
-            if row['done'][0, 0]:
-                while win: self._emit(list(win)); win.popleft()
-            elif len(win) == self.loop.steps_count:
-                self._emit(list(win)); win.popleft()
+# %% ../../nbs/05b_data.gym.ipynb #f2bb2a04
+@patch
+def _fill(self:Source):
+    "Step the environments once and queue the transitions whose windows are complete"
+    for row in self.loop.step():
+        for tfm in self.row_tfms: row = tfm(row)
+        win = self.windows[row['env_id'][0, 0]]
+        win.append(row)
+        if row['done'][0, 0]:
+            while win: self._emit(list(win)); win.popleft()
+        elif len(win) == self.loop.n_steps:
+            self._emit(list(win)); win.popleft()
 
-    def _emit(self, window):
-        if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
-        self.queue.append(self.first_last(window) if self.first_last else
-                          {k: np.concatenate([r[k] for r in window]) for k in window[0]})
+@patch
+def _emit(self:Source, window:list[dict]):
+    "Queue the transition `window` makes, unless it starts between two `steps_delta` steps"
+    if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
+    self.queue.append(self.first_last(window) if self.first_last else
+                      {k: np.concatenate([r[k] for r in window]) for k in window[0]})
 
 # %% ../../nbs/05b_data.gym.ipynb #7bb45e69
 class TransitionLoader(DataLoader):
@@ -276,6 +294,7 @@ class TransitionLoader(DataLoader):
             for _ in range(self.updates - 1): yield self.after_batch((empty,))
         self.after_iter()
 
+# %% ../../nbs/05b_data.gym.ipynb #5fe57bd3
 def gym_dataloaders(source:Source, # Where transitions come from
                     n:int=1000, # Transitions per epoch
                     bs:int=1, # Transitions per batch
@@ -291,6 +310,7 @@ class NoValidation(Callback):
     "Skip fastai's validation phase: an environment stream has no validation set"
     def before_validate(self): raise CancelValidException()
 
+# %% ../../nbs/05b_data.gym.ipynb #c198a1ac
 class _Identity(torch.nn.Module):
     def __init__(self): super().__init__(); self.p = torch.nn.Parameter(torch.zeros(1))
     def forward(self, b): return b
