@@ -222,12 +222,12 @@ def _extras_of(self:FrameStorage, args, kwargs) -> list:
     if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
     return list(args) + [kwargs[n] for n in names[len(args):]]
 
-# %% ../../nbs/06e_memory.circular.ipynb #a059e106
+# %% ../../nbs/06e_memory.circular.ipynb #442b3f5a
 @patch
 def add_step(self:FrameStorage, observation, action, reward, terminal, *args, truncated:bool=False, next_observation=None,
              env_id:int=0, **kwargs) -> tuple[int, int]:
     "Check one step and write it at the cursor; the row written and 1"
-    ex = self._extras_of(args, kwargs)
+    ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
     if not is_int(env_id) or env_id < 0: raise ExperienceReplayException(f'env_id must be an int >= 0, got {env_id!r}')
     row = self.pointer
     self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
@@ -382,7 +382,7 @@ def valid(self:FrameStorage, rows:np.ndarray) -> np.ndarray:
     self._plan_cache = rows.copy(), self.add_count, plan
     return plan['valid']
 
-# %% ../../nbs/06e_memory.circular.ipynb #ff4a91b1
+# %% ../../nbs/06e_memory.circular.ipynb #92b7c811
 def _t(a:np.ndarray, device) -> torch.Tensor: return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
 
 def _col(a:np.ndarray) -> np.ndarray:
@@ -418,7 +418,9 @@ def _build(self:FrameStorage, rows:np.ndarray, plan:dict) -> BD:
 @patch
 def gather(self:FrameStorage, idxs:torch.Tensor) -> BD:
     "The transitions at storage indices `idxs`, built from their frames; raise if one is not valid"
-    rows = as_idxs(idxs, len(self), 'cpu').numpy()
+    if type(idxs) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1 and idxs.device.type == 'cpu':
+        rows = idxs.numpy()  # what a sampler draws; rows out of range are not valid transitions, below
+    else: rows = as_idxs(idxs, len(self), 'cpu').numpy()
     cache = self._plan_cache
     ok = cache is not None and cache[1] == self.add_count and np.array_equal(cache[0], rows)
     plan = cache[2] if ok else self._plan(rows)

@@ -102,7 +102,7 @@ class PrioritizedSampler(Sampler):
         return (f'{type(self).__name__}(alpha={self.alpha}, beta={self.current_beta:.3g}, stratified={self.stratified}, '
                 f'weight_norm={self.weight_norm!r})')
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #f2839bac
+# %% ../../nbs/06c_memory.prioritized.ipynb #1f2f76f7
 @patch
 def attach(self:PrioritizedSampler, storage):
     "Make the tree and the per-row bookkeeping for `storage`"
@@ -116,6 +116,9 @@ def attach(self:PrioritizedSampler, storage):
     self.sampled_at = torch.full((C,), _NEVER, dtype=torch.int64, device=dev)
     self.sample_counts = torch.zeros(C, dtype=torch.int64, device=dev)  # draws of each row since it was written
     self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
+    if self._host:  # NumPy views of the bookkeeping, for the compiled loops
+        self._written_np, self._sampled_np = self.written_at.numpy(), self.sampled_at.numpy()
+        self._counts_np, self._maxp_np = self.sample_counts.numpy(), self._max_priority.numpy()
     self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
     if self._gated:
         if not self._host:
@@ -140,7 +143,7 @@ def n_stale(self:PrioritizedSampler) -> int:
     "Updates skipped because their row was overwritten after it was sampled"
     return int(self._n_stale)
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #3185efc6
+# %% ../../nbs/06c_memory.prioritized.ipynb #47bff64e
 @patch
 def added(self:PrioritizedSampler, start:int, n:int):
     "New rows: the largest priority so far, a new write time, no draws yet"
@@ -148,13 +151,12 @@ def added(self:PrioritizedSampler, start:int, n:int):
     C = self.storage.max_sz
     if self._gated:
         rows = start if n == 1 else (start + np.arange(n)) % C
-        self.written_at.numpy()[rows], self.sample_counts.numpy()[rows] = self.clock, 0
-        self.base_priority[rows] = float(self._max_priority)
+        self._written_np[rows], self._counts_np[rows], self.base_priority[rows] = self.clock, 0, self._maxp_np
         if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
     elif self._host:
         t = self.tree
-        _nb_wrote(t.host_sums, t.host_mins, t.size, t.depth, start, n, C, float(self._max_priority),
-                  self.written_at.numpy(), self.sample_counts.numpy(), self.clock)
+        _nb_wrote(t.host_sums, t.host_mins, t.size, t.depth, start, n, C, float(self._maxp_np),
+                  self._written_np, self._counts_np, self.clock)
     else:
         rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
         self.tree.set(rows, self._max_priority.expand(n), check=False)
@@ -169,7 +171,7 @@ def _flush(self:PrioritizedSampler):
     self._pending.clear()
     if len(rows): self.tree.set(rows, np.where(self.storage.valid(rows), self.base_priority[rows], 0.))
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #8b3bd1f4
+# %% ../../nbs/06c_memory.prioritized.ipynb #d64c67ea
 @patch
 def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
     "`n` rows drawn in proportion to their priority, on `tree_device`"
@@ -192,7 +194,7 @@ def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
         w = np.empty(bs, dtype=np.float32)
         scale = len(st) / float(t.host_sums[1]) if self.weight_norm is None else 1.
         _nb_sampled(t.host_sums, t.size, idxs.numpy(), t.host_mins[1], scale, self.current_beta,
-                    _NORMS.index(self.weight_norm), self.sampled_at.numpy(), self.sample_counts.numpy(), self.clock, w)
+                    _NORMS.index(self.weight_norm), self._sampled_np, self._counts_np, self.clock, w)
         batch['weight'] = torch.from_numpy(w)[:, None].to(st.batch_device, non_blocking=True)
     else:
         batch['weight'] = self.weights(idxs)
@@ -214,7 +216,7 @@ def weights(self:PrioritizedSampler,
     else: w = (p * (len(self.storage) / self.tree.sum_tree[1])).pow_(-beta)
     return w.to(self.storage.batch_device, torch.float32)[:, None]
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #e190dc65
+# %% ../../nbs/06c_memory.prioritized.ipynb #928e466d
 @patch
 def update_td(self:PrioritizedSampler,
               td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
@@ -231,11 +233,11 @@ def update_td(self:PrioritizedSampler,
     col, fresh, pri = st.td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
     cur = self.base_priority if self._gated else t.host_sums[t.size:]
     stale, top = _nb_priorities(cur, col if col is not None else np.empty(0, td.dtype), col is not None,
-                                self.written_at.numpy(), self.sampled_at.numpy(), i, td, self.eps, self.alpha, fresh, pri)
+                                self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
     if self._gated: put_in_order(self.base_priority, i, pri); self._pending.append(i)
     else: set_leaves(t.host_sums, t.host_mins, t.size, t.depth, i, pri)
     self._n_stale += stale
-    if top > self._max_priority: self._max_priority.fill_(top)
+    if top > self._maxp_np: self._maxp_np[()] = top
     if col is None and stale < len(i):  # TD errors stored on a GPU
         rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
         st.write_td(rows.to(st.device), vals.to(st.device))
