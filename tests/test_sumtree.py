@@ -288,3 +288,30 @@ def test_cuda_matches_cpu():
     before = snapshot(gpu)
     with pytest.raises(ValueError, match='finite and >= 0'): gpu.set(torch.tensor([1], device='cuda'), torch.tensor([-1.], device='cuda'))
     assert_bit_identical(before, snapshot(gpu))
+
+# --- bad input: the exact message, and both trees unchanged ------------------------------------------------------
+
+@pytest.mark.parametrize('call,msg', [
+    (lambda t: t.set([0, 1], [1., -2.]), 'values must be finite and >= 0, got [-2.0]'),
+    (lambda t: t.set([0, 1], [float('nan'), math.inf]), 'values must be finite and >= 0, got [nan, inf]'),
+    (lambda t: t.set([0, 5], [1., 1.]), 'leaf indices must be in [0, 5), got [5]'),
+    (lambda t: t.set([-1], [1.]), 'leaf indices must be in [0, 5), got [-1]'),
+    (lambda t: t.set([0.5], [1.]), 'leaf indices must be integers, got dtype float64'),
+    (lambda t: t.set([0, 1, 2], [1., 2.]), 'expected one value per leaf index, got 3 indices and 2 values'),
+    (lambda t: t.get([7]), 'leaf indices must be in [0, 5), got [7]'),
+    (lambda t: t.find([7.5]), 'query masses must be in [0, total=7.0], got [7.5]'),
+    (lambda t: t.find([float('nan')]), 'query masses must be in [0, total=7.0], got [nan]'),
+    (lambda t: t.sample(0), 'n must be a positive int, got 0'),
+])
+@pytest.mark.parametrize('backend', ['numba', 'torch'])
+def test_bad_input_names_the_problem_and_changes_nothing(call, msg, backend):
+    t = SumTree(5, backend=backend).set(range(5), [1., 2., 0., 4., 0.])
+    before = t.sum_tree.clone(), t.min_tree.clone()
+    with pytest.raises(ValueError) as e: call(t)
+    assert msg in str(e.value), (msg, str(e.value))
+    assert torch.equal(t.sum_tree, before[0]) and torch.equal(t.min_tree, before[1])
+
+@pytest.mark.parametrize('call', [lambda: SumTree(3).find([0.]), lambda: SumTree(3).sample(4),
+                                  lambda: SumTree(3).set([0], [0.]).stratified_sample(4)])
+def test_a_tree_without_mass_cannot_be_sampled(call):
+    with pytest.raises(ValueError, match='the tree has no mass'): call()
