@@ -35,7 +35,7 @@ def _np(v):
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
 
-# %% ../../nbs/06e_memory.circular.ipynb #a8218f1e
+# %% ../../nbs/06e_memory.circular.ipynb #3a25cde1
 class FrameStorage(Storage):
     "Single frames in a ring, built at gather time into stacked states and n-step transitions, exact at every boundary"
     always_valid = False
@@ -70,21 +70,6 @@ class FrameStorage(Storage):
         self._watching, self._changes, self._plan_cache = False, [], None
         self._allocate()
 
-    def _allocate(self):
-        "Allocate every per-step array for `max_sz` steps, zeroed"
-        C = self.max_sz
-        self.obs = np.zeros((C, *self.obs_shape), self.obs_dtype)
-        self.action = np.zeros((C, *self.action_shape), self.action_dtype)
-        self.reward = np.zeros((C, *self.reward_shape), self.reward_dtype)
-        self.terminal, self.truncated = np.zeros(C, bool), np.zeros(C, bool)
-        self.prev, self.next = np.full(C, -1, np.int64), np.full(C, -1, np.int64)  # serials of the neighbour steps
-        self.env, self.episode = np.zeros(C, np.int32), np.zeros(C, np.int64)
-        self.final_key = np.full(C, -1, np.int64)  # truncated steps: key of their true final observation
-        self.td = np.zeros(C, np.float32)
-        self.extra = {e.name: np.zeros((C, *e.shape), e.type) for e in self.extras}
-        self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
-        self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
-
     def __len__(self): return min(self.add_count, self.max_sz)
     @property
     def pointer(self) -> int: return self.add_count % self.max_sz
@@ -94,7 +79,24 @@ class FrameStorage(Storage):
         return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, stack_size={self.stack_size}, '
                 f'n_steps={self.n_steps}, len={len(self)}, pointer={self.pointer})')
 
-# %% ../../nbs/06e_memory.circular.ipynb #dc6b3594
+# %% ../../nbs/06e_memory.circular.ipynb #3bf4f3a2
+@patch
+def _allocate(self:FrameStorage):
+    "Allocate every per-step array for `max_sz` steps, zeroed"
+    C = self.max_sz
+    self.obs = np.zeros((C, *self.obs_shape), self.obs_dtype)
+    self.action = np.zeros((C, *self.action_shape), self.action_dtype)
+    self.reward = np.zeros((C, *self.reward_shape), self.reward_dtype)
+    self.terminal, self.truncated = np.zeros(C, bool), np.zeros(C, bool)
+    self.prev, self.next = np.full(C, -1, np.int64), np.full(C, -1, np.int64)  # serials of the neighbour steps
+    self.env, self.episode = np.zeros(C, np.int32), np.zeros(C, np.int64)
+    self.final_key = np.full(C, -1, np.int64)  # truncated steps: key of their true final observation
+    self.td = np.zeros(C, np.float32)
+    self.extra = {e.name: np.zeros((C, *e.shape), e.type) for e in self.extras}
+    self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
+    self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
+
+# %% ../../nbs/06e_memory.circular.ipynb #bb6aec93
 @patch
 def watch(self:FrameStorage): self._watching = True
 
@@ -108,7 +110,7 @@ def changed(self:FrameStorage) -> np.ndarray:
 @patch(as_prop=True)
 def n_changed(self:FrameStorage) -> int: return len(self._changes)
 
-# %% ../../nbs/06e_memory.circular.ipynb #e5f1b917
+# %% ../../nbs/06e_memory.circular.ipynb #37b993c6
 _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'generator', 'seed'}
 
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
@@ -136,39 +138,46 @@ class CircularReplayBuffer(Replay):
                    if prioritized else UniformSampler(generator, seed))
         super().__init__(storage, sampler, batch_size, min(batch_size, replay_capacity) if warmup_sz is None else warmup_sz)
 
-    def add(self,
-            observation, # The observation the action was taken in (one frame)
-            action, # The action taken
-            reward, # The reward received
-            terminal, # The episode ended in a terminal state: no bootstrap
-            *args, # Extra elements, in `extra_storage_types` order
-            truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
-            next_observation=None, # The true final observation; needed (and kept) for truncated steps only
-            env_id:int=0, # The environment the step comes from: steps of different environments never mix
-            **kwargs): # Extra elements by name
-        "Write one step at the cursor; the next observation is the one the same environment adds next"
-        self.sampler.added(*self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
-                                                  next_observation=next_observation, env_id=env_id, **kwargs))
-
-    size = property(lambda self: len(self), doc='Steps stored')
-    device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
-    def cursor(self) -> int:
-        "Index to the location where the next step will be written"
-        return self.storage.pointer
-    def is_empty(self) -> bool: return self.storage.add_count == 0
-    def is_full(self) -> bool: return self.storage.add_count >= self.max_sz
-
-    def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
-                f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
-
 forward_attrs(CircularReplayBuffer, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')
 forward_attrs(CircularReplayBuffer, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')
 CircularReplayBuffer.batch_size, CircularReplayBuffer.update_horizon = property(lambda self: self.bs), property(lambda self: self.n_steps)
 CircularReplayBuffer.capacity = CircularReplayBuffer.replay_capacity = property(lambda self: self.max_sz)
 
-# %% ../../nbs/06e_memory.circular.ipynb #a9c67a0b
+# %% ../../nbs/06e_memory.circular.ipynb #254720db
+@patch
+def add(self:CircularReplayBuffer,
+        observation, # The observation the action was taken in (one frame)
+        action, # The action taken
+        reward, # The reward received
+        terminal, # The episode ended in a terminal state: no bootstrap
+        *args, # Extra elements, in `extra_storage_types` order
+        truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
+        next_observation=None, # The true final observation; needed (and kept) for truncated steps only
+        env_id:int=0, # The environment the step comes from: steps of different environments never mix
+        **kwargs): # Extra elements by name
+    "Write one step at the cursor; the next observation is the one the same environment adds next"
+    self.sampler.added(*self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
+                                              next_observation=next_observation, env_id=env_id, **kwargs))
+
+CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
+CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
+
+@patch
+def cursor(self:CircularReplayBuffer) -> int:
+    "Index to the location where the next step will be written"
+    return self.storage.pointer
+@patch
+def is_empty(self:CircularReplayBuffer) -> bool: return self.storage.add_count == 0
+@patch
+def is_full(self:CircularReplayBuffer) -> bool: return self.storage.add_count >= self.max_sz
+
+@patch
+def __repr__(self:CircularReplayBuffer):
+    return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
+            f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
+
+# %% ../../nbs/06e_memory.circular.ipynb #76ba4b3e
 @patch(cls_method=True)
 def create_from_env(cls:CircularReplayBuffer,
                     env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
@@ -182,7 +191,7 @@ def create_from_env(cls:CircularReplayBuffer,
           dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
     return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
 
-# %% ../../nbs/06e_memory.circular.ipynb #cbe83371
+# %% ../../nbs/06e_memory.circular.ipynb #5f5e8e90
 @patch
 def _check_step(self:FrameStorage, observation, action, reward, terminal, truncated, next_observation, extras):
     "The step's values as NumPy arrays of the stored dtypes; raise if any does not fit"
@@ -222,7 +231,7 @@ def _extras_of(self:FrameStorage, args, kwargs) -> list:
     if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
     return list(args) + [kwargs[n] for n in names[len(args):]]
 
-# %% ../../nbs/06e_memory.circular.ipynb #442b3f5a
+# %% ../../nbs/06e_memory.circular.ipynb #eabea0c6
 @patch
 def add_step(self:FrameStorage, observation, action, reward, terminal, *args, truncated:bool=False, next_observation=None,
              env_id:int=0, **kwargs) -> tuple[int, int]:
@@ -289,7 +298,7 @@ def _put_final(self:FrameStorage, frame) -> int:
     self.final_hi += 1
     return k
 
-# %% ../../nbs/06e_memory.circular.ipynb #129bfac8
+# %% ../../nbs/06e_memory.circular.ipynb #c7eaa29d
 @patch
 def add(self:FrameStorage, other) -> tuple[int, int]:
     "Add a batch of steps, in row order, and return the first row written and the number of rows: a `BD` or dict with `state`, `action`, `reward`, `terminated` (and `truncated`, `next_state`, `env_id`, extras)"
@@ -338,7 +347,7 @@ def _column(self:FrameStorage, key, v:np.ndarray, shape:tuple) -> np.ndarray:
     if v.shape[1:] == (*shape, 1): return v.reshape(len(v), *shape)
     raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), got {v.shape}')
 
-# %% ../../nbs/06e_memory.circular.ipynb #3bf3fb47
+# %% ../../nbs/06e_memory.circular.ipynb #0ce8b36b
 @patch
 def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
     "For storage indices `idxs`: which are valid transitions, and the serials, rewards and flags that build them"
@@ -382,7 +391,7 @@ def valid(self:FrameStorage, rows:np.ndarray) -> np.ndarray:
     self._plan_cache = rows.copy(), self.add_count, plan
     return plan['valid']
 
-# %% ../../nbs/06e_memory.circular.ipynb #92b7c811
+# %% ../../nbs/06e_memory.circular.ipynb #c929cd78
 def _t(a:np.ndarray, device) -> torch.Tensor: return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
 
 def _col(a:np.ndarray) -> np.ndarray:
@@ -433,7 +442,7 @@ def write_td(self:FrameStorage, idxs:torch.Tensor, td:torch.Tensor): self.td[idx
 @patch
 def read_td(self:FrameStorage, idxs:torch.Tensor) -> torch.Tensor: return torch.from_numpy(self.td[idxs.numpy()])
 
-# %% ../../nbs/06e_memory.circular.ipynb #97c242c1
+# %% ../../nbs/06e_memory.circular.ipynb #14ac70cb
 @patch
 def valid_mask(self:CircularReplayBuffer) -> np.ndarray:
     "For every storage index, whether it is a valid transition now"
@@ -461,7 +470,7 @@ def sample_transition_batch(self:CircularReplayBuffer,
     b['indices'] = rows
     return b
 
-# %% ../../nbs/06e_memory.circular.ipynb #e71fda09
+# %% ../../nbs/06e_memory.circular.ipynb #05fc64f6
 _FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode final_key td'.split()
 
 @patch
@@ -492,7 +501,7 @@ def load_state_dict(self:FrameStorage, state:dict):
     self.streams = {int(e): [int(s), bool(d), int(ep)] for e, s, d, ep in np.asarray(state['streams'])}
     self._changes.clear(); self._plan_cache = None
 
-# %% ../../nbs/06e_memory.circular.ipynb #f0b97aec
+# %% ../../nbs/06e_memory.circular.ipynb #7fe90fcc
 @patch
 def sample_index_batch(self:CircularReplayBuffer, batch_size:int) -> torch.Tensor:
     "A batch of valid indices, sampled uniformly (or by priority)"
@@ -519,7 +528,7 @@ def get_transition_elements(self:CircularReplayBuffer, batch_size:int|None=None)
     els.append(('indices', (bs,), np.int64))
     return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
 
-# %% ../../nbs/06e_memory.circular.ipynb #8dc4e433
+# %% ../../nbs/06e_memory.circular.ipynb #12002484
 @patch
 def _prioritized(self:CircularReplayBuffer, what:str) -> PrioritizedSampler:
     if not self.prioritized: raise ExperienceReplayException(f'{what} needs a buffer made with prioritized=True')
