@@ -183,7 +183,7 @@ def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     _check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
-# %% ../../nbs/06_memory.core.ipynb #4fb1f323
+# %% ../../nbs/06_memory.core.ipynb #d123325f
 class Storage:
     "Rows of transitions in a ring of `max_sz`: what `Replay` and the samplers ask of a storage"
     always_valid = True  # every stored row can be sampled; False: `valid` says which can
@@ -226,10 +226,17 @@ class Storage:
     def new_empty(self) -> Storage:
         "A storage with the same settings and no rows"
         raise NotImplementedError
-    def state_dict(self) -> dict: raise NotImplementedError
-    def load_state_dict(self, state:dict): raise NotImplementedError
+    def state_dict(self) -> dict:
+        "Everything that restores this storage into one made with the same settings, with `kind`, its class name"
+        raise NotImplementedError
+    def check_state(self, state:dict):
+        "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
+        check_kind(self, state)
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned, after `check_state`"
+        raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #88a46bb3
+# %% ../../nbs/06_memory.core.ipynb #8b243a8a
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
@@ -283,8 +290,13 @@ class Sampler:
     def copy_rows(self, src:Sampler, rows:torch.Tensor):
         "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ..."
 
-    def state_dict(self) -> dict: return {'generator': self.generator.get_state()}
-    def load_state_dict(self, state:dict): self.generator.set_state(state['generator'])
+    def state_dict(self) -> dict: return {'kind': type(self).__name__, 'generator': self.generator.get_state()}
+    def check_state(self, state:dict):
+        "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
+        check_kind(self, state)
+    def load_state_dict(self, state:dict):
+        self.check_state(state)
+        self.generator.set_state(state['generator'])
 
 # %% ../../nbs/06_memory.core.ipynb #24d682ac
 class UniformSampler(Sampler):
@@ -390,7 +402,7 @@ def __getitem__(self:Replay, idx) -> Replay:
     new.sampler.copy_rows(self.sampler, positions)
     return new
 
-# %% ../../nbs/06_memory.core.ipynb #fe59fd05
+# %% ../../nbs/06_memory.core.ipynb #be2fbed7
 @patch
 def state_dict(self:Replay) -> dict:
     "Everything that restores this memory into one made with the same settings"
@@ -399,14 +411,20 @@ def state_dict(self:Replay) -> dict:
 
 @patch
 def load_state_dict(self:Replay, state:dict):
-    "Restore what `state_dict` returned, from a memory made with the same settings"
-    if state.get('kind') != type(self).__name__:
-        raise ExperienceReplayException(f'the state is of a {state.get("kind")}, this memory is a {type(self).__name__}')
+    "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
+    check_kind(self, state)
+    self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
     self.storage.load_state_dict(state['storage'])
     self.sampler.load_state_dict(state['sampler'])
     self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
-# %% ../../nbs/06_memory.core.ipynb #8d1cffcb
+# %% ../../nbs/06_memory.core.ipynb #3df18c64
+def check_kind(part, state:dict):
+    "Raise unless `state` is a dict that a part of `part`'s class wrote"
+    kind = state.get('kind') if isinstance(state, dict) else None
+    if kind != type(part).__name__:
+        raise ExperienceReplayException(f'the state is of a {kind}, this part is a {type(part).__name__}')
+
 def forward_attrs(cls, part:str, names:str):
     "Give `cls` properties `names` (space-separated) that read and write the attributes of the same names on `self.<part>`"
     for n in names.split():

@@ -80,7 +80,7 @@ class LaBERmax(LaBER):
         w = 1. / p[idx]
         return w / w.max()
 
-# %% ../../nbs/06d_memory.laber.ipynb #57540854
+# %% ../../nbs/06d_memory.laber.ipynb #b20fc7e0
 _VARIANTS = {'mean': LaBERmean, 'lazy': LaBERlazy, 'max': LaBERmax}
 
 class LaBERSampler(UniformSampler):
@@ -111,6 +111,11 @@ class LaBERSampler(UniformSampler):
         self.sample_counts[rows] = 0
 
     def state_dict(self) -> dict: return {**super().state_dict(), 'sample_counts': self.sample_counts.clone()}
+    def check_state(self, state:dict):
+        super().check_state(state)
+        if tuple(state['sample_counts'].shape) != tuple(self.sample_counts.shape):
+            raise ExperienceReplayException(f'the state counts draws of {tuple(state["sample_counts"].shape)} rows, '
+                                            f'this sampler of {tuple(self.sample_counts.shape)}')
     def load_state_dict(self, state:dict):
         super().load_state_dict(state)
         self.sample_counts.copy_(torch.as_tensor(state['sample_counts']))
