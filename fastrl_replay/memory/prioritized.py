@@ -102,7 +102,7 @@ class PrioritizedSampler(Sampler):
         return (f'{type(self).__name__}(alpha={self.alpha}, beta={self.current_beta:.3g}, stratified={self.stratified}, '
                 f'weight_norm={self.weight_norm!r})')
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #1f2f76f7
+# %% ../../nbs/06c_memory.prioritized.ipynb #15369e5f
 @patch
 def attach(self:PrioritizedSampler, storage):
     "Make the tree and the per-row bookkeeping for `storage`"
@@ -118,7 +118,7 @@ def attach(self:PrioritizedSampler, storage):
     self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
     if self._host:  # NumPy views of the bookkeeping, for the compiled loops
         self._written_np, self._sampled_np = self.written_at.numpy(), self.sampled_at.numpy()
-        self._counts_np, self._maxp_np = self.sample_counts.numpy(), self._max_priority.numpy()
+        self._counts_np, self._maxp_np, self._stale_np = self.sample_counts.numpy(), self._max_priority.numpy(), self._n_stale.numpy()
     self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
     if self._gated:
         if not self._host:
@@ -171,7 +171,7 @@ def _flush(self:PrioritizedSampler):
     self._pending.clear()
     if len(rows): self.tree.set(rows, np.where(self.storage.valid(rows), self.base_priority[rows], 0.))
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #a42a42ed
+# %% ../../nbs/06c_memory.prioritized.ipynb #13b5b146
 @patch
 def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
     "`n` rows drawn in proportion to their priority, on `tree_device`"
@@ -190,14 +190,15 @@ def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
     "Draw `bs` rows in proportion to their priority: a `BD` of them with a `weight` column, and their storage indices"
     st, t = self.storage, self.tree
     idxs = self.draw(bs)
-    rows = idxs.to(st.device, non_blocking=True)  # to the storage: a no-op when the tree lives beside it
+    rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
     batch = st.gather(rows)
     if self._host:
         w = np.empty(bs, dtype=np.float32)
         scale = self._n_rows() / float(t.host_sums[1]) if self.weight_norm is None else 1.
         _nb_sampled(t.host_sums, t.size, idxs.numpy(), t.host_mins[1], scale, self.current_beta,
                     _NORMS.index(self.weight_norm), self._sampled_np, self._counts_np, self.clock, w)
-        batch['weight'] = torch.from_numpy(w)[:, None].to(st.batch_device, non_blocking=True)
+        w = torch.from_numpy(w)[:, None]
+        batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
     else:
         batch['weight'] = self.weights(idxs)
         self.sampled_at[idxs] = self.clock
@@ -224,7 +225,7 @@ def weights(self:PrioritizedSampler,
     else: w = (p * (self._n_rows() / self.tree.sum_tree[1])).pow_(-beta)
     return w.to(self.storage.batch_device, torch.float32)[:, None]
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #928e466d
+# %% ../../nbs/06c_memory.prioritized.ipynb #dfd20eac
 @patch
 def update_td(self:PrioritizedSampler,
               td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
@@ -244,7 +245,7 @@ def update_td(self:PrioritizedSampler,
                                 self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
     if self._gated: put_in_order(self.base_priority, i, pri); self._pending.append(i)
     else: set_leaves(t.host_sums, t.host_mins, t.size, t.depth, i, pri)
-    self._n_stale += stale
+    self._stale_np += stale
     if top > self._maxp_np: self._maxp_np[()] = top
     if col is None and stale < len(i):  # TD errors stored on a GPU
         rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
