@@ -347,7 +347,7 @@ def _column(self:FrameStorage, key, v:np.ndarray, shape:tuple) -> np.ndarray:
     if v.shape[1:] == (*shape, 1): return v.reshape(len(v), *shape)
     raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), got {v.shape}')
 
-# %% ../../nbs/06e_memory.circular.ipynb #0ce8b36b
+# %% ../../nbs/06e_memory.circular.ipynb #fdeb24d3
 @patch
 def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
     "For storage indices `idxs`: which are valid transitions, and the serials, rewards and flags that build them"
@@ -388,10 +388,10 @@ def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
 def valid(self:FrameStorage, rows:np.ndarray) -> np.ndarray:
     "Whether each of `rows` is a valid transition now (the plan is kept for a `gather` of the same rows)"
     plan = self._plan(rows)
-    self._plan_cache = rows.copy(), self.add_count, plan
+    self._plan_cache = rows.tobytes(), self.add_count, plan
     return plan['valid']
 
-# %% ../../nbs/06e_memory.circular.ipynb #c929cd78
+# %% ../../nbs/06e_memory.circular.ipynb #853c8902
 def _t(a:np.ndarray, device) -> torch.Tensor: return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
 
 def _col(a:np.ndarray) -> np.ndarray:
@@ -431,7 +431,7 @@ def gather(self:FrameStorage, idxs:torch.Tensor) -> BD:
         rows = idxs.numpy()  # what a sampler draws; rows out of range are not valid transitions, below
     else: rows = as_idxs(idxs, len(self), 'cpu').numpy()
     cache = self._plan_cache
-    ok = cache is not None and cache[1] == self.add_count and np.array_equal(cache[0], rows)
+    ok = cache is not None and cache[1] == self.add_count and cache[0] == rows.tobytes()
     plan = cache[2] if ok else self._plan(rows)
     if not plan['valid'].all():
         raise ExperienceReplayException(f'indices {rows[~plan["valid"]][:5].tolist()} are not valid transitions')

@@ -95,7 +95,7 @@ def last_wins(idxs:torch.Tensor, vals:torch.Tensor) -> tuple[torch.Tensor, torch
     last = torch.zeros_like(uniq).scatter_reduce_(0, inv, pos, 'amax', include_self=False)
     return uniq, vals[last]
 
-# %% ../../nbs/06_memory.core.ipynb #9a6e5367
+# %% ../../nbs/06_memory.core.ipynb #8b78f47e
 NP_DTYPES = {torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
              torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16,
              torch.float32: np.float32, torch.float64: np.float64, torch.complex64: np.complex64,
@@ -124,12 +124,29 @@ def lossless(src, dst) -> bool:
     if key not in _LOSSLESS: _LOSSLESS[key] = _fits(src, dst)
     return _LOSSLESS[key]
 
+_FMAX = {}
+
+def _exact_scalar(v:np.ndarray, dtype:np.dtype) -> np.ndarray|None:
+    "0-d `v` in `dtype` if its value survives the cast, else None: one value, compared in Python"
+    x = v.item()
+    if dtype.kind == 'f' and isinstance(x, (int, float)):
+        if dtype not in _FMAX: _FMAX[dtype] = float(np.finfo(dtype).max)
+        if abs(x) > _FMAX[dtype]: return None
+    try: c = dtype.type(x)
+    except (OverflowError, ValueError, TypeError): return None
+    return np.asarray(c) if c.item() == x else None
+
+def _exact_array(v:np.ndarray, dtype:np.dtype) -> np.ndarray|None:
+    "`v` in `dtype` if every value survives the cast, else None"
+    with np.errstate(all='ignore'): c = v.astype(dtype)
+    return c if np.array_equal(c, v) else None
+
 def cast_exactly(name:str, v:np.ndarray, dtype:np.dtype, by_value:bool=False) -> np.ndarray:
     "`v` in `dtype` if its dtype fits without loss (or, `by_value`, if its values do); raise otherwise"
     if v.dtype == dtype or lossless(v.dtype, dtype): return v
     if by_value and v.dtype != object:
-        with np.errstate(all='ignore'): c = v.astype(dtype)
-        if np.array_equal(c, v): return c
+        c = _exact_scalar(v, dtype) if v.ndim == 0 else _exact_array(v, dtype)
+        if c is not None: return c
     raise ExperienceReplayException(f'{name}: dtype {v.dtype} cannot be stored as {dtype} without loss')
 
 # %% ../../nbs/06_memory.core.ipynb #9b33a83b
