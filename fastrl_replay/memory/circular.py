@@ -144,7 +144,7 @@ forward_attrs(CircularReplayBuffer, 'sampler', 'alpha beta beta_end beta_steps e
 CircularReplayBuffer.batch_size, CircularReplayBuffer.update_horizon = property(lambda self: self.bs), property(lambda self: self.n_steps)
 CircularReplayBuffer.capacity = CircularReplayBuffer.replay_capacity = property(lambda self: self.max_sz)
 
-# %% ../../nbs/06e_memory.circular.ipynb #254720db
+# %% ../../nbs/06e_memory.circular.ipynb #66a5a780
 @patch
 def add(self:CircularReplayBuffer,
         observation, # The observation the action was taken in (one frame)
@@ -157,8 +157,9 @@ def add(self:CircularReplayBuffer,
         env_id:int=0, # The environment the step comes from: steps of different environments never mix
         **kwargs): # Extra elements by name
     "Write one step at the cursor; the next observation is the one the same environment adds next"
-    self.sampler.added(*self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
-                                              next_observation=next_observation, env_id=env_id, **kwargs))
+    row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
+                                next_observation=next_observation, env_id=env_id, **kwargs)
+    if self.prioritized: self.sampler.added(row, 1)  # the uniform sampler keeps nothing per row
 
 CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
 CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
@@ -231,16 +232,16 @@ def _extras_of(self:FrameStorage, args, kwargs) -> list:
     if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
     return list(args) + [kwargs[n] for n in names[len(args):]]
 
-# %% ../../nbs/06e_memory.circular.ipynb #eabea0c6
+# %% ../../nbs/06e_memory.circular.ipynb #cb0b9fdc
 @patch
 def add_step(self:FrameStorage, observation, action, reward, terminal, *args, truncated:bool=False, next_observation=None,
-             env_id:int=0, **kwargs) -> tuple[int, int]:
-    "Check one step and write it at the cursor; the row written and 1"
+             env_id:int=0, **kwargs) -> int:
+    "Check one step and write it at the cursor; the row written"
     ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
     if not is_int(env_id) or env_id < 0: raise ExperienceReplayException(f'env_id must be an int >= 0, got {env_id!r}')
-    row = self.pointer
+    row = self.add_count % self.max_sz
     self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
-    return row, 1
+    return row
 
 @patch
 def _write(self:FrameStorage, obs, a, r, term, trunc, nxt, ex, env):
