@@ -8,6 +8,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.circular.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
+import math
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
 from fastcore.meta import delegates
@@ -31,6 +32,10 @@ def _np(v):
     "`v` as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
     if isinstance(v, torch.Tensor): return v.detach().cpu().numpy()
     return np.asarray(v)
+
+def _finite(v:np.ndarray) -> bool:
+    "True when every value of `v` is finite (one float value is checked without array machinery)"
+    return math.isfinite(v) if v.ndim == 0 and v.dtype.kind == 'f' else bool(np.isfinite(v).all())
 
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
@@ -202,7 +207,7 @@ def _check_step(self:FrameStorage, observation, action, reward, terminal, trunca
     a, r = _np(action), _np(reward)
     if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
     if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
-    if r.dtype.kind in 'fc' and not np.isfinite(r).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
+    if r.dtype.kind in 'fc' and not _finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
     a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
     term, trunc = bool(terminal), bool(truncated)
     nxt = None
