@@ -1,0 +1,271 @@
+"Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
+import json, os, random, signal, time
+from pathlib import Path
+import numpy as np, pytest, torch
+from fastrl_replay.memory.core import ExperienceReplayException, Replay, UniformSampler
+from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceReplay
+from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
+from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
+from fastrl_replay.memory.circular import FrameStorage, CircularReplayBuffer
+from fastrl_replay.memory.persist import load_memory, register_kind, KINDS, MANIFEST
+from fastrl_replay.test_utils import synth_transitions
+
+
+def score(b): return b['reward'].reshape(len(b['reward']), -1)[:, 0].float().abs() + 1.
+
+
+def columns(sampler):
+    m = Replay(ColumnStorage(max_sz=50), sampler, bs=8, warmup_sz=8)
+    m + synth_transitions(70, start=3)  # wrapped once
+    return m
+
+
+def frames(sampler):
+    m = Replay(FrameStorage((3, 3), max_sz=40, stack_size=2, n_steps=2), sampler, bs=8, warmup_sz=8)
+    for t in range(55):
+        m.storage.add_step(np.full((3, 3), t, np.uint8), t % 4, np.float32(t / 4), t % 11 == 10, truncated=t % 13 == 12,
+                           next_observation=np.full((3, 3), 200 + t, np.uint8), env_id=t % 2)
+        m.sampler.added((m.storage.add_count - 1) % 40, 1)
+    return m
+
+
+SAMPLERS = {'uniform': lambda: UniformSampler(seed=0),
+            'per': lambda: PrioritizedSampler(seed=0, beta_steps=50),
+            'laber': lambda: LaBERSampler(seed=0, score=score)}
+PAIRS = [(s, k) for s in (columns, frames) for k in SAMPLERS]
+
+
+def same(a, b, path='state'):
+    "Assert two states are equal, arrays exactly"
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a: same(a[k], b[k], f'{path}.{k}')
+    elif isinstance(a, (torch.Tensor, np.ndarray)):
+        a, b = torch.as_tensor(np.asarray(a) if isinstance(a, np.ndarray) else a), torch.as_tensor(np.asarray(b) if isinstance(b, np.ndarray) else b)
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), path
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)): same(x, y, f'{path}[{i}]')
+    else: assert a == b, (path, a, b)
+
+
+def advance(m, steps=3):
+    "Sample and write TD errors back a few times; return what was drawn"
+    out = []
+    for i in range(steps):
+        b, idxs = m.sample()
+        m.update_td(torch.linspace(0.1, 2., len(idxs)) * (i + 1), idxs)
+        out.append((idxs.clone(), {k: v.clone() for k, v in b.items()}))
+    return out
+
+
+@pytest.mark.parametrize('store,kind', PAIRS, ids=[f'{s.__name__}-{k}' for s, k in PAIRS])
+def test_round_trip_every_pair(tmp_path, store, kind):
+    m = store(SAMPLERS[kind]())
+    advance(m)
+    m.save(tmp_path/'ck')
+    rng = torch.get_rng_state()
+    twin = load_memory(tmp_path/'ck')
+    assert torch.equal(torch.get_rng_state(), rng)  # loading leaves torch's global RNG alone
+    assert type(twin) is Replay and type(twin.storage) is type(m.storage) and type(twin.sampler) is type(m.sampler)
+    if kind == 'laber': twin.sampler.score = score  # a function is code: set again after loading
+    same(twin.state_dict(), m.state_dict())
+    for (i1, b1), (i2, b2) in zip(advance(m), advance(twin)):
+        assert torch.equal(i1, i2)
+        assert b1.keys() == b2.keys() and all(torch.equal(b1[k], b2[k]) for k in b1)
+    same(twin.state_dict(), m.state_dict())
+
+
+def test_laber_score_is_named_as_dropped(tmp_path):
+    m = columns(SAMPLERS['laber']())
+    m.save(tmp_path/'ck')
+    assert json.loads((tmp_path/'ck'/MANIFEST).read_text())['dropped'] == ['sampler.score']
+    assert load_memory(tmp_path/'ck').sampler.score is None
+
+
+def thin_memories():
+    er = ExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=1)
+    per = PrioritizedExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=2, alpha=0.7, beta=0.5, beta_steps=10, weight_norm='batch')
+    lab = LaBERExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=3, m=3, variant='max', score=score)
+    for m in (er, per, lab): m + synth_transitions(45, start=4)
+    crb = CircularReplayBuffer((2, 2), 3, 25, 4, update_horizon=3, gamma=0.9, prioritized=True, seed=5, alpha=0.5)
+    for t in range(33): crb.add(np.full((2, 2), t, np.uint8), t % 2, 1., t % 7 == 6)
+    return [er, per, lab, crb]
+
+
+@pytest.mark.parametrize('i', range(4), ids=['ExperienceReplay', 'PrioritizedExperienceReplay', 'LaBERExperienceReplay', 'CircularReplayBuffer'])
+def test_thin_classes_come_back_as_themselves(tmp_path, i):
+    m = thin_memories()[i]
+    advance(m, 2)
+    m.save(tmp_path/'ck')
+    twin = type(m).load(tmp_path/'ck')
+    assert type(twin) is type(m)
+    if isinstance(m, LaBERExperienceReplay): twin.score = score
+    assert twin.settings() == m.settings()
+    for (i1, b1), (i2, b2) in zip(advance(m), advance(twin)):
+        assert torch.equal(i1, i2) and all(torch.equal(b1[k], b2[k]) for k in b1)
+    if isinstance(m, PrioritizedExperienceReplay):
+        assert (twin.current_beta, twin.n_stale, twin.n_samples) == (m.current_beta, m.n_stale, m.n_samples)
+
+
+def test_empty_memory_round_trip(tmp_path):
+    ExperienceReplay(bs=2, max_sz=5, warmup_sz=2, seed=0).save(tmp_path/'ck')
+    twin = load_memory(tmp_path/'ck')
+    assert len(twin) == 0 and twin.memory is None
+    twin + synth_transitions(3)
+    assert len(twin) == 3
+
+
+def test_wrong_class_and_unknown_kind(tmp_path):
+    thin_memories()[3].save(tmp_path/'crb')
+    with pytest.raises(ExperienceReplayException, match='holds a CircularReplayBuffer checkpoint; ExperienceReplay.load'):
+        ExperienceReplay.load(tmp_path/'crb')
+
+    class LastRows(UniformSampler):
+        "Draws only among the 5 newest rows"
+        def draw(self, n): return (self.storage.pointer - 1 - torch.randint(5, (n,), generator=self.generator)) % len(self.storage)
+    m = Replay(ColumnStorage(20), LastRows(seed=0), bs=3, warmup_sz=5)
+    m + synth_transitions(12)
+    m.save(tmp_path/'mine')
+    with pytest.raises(ExperienceReplayException, match="'LastRows' is not a known Sampler class.*register_kind"):
+        load_memory(tmp_path/'mine')
+    try:
+        register_kind(LastRows)
+        assert torch.equal(load_memory(tmp_path/'mine').sample()[1], m.sample()[1])
+    finally: KINDS.pop('LastRows')
+    with pytest.raises(ExperienceReplayException, match='only Replay, Storage and Sampler'): register_kind(dict)
+
+
+def saved(tmp_path):
+    m = PrioritizedExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=2)
+    m + synth_transitions(20)
+    m.save(tmp_path/'ck')
+    return tmp_path/'ck', json.loads((tmp_path/'ck'/MANIFEST).read_text())
+
+
+def write_manifest(root, m): (root/MANIFEST).write_text(json.dumps(m))
+
+
+def first_big(m): return next(e for e in m['arrays'] if e['nbytes'] > 100)
+
+
+@pytest.mark.parametrize('damage,message', [
+    ('no manifest', 'manifest.json: missing'),
+    ('bad json', 'manifest.json: not valid JSON'),
+    ('version', 'format version 99; this library reads version 1'),
+    ('format', 'not a fastrl_replay.memory manifest'),
+    ('missing array', 'missing (the manifest lists it as'),
+    ('truncated', 'not a whole .npy array'),
+    ('shape', 'expected (7,)'),
+    ('dtype', 'expected'),
+    ('unknown dtype', "unknown dtype 'load'"),
+    ('checksum', 'checksum'),
+    ('kind', "'os' is not a known Replay class"),
+    ('settings', 'the settings do not make a ColumnStorage'),
+])
+def test_damage_is_refused_and_named(tmp_path, damage, message):
+    root, m = saved(tmp_path)
+    e = first_big(m)
+    f = root/e['file']
+    if damage == 'no manifest': (root/MANIFEST).unlink()
+    elif damage == 'bad json': (root/MANIFEST).write_text('{"format": ')
+    elif damage == 'version': write_manifest(root, {**m, 'version': 99})
+    elif damage == 'format': write_manifest(root, {**m, 'format': 'pickle'})
+    elif damage == 'missing array': f.unlink()
+    elif damage == 'truncated': f.write_bytes(f.read_bytes()[:-9])
+    elif damage == 'shape': e['shape'] = [7]; write_manifest(root, m)
+    elif damage == 'dtype': e['dtype'] = 'int8' if e['dtype'] != 'int8' else 'int16'; write_manifest(root, m)
+    elif damage == 'unknown dtype': e['dtype'] = 'load'; write_manifest(root, m)
+    elif damage == 'checksum':
+        raw = bytearray(f.read_bytes()); raw[-3] ^= 4; f.write_bytes(bytes(raw))
+    elif damage == 'kind': write_manifest(root, {**m, 'kind': 'os'})
+    elif damage == 'settings': m['settings']['storage']['capacity'] = 3; write_manifest(root, m)
+    before = sorted(p.name for p in tmp_path.rglob('*'))
+    with pytest.raises(ExperienceReplayException) as err: load_memory(root)
+    assert message in str(err.value)
+    if damage in ('missing array', 'truncated', 'shape', 'dtype', 'unknown dtype', 'checksum'): assert e['file'] in str(err.value)
+    assert sorted(p.name for p in tmp_path.rglob('*')) == before  # nothing made
+
+
+def test_arrays_are_never_unpickled(tmp_path):
+    root, m = saved(tmp_path)
+    e = first_big(m)
+    np.save(root/e['file'], np.array([{'x': 1}] * 7, dtype=object), allow_pickle=True)
+    with pytest.raises(ExperienceReplayException, match='not a whole .npy array'): load_memory(root)
+
+
+def test_save_replaces_a_checkpoint_and_nothing_else(tmp_path):
+    m = ExperienceReplay(bs=2, max_sz=10, warmup_sz=2, seed=0)
+    m + synth_transitions(4)
+    m.save(tmp_path/'ck')
+    m + synth_transitions(3)
+    m.save(tmp_path/'ck')
+    assert len(load_memory(tmp_path/'ck')) == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['ck']  # no temporary or old sibling left
+    (tmp_path/'notes').mkdir(); (tmp_path/'notes'/'a.txt').write_text('keep')
+    with pytest.raises(ExperienceReplayException, match='is not a memory checkpoint: it is not replaced'): m.save(tmp_path/'notes')
+    assert (tmp_path/'notes'/'a.txt').read_text() == 'keep'
+
+
+def save_versions(path, out:int):
+    "Save version after version of a memory to `path`, writing each finished version's number to file descriptor `out`"
+    m = PrioritizedExperienceReplay(bs=8, max_sz=40_000, warmup_sz=8, seed=0)
+    for v in range(10_000):
+        m + {'state': torch.full((4_000, 17), float(v)), 'version': torch.full((4_000, 1), v)}
+        m.save(path)
+        os.write(out, f'{v}\n'.encode())
+
+
+def test_a_killed_save_leaves_the_old_or_the_new_checkpoint(tmp_path):
+    "SIGKILL a process that saves version after version, at random moments, and load after each kill"
+    path, rng, interrupted = tmp_path/'ck', random.Random(0), 0
+    for kill in range(24):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the saving process
+            os.close(r)
+            try: save_versions(path, w)
+            finally: os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as out:
+            done = int(out.readline())  # one save finished in this process
+            time.sleep(rng.uniform(0, 0.2))
+            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0)
+            done = max([done, *(int(l) for l in out.read().split())])
+        interrupted += any(tmp_path.glob('.ck.saving-*'))  # killed inside a save: its temporary directory is left
+        m = load_memory(path)
+        versions, counts = torch.unique(m.memory['version'], return_counts=True)
+        v = int(versions[-1])
+        assert v in (done, done + 1), (v, done)  # the last save that finished, or the one under way when killed
+        assert versions.tolist() == list(range(max(v - 9, 0), v + 1)) and set(counts.tolist()) == {4000}
+    assert interrupted >= 5, interrupted
+    m.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['ck']  # leftovers of killed saves are cleared
+
+
+def test_mapped_storage_checkpoint_is_a_manifest_over_its_files(tmp_path):
+    er = ExperienceReplay(bs=4, max_sz=2000, warmup_sz=4, seed=0, storage_dir=tmp_path/'store')
+    er + synth_transitions(1500)
+    er.save(tmp_path/'ck')
+    m = json.loads((tmp_path/'ck'/MANIFEST).read_text())
+    cols = [e['file'] for e in m['arrays'] if not e['file'].startswith('arrays/')]
+    assert sorted(cols) == sorted(f'../store/{p.name}' for p in (tmp_path/'store').iterdir())  # not copied
+    twin = load_memory(tmp_path/'ck')
+    assert twin.storage.files.path == (tmp_path/'store').resolve()
+    assert torch.equal(twin.sample()[1], er.sample()[1])
+    er + synth_transitions(10)  # the files change: the checkpoint over them no longer holds
+    with pytest.raises(ExperienceReplayException, match='store/.*checksum'): load_memory(tmp_path/'ck')
+    with pytest.raises(ExperienceReplayException, match="holds the memory's own files"): er.save(tmp_path/'store')
+
+
+def test_mapped_frames_round_trip(tmp_path):
+    crb = CircularReplayBuffer((5, 5), 2, 60, 4, prioritized=True, seed=3, storage_dir=tmp_path/'frames')
+    for t in range(80): crb.add(np.full((5, 5), t, np.uint8), t % 3, float(t), t % 17 == 16)
+    crb.save(tmp_path/'ck')
+    files = [e['file'] for e in json.loads((tmp_path/'ck'/MANIFEST).read_text())['arrays']]
+    assert sorted(f for f in files if not f.startswith('arrays/')) == sorted(f'../frames/{p.name}' for p in (tmp_path/'frames').iterdir())
+    twin = CircularReplayBuffer.load(tmp_path/'ck')
+    assert np.array_equal(twin.storage.obs, crb.storage.obs) and twin.storage.obs.filename == crb.storage.obs.filename
+    assert torch.equal(twin.sample()[1], crb.sample()[1])
+    with pytest.raises(ExperienceReplayException, match='holds the arrays of another memory'):
+        CircularReplayBuffer((5, 5), 2, 60, 4, storage_dir=tmp_path/'frames')
