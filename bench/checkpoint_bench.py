@@ -1,0 +1,209 @@
+"""Checkpoints: save and load time and bytes on disk of a full memory, ours against the peers' own checkpoint formats,
+in one run on the same data.
+
+Cases (the peers' published anchor for low-dim, and a pixel case):
+- lowdim: 1,000,000 transitions: obs 17 float32, action 6 float32, reward float32, next obs 17 float32, done bool.
+- frames: 200,000 steps of one 84x84 uint8 frame, an int64 action, a float32 reward and a done flag.
+
+Configurations:
+- ours:        `ExperienceReplay` (lowdim) or `CircularReplayBuffer((84, 84), 1, ...)` (frames): `memory.save(dir)`
+               (a .npy per array, a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
+               fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory).
+- ours[per]:   the same with prioritized sampling (the sum and min trees, the clocks and the generator saved too).
+- torchrl:     `ReplayBuffer(LazyTensorStorage)` `dumps(dir)` / `loads(dir)` (memmap + JSON) into a buffer made first.
+- torchrl[per]: the same with its `PrioritizedSampler`.
+- tianshou:    `ReplayBuffer.save_hdf5` / `ReplayBuffer.load_hdf5`.
+- sb3:         `save_to_pkl` / `load_from_pkl` of its `ReplayBuffer` (what `save_replay_buffer` does: pickle).
+- cpprb:       `save_transitions` (NumPy's compressed npz) / `load_transitions` into a buffer made first.
+
+Each configuration runs in a fresh subprocess per round; the data are made, and the libraries imported, before the
+timers start. Rounds are interleaved with the order rotating, the median over rounds is reported, and ours' times are
+given as ratios to the fastest peer (> 1 means ours is faster). cpprb's compressed save of incompressible frames takes
+minutes, so the frames case runs it once. Files go to a temporary directory on the same disk as the project.
+Results go to bench/results/checkpoint_bench.json.
+
+    .venv/bin/python bench/checkpoint_bench.py                # both cases, 3 rounds
+    .venv/bin/python bench/checkpoint_bench.py --case lowdim --rounds 1
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time, warnings
+from pathlib import Path
+
+import numpy as np
+
+CONFIGS = ('ours', 'ours[per]', 'torchrl', 'torchrl[per]', 'tianshou', 'sb3', 'cpprb')
+PEERS = ('torchrl', 'torchrl[per]', 'tianshou', 'sb3', 'cpprb')
+OUT = Path(__file__).resolve().parent/'results'/'checkpoint_bench.json'
+N = {'lowdim': 1_000_000, 'frames': 200_000}
+
+
+def data(case, seed=0):
+    rng = np.random.default_rng(seed)
+    n = N[case]
+    if case == 'lowdim':
+        return dict(obs=rng.standard_normal((n, 17), dtype=np.float32), act=rng.standard_normal((n, 6), dtype=np.float32),
+                    rew=rng.standard_normal(n, dtype=np.float32), next_obs=rng.standard_normal((n, 17), dtype=np.float32),
+                    done=rng.random(n) < 0.01)
+    return dict(obs=rng.integers(0, 256, (n, 84, 84), dtype=np.uint8), act=rng.integers(0, 6, n),
+                rew=rng.standard_normal(n, dtype=np.float32), done=rng.random(n) < 0.001)
+
+
+def size(p: Path) -> int: return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
+
+
+def ours(case, d, per):
+    import torch
+    torch.set_num_threads(1)
+    from fastrl_replay.memory.persist import load_memory
+    if case == 'lowdim':
+        from fastrl_replay.memory.experience_replay import ExperienceReplay
+        from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+        m = (PrioritizedExperienceReplay if per else ExperienceReplay)(bs=256, max_sz=N[case], warmup_sz=256, seed=0)
+        m + {k: torch.from_numpy(v if v.ndim == 2 else v[:, None]) for k, v in d.items()}
+    else:
+        from fastrl_replay.memory.circular import CircularReplayBuffer
+        m = CircularReplayBuffer((84, 84), 1, N[case], 32, prioritized=per, seed=0)
+        for t in range(N[case]): m.add(d['obs'][t], d['act'][t], d['rew'][t], d['done'][t])
+    path = Path(tempfile.mkdtemp(dir=WORK))/'ck'
+    t0 = time.perf_counter(); m.save(path); t1 = time.perf_counter()
+    twin = load_memory(path); t2 = time.perf_counter()
+    assert len(twin) == N[case] and torch.equal(twin.sample()[1], m.sample()[1])
+    return t1 - t0, t2 - t1, size(path)
+
+
+def torchrl(case, d, per):
+    import torch
+    torch.set_num_threads(1)
+    from tensordict import TensorDict
+    from torchrl.data import ReplayBuffer, LazyTensorStorage
+    from torchrl.data.replay_buffers import PrioritizedSampler
+    n, t = N[case], {k: torch.from_numpy(v) for k, v in d.items()}
+    nxt = {'reward': t['rew'][:, None], 'done': t['done'][:, None]}
+    if 'next_obs' in t: nxt['obs'] = t['next_obs']
+    td = TensorDict({'obs': t['obs'], 'action': t['act'], 'next': nxt}, [n])
+    make = lambda: ReplayBuffer(storage=LazyTensorStorage(n), sampler=PrioritizedSampler(n, 0.6, 0.4) if per else None)
+    rb = make(); rb.extend(td)
+    path = Path(tempfile.mkdtemp(dir=WORK))/'ck'
+    t0 = time.perf_counter(); rb.dumps(path); t1 = time.perf_counter()
+    rb2 = make(); rb2.extend(td[:1])  # the storage must exist before `loads`
+    t2 = time.perf_counter(); rb2.loads(path); t3 = time.perf_counter()
+    assert len(rb2) == n
+    return t1 - t0, t3 - t2, size(path)
+
+
+def tianshou(case, d):
+    from tianshou.data import Batch, ReplayBuffer
+    n = N[case]
+    rb = ReplayBuffer(n)
+    rb.set_batch(Batch(obs=d['obs'], act=d['act'], rew=d['rew'], terminated=d['done'], truncated=np.zeros(n, bool), done=d['done'],
+                       obs_next=d.get('next_obs', d['obs']), info={}))
+    rb._size = n
+    path = Path(tempfile.mkdtemp(dir=WORK))/'ts.hdf5'
+    t0 = time.perf_counter(); rb.save_hdf5(str(path)); t1 = time.perf_counter()
+    rb2 = ReplayBuffer.load_hdf5(str(path)); t2 = time.perf_counter()
+    assert len(rb2) == n
+    return t1 - t0, t2 - t1, size(path)
+
+
+def sb3(case, d):
+    import gymnasium as gym, torch
+    torch.set_num_threads(1)
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from stable_baselines3.common.save_util import save_to_pkl, load_from_pkl
+    n = N[case]
+    obs_sp = gym.spaces.Box(-np.inf, np.inf, (17,), np.float32) if case == 'lowdim' else gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    act_sp = gym.spaces.Box(-1, 1, (6,), np.float32) if case == 'lowdim' else gym.spaces.Discrete(6)
+    rb = ReplayBuffer(n, obs_sp, act_sp, device='cpu', optimize_memory_usage=case == 'frames', handle_timeout_termination=False)
+    rb.observations[:, 0] = d['obs']
+    if case == 'lowdim': rb.next_observations[:, 0] = d['next_obs']
+    rb.actions[:, 0] = d['act'].reshape(n, -1); rb.rewards[:, 0] = d['rew']; rb.dones[:, 0] = d['done']; rb.full = True
+    path = Path(tempfile.mkdtemp(dir=WORK))/'sb3.pkl'
+    t0 = time.perf_counter(); save_to_pkl(path, rb); t1 = time.perf_counter()
+    rb2 = load_from_pkl(path); t2 = time.perf_counter()
+    assert rb2.full
+    return t1 - t0, t2 - t1, size(path)
+
+
+def cpprb(case, d):
+    import cpprb
+    n = N[case]
+    spec = ({'obs': {'shape': 17}, 'act': {'shape': 6}, 'rew': {}, 'next_obs': {'shape': 17}, 'done': {}} if case == 'lowdim' else
+            {'obs': {'shape': (84, 84), 'dtype': np.uint8}, 'act': {'dtype': np.int64}, 'rew': {}, 'done': {}})
+    rb = cpprb.ReplayBuffer(n, spec); rb.add(**d)
+    path = Path(tempfile.mkdtemp(dir=WORK))/'cpprb.npz'
+    t0 = time.perf_counter(); rb.save_transitions(str(path)); t1 = time.perf_counter()
+    rb2 = cpprb.ReplayBuffer(n, spec); t2 = time.perf_counter(); rb2.load_transitions(str(path)); t3 = time.perf_counter()
+    assert rb2.get_stored_size() == n
+    return t1 - t0, t3 - t2, size(path)
+
+
+RUNNERS = {'ours': lambda c, d: ours(c, d, False), 'ours[per]': lambda c, d: ours(c, d, True),
+           'torchrl': lambda c, d: torchrl(c, d, False), 'torchrl[per]': lambda c, d: torchrl(c, d, True),
+           'tianshou': tianshou, 'sb3': sb3, 'cpprb': cpprb}
+WORK = None
+
+
+def child(name, case, work):
+    global WORK
+    WORK = work
+    warnings.filterwarnings('ignore')
+    try: save_s, load_s, nbytes = RUNNERS[name](case, data(case))
+    except ImportError as e:
+        print(json.dumps({'config': name, 'skipped': str(e)}), flush=True); return
+    print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'bytes': nbytes}), flush=True)
+
+
+def run_case(case, rounds, configs, work):
+    res = {c: [] for c in configs}
+    for r in range(rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        for c in order:
+            if c == 'cpprb' and case == 'frames' and r > 0: continue
+            d = Path(tempfile.mkdtemp(dir=work))
+            try:
+                out = subprocess.run([sys.executable, __file__, '--child', c, '--case', case, '--work', str(d)], capture_output=True,
+                                     text=True, check=True).stdout.strip().splitlines()[-1]
+            finally: shutil.rmtree(d, ignore_errors=True)
+            res[c].append(json.loads(out))
+            print(f'{case} round {r + 1}/{rounds}: {c} done', flush=True)
+    table = {}
+    for c, rows in res.items():
+        rows = [x for x in rows if 'skipped' not in x]
+        if rows: table[c] = {k: statistics.median(x[k] for x in rows) for k in ('save_s', 'load_s', 'bytes')}
+    return table
+
+
+def report(case, table):
+    print(f'\n{case}: {N[case]:,} transitions, median over rounds')
+    print('| library | save (s) | load (s) | on disk (MB) |\n|---|---:|---:|---:|')
+    for c, t in table.items(): print(f"| {c} | {t['save_s']:.3f} | {t['load_s']:.3f} | {t['bytes'] / 1e6:,.1f} |")
+    peers = {c: t for c, t in table.items() if c in PEERS}
+    for mine, theirs in (('ours', ('torchrl', 'tianshou', 'sb3', 'cpprb')), ('ours[per]', ('torchrl[per]',))):
+        ps = {c: peers[c] for c in theirs if c in peers}
+        if mine not in table or not ps: continue
+        for k in ('save_s', 'load_s'):
+            best = min(ps, key=lambda c: ps[c][k])
+            print(f'{mine} {k[:-2]}: {ps[best][k] / table[mine][k]:.2f}x the fastest peer ({best})')
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--case', choices=('lowdim', 'frames', 'both'), default='both')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--configs', default=','.join(CONFIGS))
+    ap.add_argument('--child'); ap.add_argument('--work')
+    a = ap.parse_args()
+    if a.child: return child(a.child, a.case, a.work)
+    work = Path(__file__).resolve().parent/'results'/'ckpt-tmp'
+    work.mkdir(parents=True, exist_ok=True)
+    results = {}
+    try:
+        for case in (('lowdim', 'frames') if a.case == 'both' else (a.case,)):
+            results[case] = run_case(case, a.rounds, a.configs.split(','), work)
+            report(case, results[case])
+    finally: shutil.rmtree(work, ignore_errors=True)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(dict(rounds=a.rounds, results=results), indent=1))
+    print(f'\nwritten to {OUT}')
+
+
+if __name__ == '__main__': main()
