@@ -6,8 +6,10 @@ from .memory.sumtree import *
 from .memory.prioritized import *
 from .memory.laber import *
 from .memory.circular import *
+from .memory.persist import *
 from .data.gym import *
 from .data.synth import *
 from .learner import *
 from .agents.dqn import *
 from .plots import *
+from .datasets import *

@@ -18,15 +18,15 @@ from .laber import LaBERSampler, LaBERExperienceReplay
 from .circular import FrameStorage, CircularReplayBuffer
 
 # %% auto #0
-__all__ = ['FORMAT', 'VERSION', 'MANIFEST', 'KINDS', 'register_kind', 'to_plain', 'from_plain', 'write_array', 'read_array',
-           'swap_in', 'read_manifest', 'load_memory']
+__all__ = ['register_kind', 'load_memory']
 
-# %% ../../nbs/06f_memory.persist.ipynb #f2d70104
+# %% ../../nbs/06f_memory.persist.ipynb #5f71f3c1
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 1, 'manifest.json'
 
 KINDS = {c.__name__: c for c in (Replay, ExperienceReplay, PrioritizedExperienceReplay, LaBERExperienceReplay, CircularReplayBuffer,
-                                 ColumnStorage, FrameStorage, UniformSampler, PrioritizedSampler, LaBERSampler)}
+                                 ColumnStorage, FrameStorage, UniformSampler, PrioritizedSampler, LaBERSampler)}  # what a checkpoint may name
 
+# %% ../../nbs/06f_memory.persist.ipynb #d140025e
 def register_kind(cls:type) -> type:
     "Let checkpoints name `cls`, a memory, storage or sampler class defined outside the library; return `cls`"
     if not issubclass(cls, (Replay, Storage, Sampler)):
@@ -34,7 +34,7 @@ def register_kind(cls:type) -> type:
     KINDS[cls.__name__] = cls
     return cls
 
-# %% ../../nbs/06f_memory.persist.ipynb #71987582
+# %% ../../nbs/06f_memory.persist.ipynb #2cb998fc
 def to_plain(v, arrays:list, dropped:list, path:str=''):
     "`v` as JSON data: arrays appended to `arrays` and replaced by `{'__array__': i}`, functions by None and named in `dropped`"
     if isinstance(v, (torch.Tensor, np.ndarray)):
@@ -61,7 +61,7 @@ def from_plain(v, arrays:list):
     if isinstance(v, list): return [from_plain(x, arrays) for x in v]
     return v
 
-# %% ../../nbs/06f_memory.persist.ipynb #0fd922c3
+# %% ../../nbs/06f_memory.persist.ipynb #600f3256
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 def _host(a) -> tuple[np.ndarray, str]:
@@ -94,7 +94,7 @@ def write_array(a, root:Path, name:str, final:Path) -> dict:
     entry['crc32'] = zlib.crc32(memoryview(np.ascontiguousarray(n)).cast('B')) if n.size else 0
     return entry
 
-# %% ../../nbs/06f_memory.persist.ipynb #ea02ef97
+# %% ../../nbs/06f_memory.persist.ipynb #be9109a2
 def read_array(root:Path, entry:dict):
     "The array of manifest `entry`, checked for its shape, dtype and checksum; raise naming the file if it does not match"
     f = root/entry['file']
@@ -122,7 +122,7 @@ def _stored_dtype(entry:dict, f:Path) -> np.dtype:
     except TypeError: pass
     raise ExperienceReplayException(f'{f}: the manifest gives an unknown dtype {entry["dtype"]!r}')
 
-# %% ../../nbs/06f_memory.persist.ipynb #5c545ffc
+# %% ../../nbs/06f_memory.persist.ipynb #10be60f7
 _RENAME_EXCHANGE = 2
 
 def _exchange(a:Path, b:Path) -> bool:
@@ -195,7 +195,7 @@ def save(self:Replay,
         raise
     return path
 
-# %% ../../nbs/06f_memory.persist.ipynb #c7c34693
+# %% ../../nbs/06f_memory.persist.ipynb #c4341631
 def read_manifest(path:Path) -> dict:
     "The checked manifest of the checkpoint at `path`"
     f = path/MANIFEST
@@ -227,6 +227,7 @@ def _part(spec:dict, base:type, where:str, **extra):
     try: return cls(**spec, **extra)
     except TypeError as e: raise ExperienceReplayException(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
 
+# %% ../../nbs/06f_memory.persist.ipynb #7ea10d74
 def load_memory(path:str|Path, # A checkpoint directory written by `save`
                 cls:type=Replay): # The class (or a base class) the checkpoint must hold
     "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
