@@ -157,7 +157,7 @@ def _frame_episodes(st:FrameStorage) -> list[dict]:
                             _frame_columns(st, r, len(r) + 1), pending))
     return res
 
-# %% ../nbs/11_datasets.ipynb #ab050dfb
+# %% ../nbs/11_datasets.ipynb #7ae6c453
 def _minari():
     "The `minari` module; raise naming its install when it is missing"
     try: import minari
@@ -173,6 +173,9 @@ def _dataset_path(dataset_id):
     try: parse_dataset_id(dataset_id)
     except ValueError: raise ExperienceReplayException(f'dataset_id must look like (namespace/)name-v<version>, got {dataset_id!r}') from None
     return get_dataset_path(dataset_id)
+
+def _check_memory(memory):
+    if not isinstance(memory, Replay): raise ExperienceReplayException(f'memory must be a replay memory, got a {type(memory).__name__}')
 
 def _spaces(env, observation_space, action_space) -> tuple:
     "The environment to record and the two spaces the dataset declares"
@@ -192,7 +195,7 @@ def _fit(name:str, a:np.ndarray, space:gym.Space) -> np.ndarray:
     if space.shape == () and a.shape[1:] == (1,): return a[:, 0]
     raise ExperienceReplayException(f'{name}: the memory holds {a.shape[1:]} per step, {space} needs {space.shape}')
 
-# %% ../nbs/11_datasets.ipynb #2056ed0b
+# %% ../nbs/11_datasets.ipynb #5d70f12a
 def to_minari(memory:Replay, # A memory over column storage or frame storage
               dataset_id:str, # A new local dataset id, `(namespace/)name-v<version>`
               env=None, # The environment the data comes from: a gymnasium `Env`, its id or its `EnvSpec`
@@ -202,17 +205,23 @@ def to_minari(memory:Replay, # A memory over column storage or frame storage
     "Write the episodes of `memory` as a new local Minari dataset, images as raw arrays; the `MinariDataset`"
     minari = _minari()
     from minari.data_collector import EpisodeBuffer
+    _check_memory(memory)
+    given = env
     path = _dataset_path(dataset_id)
     if path.exists(): raise ExperienceReplayException(f'a Minari dataset {dataset_id!r} already exists at {path}: pick a new name or version')
     env, obs_sp, act_sp = _spaces(env, observation_space, action_space)
-    eps = storage_episodes(memory.storage)
-    if not eps: raise ExperienceReplayException('the memory holds no transitions to write')
-    bufs = [EpisodeBuffer(id=i, observations=_fit('observations', e['observations'], obs_sp), actions=_fit('actions', e['actions'], act_sp),
-                          rewards=_scalars('reward', e['rewards']), terminations=e['terminations'], truncations=e['truncations'],
-                          infos={'columns': e['columns'], **({} if e['pending'] is None else {'pending': e['pending']})})
-            for i, e in enumerate(eps)]
-    return minari.create_dataset_from_buffers(dataset_id, bufs, env=env, observation_space=obs_sp, action_space=act_sp,
-                                              jpeg_encoding=False, **kwargs)
+    try:
+        eps = storage_episodes(memory.storage)
+        if not eps: raise ExperienceReplayException('the memory holds no transitions to write')
+        bufs = [EpisodeBuffer(id=i, observations=_fit('observations', e['observations'], obs_sp),
+                              actions=_fit('actions', e['actions'], act_sp), rewards=_scalars('reward', e['rewards']),
+                              terminations=e['terminations'], truncations=e['truncations'],
+                              infos={'columns': e['columns'], **({} if e['pending'] is None else {'pending': e['pending']})})
+                for i, e in enumerate(eps)]
+        return minari.create_dataset_from_buffers(dataset_id, bufs, env=env, observation_space=obs_sp, action_space=act_sp,
+                                                  jpeg_encoding=False, **kwargs)
+    finally:
+        if env is not None and env is not given: env.close()  # made here from an id or a spec
 
 # %% ../nbs/11_datasets.ipynb #ae88cd8e
 def _load(dataset_id):
@@ -305,7 +314,7 @@ def _frame_batches(st:FrameStorage, episodes:list, env_id:int=0, gamma:float|Non
         res.append({**b, 'env_id': env})
     return res
 
-# %% ../nbs/11_datasets.ipynb #389eaa50
+# %% ../nbs/11_datasets.ipynb #71c123c1
 def from_minari(dataset_id:str, # A local Minari dataset id
                 memory:Replay|None=None, # The memory to fill (default: a new `ExperienceReplay` with room for every step)
                 episode_indices=None, # The episodes to add, in this order (default: all of them)
@@ -321,7 +330,13 @@ def from_minari(dataset_id:str, # A local Minari dataset id
         sz = kwargs.pop('max_sz', max(ds.total_steps, 1))
         memory = ExperienceReplay(max_sz=sz, **{'warmup_sz': min(100, sz), **kwargs})
     elif kwargs: raise ExperienceReplayException(f'settings {sorted(kwargs)} are for the default memory; a memory was given')
+    else: _check_memory(memory)
     eps = [replace(e, **{k: np.asarray(getattr(e, k)).astype(d) for k, d in (dtypes or {}).items()}) for e in ds.iterate_episodes(episode_indices)]
     batches = episode_batches(memory.storage, eps, env_id, gamma)
-    if batches: memory + {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}  # one add: all or nothing
+    if not batches: return memory
+    odd = next((i for i, b in enumerate(batches) if b.keys() != batches[0].keys()), None)
+    if odd is not None:
+        raise ExperienceReplayException(f'the episodes of the dataset make different columns: {list(batches[0])} for the first, '
+                                        f'{list(batches[odd])} for episode {eps[odd].id}')
+    memory + {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}  # one add: all or nothing
     return memory

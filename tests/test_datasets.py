@@ -393,6 +393,17 @@ def test_memory_with_rows_gets_its_own_columns():
     half + {k: v.half() if k == 'state' else v for k, v in Source([GymLoop('CartPole-v1', seed=0)]).batch(1).items()}
     with raises("column 'state': dtype float32 cannot be stored as float16 without loss"): from_minari('other/cartpole-v0', half)
 
+def test_episodes_with_different_columns():
+    "Episodes of which only some carry the memory's columns cannot make one memory"
+    obs = np.zeros((3, 4), np.float32)
+    ep = lambda infos: EpisodeBuffer(observations=obs, actions=np.array([0, 1]), rewards=np.array([1., 1.]), infos=infos,
+                                     terminations=np.array([False, True]), truncations=np.array([False, False]))
+    minari.create_dataset_from_buffers('other/mixed-v0', [ep(None), ep({'columns': {'q': np.zeros(3)}})], env='CartPole-v1')
+    with raises("the episodes of the dataset make different columns: ['state', 'next_state', 'action', 'reward', 'terminated', "
+                "'truncated', 'done', 'episode_id', 'step', 'env_id'] for the first, ['state', 'next_state', 'action', 'reward', "
+                "'terminated', 'truncated', 'q'] for episode 1"):
+        from_minari('other/mixed-v0')
+
 def test_dataset_records_the_environment():
     er = wrapped_memory()
     to_minari(er, 'test/env-v0', env=gym.make('CartPole-v1'), observation_space=BOX1, action_space=ACT3, algorithm_name='random')
@@ -430,6 +441,8 @@ def test_bad_input(minari_dir):
     with raises(f"no local Minari dataset 'bad/none-v0' in {minari_dir/'bad'}; the local ones are ['bad/twice-v0']"):
         from_minari('bad/none-v0')
     with raises("settings ['bs'] are for the default memory; a memory was given"): from_minari('bad/twice-v0', ExperienceReplay(), bs=4)
+    with raises('memory must be a replay memory, got a dict'): to_minari({}, 'bad/dict-memory-v0', observation_space=BOX1, action_space=ACT3)
+    with raises('memory must be a replay memory, got a dict'): from_minari('bad/twice-v0', {})
     with raises("dtypes casts the fields 'observations', 'actions' and 'rewards', got ['reward']"):
         from_minari('bad/twice-v0', dtypes={'reward': np.float32})
     with raises("the dataset has no column ['legal'] for the extra elements of the memory"): from_minari('bad/twice-v0', frame_copy(None))
