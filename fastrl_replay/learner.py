@@ -6,7 +6,10 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/learner.html.md"""
 
 # %% ../nbs/08_learner.ipynb #749cec1b
 from __future__ import annotations
+import cloudpickle
 from fastai.learner import Learner, Recorder, event
+from fastai.callback.core import TrainEvalCallback
+from fastcore.basics import patch
 from fastai.optimizer import OptimWrapper
 from .core import BD
 
@@ -22,6 +25,10 @@ class LeanRecorder(Recorder):
     def before_train(self):
         super().before_train()
         self._mets_now = self._train_mets  # the same list for every batch of the epoch
+
+    def after_train(self):
+        super().after_train()
+        self._mets_now = None  # no reference to the metrics, and what they read, outside training
 
     def after_batch(self):
         if not (self.training and len(self.yb)): return super().after_batch()
@@ -59,3 +66,32 @@ class LeanLearner(Learner):
         dev = next(self.model.parameters()).device
         if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].values()): return b
         return super()._set_device(b)
+
+# %% ../nbs/08_learner.ipynb #e037e65f
+@patch
+def all_batches(self:LeanLearner):
+    "Train or validate on every batch of `self.dl`, numbered from the loader's `start` (0 unless a resumed run set it)"
+    self.n_iter = len(self.dl)
+    for o in enumerate(self.dl, getattr(self.dl, 'start', 0)): self.one_batch(*o)
+
+@patch
+def __getstate__(self:LeanLearner):
+    "What fastai pickles of a `Learner`, without the cache of event handlers"
+    return {k: v for k, v in Learner.__getstate__(self).items() if k != '_handlers'}
+
+# %% ../nbs/08_learner.ipynb #5c389f2d
+_LAST_BATCH = ('fresh_xb', 'replay_idxs', 'td_error')  # what the replay callback and the loss leave on the learner
+
+@patch
+def export(self:LeanLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+    "fastai's `Learner.export` of what acting needs: without the training callbacks and their loss, the metrics, the optimizer or the last batch"
+    training = [cb for cb in self.cbs if not isinstance(cb, (TrainEvalCallback, Recorder))]
+    last = {k: vars(self).pop(k) for k in _LAST_BATCH if k in vars(self)}
+    metrics, loss_func = self.metrics, self.loss_func
+    self.metrics = []
+    if any(getattr(loss_func, '__self__', None) is cb for cb in training): self.loss_func = None  # it needs its callback
+    try:
+        with self.removed_cbs(training): Learner.export(self, fname, pickle_module, pickle_protocol)
+    finally:
+        self.metrics, self.loss_func = metrics, loss_func
+        vars(self).update(last)

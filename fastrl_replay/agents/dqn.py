@@ -89,6 +89,20 @@ def surrogate_priorities(self:DQNTrainer, b:Mapping) -> torch.Tensor:
     with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
     return td.abs().flatten()
 
+# %% ../../nbs/10a_agents.dqn.ipynb #88e072b4
+@patch
+def state_dict(self:DQNTrainer) -> dict:
+    "The target network's weights and the count of optimizer steps"
+    return dict(target=None if self.target is None else self.target.state_dict(), n_updates=self.n_updates)
+
+@patch
+def load_state_dict(self:DQNTrainer, state:dict):
+    "Restore what `state_dict` returned; the target network is made from the learner's model if there is none yet"
+    if state['target'] is not None:
+        if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
+        self.target.load_state_dict(state['target'])
+    self.n_updates = state['n_updates']
+
 # %% ../../nbs/10a_agents.dqn.ipynb #f5876050
 class _LoopMetric(Metric):
     "A value of the training source's `GymLoop`, read when the recorder asks for it"

@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/data.gym.html.md"""
 
 # %% ../../nbs/05b_data.gym.ipynb #95ca9840
 from __future__ import annotations
-import difflib, os
+import copy, difflib, os
 from collections import deque
 from collections.abc import Mapping
 import numpy as np, torch, gymnasium as gym
@@ -19,8 +19,8 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'GymLoop', 'pixel_env', 'ResReduce', 'FirstLast', 'Source',
-           'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
+__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce',
+           'FirstLast', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -72,6 +72,28 @@ class EpsilonGreedy:
         if type(state) is np.ndarray and dev.type == 'cpu' and state.flags.writeable: return torch.from_numpy(state)
         return torch.as_tensor(state, device=dev)
 
+# %% ../../nbs/05b_data.gym.ipynb #0a749be5
+@patch
+def state_dict(self:RandomAgent) -> dict:
+    "The generator's state, as plain data"
+    return dict(rng=self.rng.bit_generator.state)
+
+@patch
+def load_state_dict(self:RandomAgent, state:dict):
+    "Restore what `state_dict` returned"
+    self.rng.bit_generator.state = state['rng']
+
+@patch
+def state_dict(self:EpsilonGreedy) -> dict:
+    "The schedule's position (the steps counted so far) and the generator's state, as plain data"
+    return dict(steps=self.steps, rng=self.rng.bit_generator.state)
+
+@patch
+def load_state_dict(self:EpsilonGreedy, state:dict):
+    "Restore what `state_dict` returned"
+    self.steps = state['steps']
+    self.rng.bit_generator.state = state['rng']
+
 # %% ../../nbs/05b_data.gym.ipynb #b2495e8b
 def check_env(env:str):
     "Raise a `ValueError` naming close matches if `env` is not a registered gymnasium environment"
@@ -117,6 +139,7 @@ class GymLoop:
         n_steps = _n_steps(n_steps, steps_count)
         if n_steps < 1 or steps_delta < 1: raise ValueError(f'n_steps and steps_delta must be >= 1, got {n_steps}, {steps_delta}')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
+        self.env_name = env_name if env is None else getattr(getattr(env, 'spec', None), 'id', None)  # kept by `new_empty`
         if env is None:
             check_env(env_name)
             env = _OneEnv(gym.make(env_name, render_mode=mode)) if n_envs == 1 else \
@@ -144,6 +167,7 @@ def _n_steps(n_steps:int|None, steps_count:int|None) -> int:
 @patch
 def _start(self:GymLoop):
     "Reset the environments and the per-environment episode counters"
+    if self.env is None: raise RuntimeError('this GymLoop has no environment: it holds the settings of an exported Learner; make a GymLoop to step')
     obs, _ = self.env.reset(seed=self.seed)
     self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
     self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
@@ -207,6 +231,104 @@ def pixel_env(env_name:str='CartPole-v1', # A registered gymnasium environment i
         e = gym.wrappers.TransformObservation(e, lambda o: _luma(o, reduce_by), gym.spaces.Box(0, 255, (h, w), np.uint8))
         return gym.wrappers.FrameStackObservation(e, stack_size, padding_type='zero' if padding == 'zero' else 'reset')
     return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+# %% ../../nbs/05b_data.gym.ipynb #5c721f26
+_GYM_MAKE_WRAPPERS = (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker)
+
+def _layers(env:gym.Env) -> list:
+    "`env` and every environment it wraps, outermost first"
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper): layers.append(layers[-1].env)
+    return layers
+
+def _sub_envs(env) -> list:
+    "The environments a `GymLoop`'s `env` steps, where they can be reached (not in an asynchronous vector environment)"
+    if isinstance(env, _OneEnv): return [env.env]
+    return list(env.envs) if isinstance(env, gym.vector.SyncVectorEnv) else []
+
+def _restorable(env:gym.Env) -> bool:
+    "Whether all of `env`'s state is plain attributes: a classic-control environment in the wrappers of `gym.make`"
+    *wrappers, inner = _layers(env)
+    return all(type(w) in _GYM_MAKE_WRAPPERS for w in wrappers) and type(inner).__module__.startswith('gymnasium.envs.classic_control.')
+
+def _plain_attrs(obj) -> dict:
+    "The attributes of `obj` that are numbers, strings, None or numeric arrays (copied)"
+    def plain(v): return (v is None or isinstance(v, (bool, int, float, str, np.bool_, np.number)) or
+                          (isinstance(v, np.ndarray) and v.dtype.kind in 'biuf'))
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in vars(obj).items() if plain(v)}
+
+def env_state(env) -> dict:
+    "The state of a `GymLoop`'s `env` as plain data: every environment's generator, and all of it where `_restorable`"
+    subs = _sub_envs(env)
+    state = dict(rngs=[e.unwrapped.np_random.bit_generator.state for e in subs])
+    if subs and all(map(_restorable, subs)): state.update(outer=_plain_attrs(env), layers=[[_plain_attrs(l) for l in _layers(e)] for e in subs])
+    return state
+
+def _generator(state:dict) -> np.random.Generator:
+    "A NumPy generator in the bit generator state `state`"
+    g = np.random.Generator(getattr(np.random, state['bit_generator'])())
+    g.bit_generator.state = state
+    return g
+
+def load_env_state(env, state:dict) -> bool:
+    "Restore what `env_state` returned into `env`, made with the same settings; whether all of it was (else only the generators)"
+    subs = _sub_envs(env)
+    if len(state['rngs']) != len(subs):
+        raise ValueError(f"the state holds {len(state['rngs'])} environments' generators, this loop reaches {len(subs)} environments")
+    for e, rng in zip(subs, state['rngs']): e.unwrapped.np_random = _generator(rng)
+    if 'layers' not in state or not all(map(_restorable, subs)): return False
+    vars(env).update(state['outer'])
+    for e, layers in zip(subs, state['layers']):
+        for layer, attrs in zip(_layers(e), layers): vars(layer).update(attrs)
+    return True
+
+# %% ../../nbs/05b_data.gym.ipynb #9a3fe425
+_LOOP_ARRAYS = ('state', 'resetting', 'episode_id', 'next_episode', 'ep_step', 'ep_return')
+
+@patch
+def state_dict(self:GymLoop) -> dict:
+    "The loop's counters and episodes, its environments' current states and episode counters, its agent's and its environments' state"
+    state = dict(env_steps=self.env_steps, n_episodes=self.n_episodes, episode_returns=list(self.episode_returns),
+                 returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
+                 started=self.state is not None)
+    if state['started']: state.update({k: np.array(getattr(self, k)) for k in _LOOP_ARRAYS}, env=env_state(self.env))
+    return state
+
+@patch
+def load_state_dict(self:GymLoop, state:dict) -> bool:
+    "Restore what `state_dict` returned into a loop made with the same settings; False if the environments started new episodes"
+    if state['started'] and len(state['resetting']) != self.n_envs:
+        raise ValueError(f"the state is of a loop over {len(state['resetting'])} environments, this one steps {self.n_envs}")
+    self.env_steps, self.n_episodes, self.returns = state['env_steps'], state['n_episodes'], list(state['returns'])
+    self.episode_returns = deque(state['episode_returns'], maxlen=100)
+    if state['agent'] is not None: self.agent.load_state_dict(state['agent'])
+    if not state['started']:
+        self.state = None
+        return True
+    for k in _LOOP_ARRAYS: setattr(self, k, state[k][()] if k == 'next_episode' else state[k])
+    if load_env_state(self.env, state['env']): return True
+    self._restart()
+    return False
+
+@patch
+def _restart(self:GymLoop):
+    "Start a new episode in every environment, from the environments' own generators"
+    obs, _ = self.env.reset()
+    self.state = np.array(obs, dtype=self.obs_dtype)
+    self.resetting = np.zeros(self.n_envs, bool)
+    self.episode_id = np.arange(self.n_envs) + self.next_episode
+    self.next_episode = self.episode_id.max() + 1
+    self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
+
+# %% ../../nbs/05b_data.gym.ipynb #1efd1eb9
+@patch
+def new_empty(self:GymLoop) -> GymLoop:
+    "A loop with the same settings and no environment, agent or history"
+    res = copy.copy(self)
+    for k in _LOOP_ARRAYS: vars(res).pop(k, None)
+    res.env = res.agent = res.state = None
+    res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
+    return res
 
 # %% ../../nbs/05b_data.gym.ipynb #e6e4d02c
 class ResReduce:
@@ -276,17 +398,22 @@ def _emit(self:Source, window:list[dict]):
 # %% ../../nbs/05b_data.gym.ipynb #7bb45e69
 class TransitionLoader(DataLoader):
     "A fastai `DataLoader` of `(BD,)` batches of `bs` transitions taken whole from a `Source`, each followed by `updates - 1` batches of none"
+    start = 0  # the batch the next pass begins at: set by a run resumed part-way through an epoch
     def __init__(self, dataset=None, updates:int=1, **kwargs):
         if not isinstance(updates, int) or updates < 1: raise ValueError(f'updates must be an int >= 1, got {updates!r}')
         super().__init__(dataset, **kwargs)
         self.updates = updates
 
     def __len__(self): return super().__len__() * self.updates
-    def new(self, dataset=None, cls=None, **kwargs): return super().new(dataset, cls, **{'updates': self.updates, **kwargs})
+    def new(self, dataset=None, cls=None, **kwargs):
+        return super().new(dataset, cls, **{'updates': self.updates, 'n': self.n, **kwargs})  # a source has no length: keep `n`
 
     def __iter__(self):
+        first, self.start = self.start, 0
+        if not isinstance(first, int) or first % self.updates or not 0 <= first <= len(self):
+            raise ValueError(f'start must be a multiple of updates={self.updates} between 0 and {len(self)}, got {first!r}')
         self.randomize(); self.before_iter()
-        for i in range(super().__len__()):
+        for i in range(first // self.updates, super().__len__()):
             b = self.dataset.batch(min(self.bs, self.n - i * self.bs))  # the last is short unless `drop_last`
             b = b if self.device is None else b.to(self.device)
             yield self.after_batch((b,))
@@ -319,3 +446,25 @@ def fake_gym_learner(source:Source, n:int=1000, bs:int=1, cbs=None) -> Learner:
     "A `Learner` over `source` with an identity model and no loss, for trying callbacks on real transitions"
     return Learner(gym_dataloaders(source, n, bs, device='cpu'), _Identity(), loss_func=lambda *a: torch.zeros(()),
                    cbs=[NoValidation()] + list(cbs or []))
+
+# %% ../../nbs/05b_data.gym.ipynb #826bb2bf
+@patch
+def state_dict(self:Source) -> dict:
+    "The loop's state, and the steps and transitions waiting in the windows and the queue"
+    return dict(loop=self.loop.state_dict(), windows=[list(w) for w in self.windows], queue=list(self.queue))
+
+@patch
+def load_state_dict(self:Source, state:dict):
+    "Restore what `state_dict` returned into a source made with the same settings"
+    if len(state['windows']) != len(self.windows):
+        raise ValueError(f"the state holds windows of {len(state['windows'])} environments, this source has {len(self.windows)}")
+    exact = self.loop.load_state_dict(state['loop'])
+    self.windows = [deque(w if exact else ()) for w in state['windows']]
+    self.queue = deque(state['queue'])
+
+@patch
+def new_empty(self:Source) -> Source:
+    "A source with the same loop settings and transforms, and no environment"
+    res = copy.copy(self)
+    res.loop, res.row_tfms, res.windows, res.queue = self.loop.new_empty(), list(self.row_tfms), [deque() for _ in self.windows], deque()
+    return res
