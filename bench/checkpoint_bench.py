@@ -20,6 +20,8 @@ Each configuration runs in a fresh subprocess per round; the data are made, and 
 timers start. Rounds are interleaved with the order rotating, the median over rounds is reported, and ours' times are
 given as ratios to the fastest peer (> 1 means ours is faster). cpprb's compressed save of incompressible frames takes
 minutes, so the frames case runs it once. Files go to a temporary directory on the same disk as the project.
+For ours, the growth of the process's peak resident memory is reported too: while saving (no copy of the storage is made)
+and while loading (the new memory itself, plus the checkpoint's pages mapped while they are read).
 Results go to bench/results/checkpoint_bench.json.
 
     .venv/bin/python bench/checkpoint_bench.py                # both cases, 3 rounds
@@ -64,10 +66,18 @@ def ours(case, d, per):
         m = CircularReplayBuffer((84, 84), 1, N[case], 32, prioritized=per, seed=0)
         for t in range(N[case]): m.add(d['obs'][t], d['act'][t], d['rew'][t], d['done'][t])
     path = Path(tempfile.mkdtemp(dir=WORK))/'ck'
-    t0 = time.perf_counter(); m.save(path); t1 = time.perf_counter()
-    twin = load_memory(path); t2 = time.perf_counter()
+    p0 = peak_rss(); t0 = time.perf_counter(); m.save(path); t1 = time.perf_counter(); p1 = peak_rss()
+    twin = load_memory(path); t2 = time.perf_counter(); p2 = peak_rss()
     assert len(twin) == N[case] and torch.equal(twin.sample()[1], m.sample()[1])
+    PEAKS.update(save_peak_growth=p1 - p0, load_peak_growth=p2 - p1, stored=size(path))
     return t1 - t0, t2 - t1, size(path)
+
+
+PEAKS = {}
+def peak_rss() -> int:
+    "The process's peak resident memory so far, in bytes"
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def torchrl(case, d, per):
@@ -149,7 +159,7 @@ def child(name, case, work):
     try: save_s, load_s, nbytes = RUNNERS[name](case, data(case))
     except ImportError as e:
         print(json.dumps({'config': name, 'skipped': str(e)}), flush=True); return
-    print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'bytes': nbytes}), flush=True)
+    print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'bytes': nbytes, **PEAKS}), flush=True)
 
 
 def run_case(case, rounds, configs, work):
@@ -168,7 +178,7 @@ def run_case(case, rounds, configs, work):
     table = {}
     for c, rows in res.items():
         rows = [x for x in rows if 'skipped' not in x]
-        if rows: table[c] = {k: statistics.median(x[k] for x in rows) for k in ('save_s', 'load_s', 'bytes')}
+        if rows: table[c] = {k: statistics.median(x[k] for x in rows) for k in rows[0] if k != 'config'}
     return table
 
 
@@ -183,6 +193,10 @@ def report(case, table):
         for k in ('save_s', 'load_s'):
             best = min(ps, key=lambda c: ps[c][k])
             print(f'{mine} {k[:-2]}: {ps[best][k] / table[mine][k]:.2f}x the fastest peer ({best})')
+        if 'save_peak_growth' in table[mine]:
+            t = table[mine]
+            print(f"{mine}: peak resident memory grew by {t['save_peak_growth'] / 1e6:,.0f} MB while saving and "
+                  f"{t['load_peak_growth'] / 1e6:,.0f} MB while loading, for a checkpoint of {t['bytes'] / 1e6:,.0f} MB")
 
 
 def main():

@@ -15,8 +15,8 @@ from fastcore.basics import ifnone, patch
 from ..core import BD, ROW_INDEX
 
 # %% auto #0
-__all__ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'same_file',
-           'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay']
+__all__ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'keepable',
+           'same_file', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay']
 
 # %% ../../nbs/06_memory.core.ipynb #86ab8ded
 class ExperienceReplayException(ValueError):
@@ -201,7 +201,7 @@ def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     _check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
-# %% ../../nbs/06_memory.core.ipynb #05dafa68
+# %% ../../nbs/06_memory.core.ipynb #e0bb40f5
 class Storage:
     "Rows of transitions in a ring of `max_sz`: what `Replay` and the samplers ask of a storage"
     always_valid = True  # every stored row can be sampled; False: `valid` says which can
@@ -253,11 +253,11 @@ class Storage:
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` returned, after `check_state`"
+    def load_state_dict(self, state:dict, assign:bool=False):
+        "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #bf69249a
+# %% ../../nbs/06_memory.core.ipynb #dd992d96
 class MappedArrays:
     "Arrays kept in `.npy` files of one directory and memory-mapped: what a storage with a `storage_dir` allocates"
     release_every = 64 << 20  # bytes written between two unmappings of the written pages
@@ -305,6 +305,14 @@ class MappedArrays:
     def file_of(self, a:np.ndarray) -> Path|None:
         "The file that array `a` (one of `arrays`) is mapped from"
         return next((self.path/f'{k}.npy' for k, v in self.arrays.items() if v is a and isinstance(v, np.memmap)), None)
+
+def keepable(d) -> np.ndarray|None:
+    "`d` as a NumPy array that a storage can keep as it is (writable, contiguous, in RAM, not a file's map), else None"
+    if isinstance(d, torch.Tensor):
+        if d.device.type != 'cpu' or d.dtype not in NP_DTYPES or d.requires_grad: return None
+        d = d.numpy()
+    ok = isinstance(d, np.ndarray) and not isinstance(d, np.memmap) and d.flags.c_contiguous and d.flags.writeable
+    return d if ok else None
 
 def same_file(a, b) -> bool:
     "True when `a` and `b` are memory-mapped from the same file (so copying one into the other changes nothing)"
@@ -477,7 +485,7 @@ def __getitem__(self:Replay, idx) -> Replay:
     new.sampler.copy_rows(self.sampler, positions)
     return new
 
-# %% ../../nbs/06_memory.core.ipynb #be2fbed7
+# %% ../../nbs/06_memory.core.ipynb #14c8cecc
 @patch
 def state_dict(self:Replay) -> dict:
     "Everything that restores this memory into one made with the same settings"
@@ -485,11 +493,13 @@ def state_dict(self:Replay) -> dict:
             'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
 
 @patch
-def load_state_dict(self:Replay, state:dict):
+def load_state_dict(self:Replay,
+                    state:dict, # What `state_dict` returned
+                    assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
     "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
     check_kind(self, state)
     self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
-    self.storage.load_state_dict(state['storage'])
+    self.storage.load_state_dict(state['storage'], assign=assign)
     self.sampler.load_state_dict(state['sampler'])
     self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 

@@ -94,12 +94,12 @@ def write_array(a, root:Path, name:str, final:Path) -> dict:
     entry['crc32'] = zlib.crc32(memoryview(np.ascontiguousarray(n)).cast('B')) if n.size else 0
     return entry
 
-# %% ../../nbs/06f_memory.persist.ipynb #be9109a2
+# %% ../../nbs/06f_memory.persist.ipynb #09dc0d89
 def read_array(root:Path, entry:dict):
     "The array of manifest `entry`, checked for its shape, dtype and checksum; raise naming the file if it does not match"
     f = root/entry['file']
-    want = f"{tuple(entry['shape'])} {entry['dtype']}"
-    try: a = np.load(f, mmap_mode='c' if entry['nbytes'] else None, allow_pickle=False)
+    want, mapped = f"{tuple(entry['shape'])} {entry['dtype']}", not entry['file'].startswith('arrays/')
+    try: a = np.load(f, mmap_mode='r' if mapped and entry['nbytes'] else None, allow_pickle=False)
     except FileNotFoundError: raise ExperienceReplayException(f'{f}: missing (the manifest lists it as {want})') from None
     except (ValueError, OSError, EOFError) as e: raise ExperienceReplayException(f'{f}: not a whole .npy array ({e})') from None
     stored = _stored_dtype(entry, f)
@@ -227,7 +227,7 @@ def _part(spec:dict, base:type, where:str, **extra):
     try: return cls(**spec, **extra)
     except TypeError as e: raise ExperienceReplayException(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
 
-# %% ../../nbs/06f_memory.persist.ipynb #7ea10d74
+# %% ../../nbs/06f_memory.persist.ipynb #c6b86b1c
 def load_memory(path:str|Path, # A checkpoint directory written by `save`
                 cls:type=Replay): # The class (or a base class) the checkpoint must hold
     "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
@@ -244,7 +244,7 @@ def load_memory(path:str|Path, # A checkpoint directory written by `save`
     storage = _part(spec, Storage, where)
     sampler = _part(s['sampler'], Sampler, where, seed=0)  # seeded so torch's global RNG is left alone; the state sets it
     memory = kind.from_parts(storage, sampler, s['bs'], s['warmup_sz'])
-    memory.load_state_dict(from_plain(m['state'], arrays))
+    memory.load_state_dict(from_plain(m['state'], arrays), assign=True)
     return memory
 
 @patch(cls_method=True)
