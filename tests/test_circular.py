@@ -315,3 +315,14 @@ def test_few_valid_transitions_are_still_drawn_uniformly():
     for e in range(1, 41): buf.add(frame(e, e), 0, 1., False, env_id=e)  # 40 environments, each one step in
     assert np.flatnonzero(buf.valid_mask()).tolist() == [0]
     assert buf.sample_index_batch(32).tolist() == [0] * 32
+
+
+def test_no_valid_transition_yet_gives_an_empty_batch_of_the_right_shapes():
+    "With n = 2 and one step stored, nothing is valid: every column comes back with 0 rows and its usual trailing shape"
+    b = CircularReplayBuffer((2,), 1, 10, 2, update_horizon=2, observation_dtype=np.float32)
+    b.add(np.zeros(2, np.float32), 0, 0., False)
+    empty = b.sample_all_valid_transitions()
+    b.add(np.ones(2, np.float32), 1, 1., False); b.add(np.ones(2, np.float32), 1, 1., False)
+    one = b.sample_transition_batch(indices=[0])
+    assert {k: tuple(v.shape) for k, v in empty.items()} == {k: (0, *v.shape[1:]) for k, v in one.items()}
+    assert {k: tuple(v.shape) for k, v in b.sample_transition_batch(indices=[]).items()} == {k: (0, *v.shape[1:]) for k, v in one.items()}

@@ -367,11 +367,12 @@ def _column(self:FrameStorage, key, v:np.ndarray, shape:tuple) -> np.ndarray:
     if v.shape[1:] == (*shape, 1): return v.reshape(len(v), *shape)
     raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), got {v.shape}')
 
-# %% ../../nbs/06e_memory.circular.ipynb #fdeb24d3
+# %% ../../nbs/06e_memory.circular.ipynb #4f5a9102
 @patch
 def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
     "For storage indices `idxs`: which are valid transitions, and the serials, rewards and flags that build them"
     C, S, n, adds, m = self.max_sz, self.stack_size, self.n_steps, self.add_count, len(idxs)
+    w = int(np.prod(self.reward_shape))  # reward values per step (explicit, so an empty batch keeps its shape)
     lo = max(adds - C, 0)  # the oldest stored serial
     valid = (idxs >= 0) & (idxs < len(self))
     rows = np.where(valid, idxs, 0)
@@ -385,7 +386,7 @@ def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
         W[:, S - 1 - j] = np.where(live, p, _ZERO if self.padding == 'zero' else W[:, S - j])
         cur = np.where(live, p % C, cur)
     g, ti = self._gpow, rows
-    R = 0. + g[0] * self.reward[ti].reshape(m, -1).astype(np.float64)
+    R = 0. + g[0] * self.reward[ti].reshape(m, w).astype(np.float64)
     k = np.ones(m, np.int64)
     term = self.terminal[ti]
     trunc = self.truncated[ti] & ~term
@@ -397,7 +398,7 @@ def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
         W[:, S - 1 + i] = np.where(open_, nx, np.where(trunc, _FINAL, _ZERO))
         if i == n: break
         ti = np.where(open_, nx % C, ti)
-        R = np.where(open_[:, None], R + g[i] * self.reward[ti].reshape(m, -1).astype(np.float64), R)
+        R = np.where(open_[:, None], R + g[i] * self.reward[ti].reshape(m, w).astype(np.float64), R)
         k += open_
         tt = self.terminal[ti]
         term, trunc = np.where(open_, tt, term), np.where(open_, self.truncated[ti] & ~tt, trunc)
