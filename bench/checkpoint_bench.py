@@ -9,6 +9,8 @@ Configurations:
 - ours:        `ExperienceReplay` (lowdim) or `CircularReplayBuffer((84, 84), 1, ...)` (frames): `memory.save(dir)`
                (a .npy per array, a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
                fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory).
+- ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but the files are left in
+               the page cache instead of waited for on the disk, as every peer here leaves them.
 - ours[per]:   the same with prioritized sampling (the sum and min trees, the clocks and the generator saved too).
 - torchrl:     `ReplayBuffer(LazyTensorStorage)` `dumps(dir)` / `loads(dir)` (memmap + JSON) into a buffer made first.
 - torchrl[per]: the same with its `PrioritizedSampler`.
@@ -32,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-CONFIGS = ('ours', 'ours[per]', 'torchrl', 'torchrl[per]', 'tianshou', 'sb3', 'cpprb')
+CONFIGS = ('ours', 'ours[no fsync]', 'ours[per]', 'torchrl', 'torchrl[per]', 'tianshou', 'sb3', 'cpprb')
 PEERS = ('torchrl', 'torchrl[per]', 'tianshou', 'sb3', 'cpprb')
+PEERS_UNIFORM = ('torchrl', 'tianshou', 'sb3', 'cpprb')
 OUT = Path(__file__).resolve().parent/'results'/'checkpoint_bench.json'
 N = {'lowdim': 1_000_000, 'frames': 200_000}
 
@@ -52,7 +55,7 @@ def data(case, seed=0):
 def size(p: Path) -> int: return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
 
 
-def ours(case, d, per):
+def ours(case, d, per, durable=True):
     import torch
     torch.set_num_threads(1)
     from fastrl_replay.memory.persist import load_memory
@@ -66,7 +69,7 @@ def ours(case, d, per):
         m = CircularReplayBuffer((84, 84), 1, N[case], 32, prioritized=per, seed=0)
         for t in range(N[case]): m.add(d['obs'][t], d['act'][t], d['rew'][t], d['done'][t])
     path = Path(tempfile.mkdtemp(dir=WORK))/'ck'
-    p0 = peak_rss(); t0 = time.perf_counter(); m.save(path); t1 = time.perf_counter(); p1 = peak_rss()
+    p0 = peak_rss(); t0 = time.perf_counter(); m.save(path, durable=durable); t1 = time.perf_counter(); p1 = peak_rss()
     twin = load_memory(path); t2 = time.perf_counter(); p2 = peak_rss()
     assert len(twin) == N[case] and torch.equal(twin.sample()[1], m.sample()[1])
     PEAKS.update(save_peak_growth=p1 - p0, load_peak_growth=p2 - p1, stored=size(path))
@@ -146,7 +149,8 @@ def cpprb(case, d):
     return t1 - t0, t3 - t2, size(path)
 
 
-RUNNERS = {'ours': lambda c, d: ours(c, d, False), 'ours[per]': lambda c, d: ours(c, d, True),
+RUNNERS = {'ours': lambda c, d: ours(c, d, False), 'ours[no fsync]': lambda c, d: ours(c, d, False, durable=False),
+           'ours[per]': lambda c, d: ours(c, d, True),
            'torchrl': lambda c, d: torchrl(c, d, False), 'torchrl[per]': lambda c, d: torchrl(c, d, True),
            'tianshou': tianshou, 'sb3': sb3, 'cpprb': cpprb}
 WORK = None
@@ -187,7 +191,7 @@ def report(case, table):
     print('| library | save (s) | load (s) | on disk (MB) |\n|---|---:|---:|---:|')
     for c, t in table.items(): print(f"| {c} | {t['save_s']:.3f} | {t['load_s']:.3f} | {t['bytes'] / 1e6:,.1f} |")
     peers = {c: t for c, t in table.items() if c in PEERS}
-    for mine, theirs in (('ours', ('torchrl', 'tianshou', 'sb3', 'cpprb')), ('ours[per]', ('torchrl[per]',))):
+    for mine, theirs in (('ours', PEERS_UNIFORM), ('ours[no fsync]', PEERS_UNIFORM), ('ours[per]', ('torchrl[per]',))):
         ps = {c: peers[c] for c in theirs if c in peers}
         if mine not in table or not ps: continue
         for k in ('save_s', 'load_s'):

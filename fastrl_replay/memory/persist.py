@@ -61,7 +61,7 @@ def from_plain(v, arrays:list):
     if isinstance(v, list): return [from_plain(x, arrays) for x in v]
     return v
 
-# %% ../../nbs/06f_memory.persist.ipynb #600f3256
+# %% ../../nbs/06f_memory.persist.ipynb #fcac59aa
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 def _host(a) -> tuple[np.ndarray, str]:
@@ -72,25 +72,27 @@ def _host(a) -> tuple[np.ndarray, str]:
     if t.dtype not in NP_DTYPES: t = t.view(getattr(torch, np.dtype(_BITS[t.element_size()]).name))
     return t.resolve_conj().numpy(), dtype_name(a.dtype)
 
-def _fsync(path:Path):
-    "Flush `path` (a file or a directory) to the disk"
+def _fsync(path:Path, durable:bool=True):
+    "Flush `path` (a file or a directory) to the disk, if `durable`"
+    if not durable: return
     fd = os.open(path, os.O_RDONLY)
     try: os.fsync(fd)
     finally: os.close(fd)
 
-def write_array(a, root:Path, name:str, final:Path) -> dict:
+def write_array(a, root:Path, name:str, final:Path, durable:bool=True) -> dict:
     "Write `a` as `root/arrays/<name>.npy` (or point at its own file, relative to `final`) and return its manifest entry"
     n, dtype = _host(a)
     entry = dict(lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
     if isinstance(n, np.memmap) and n.filename is not None and n.mode in ('r+', 'w+'):
-        n.flush()
+        if durable: n.flush()
         entry['file'] = os.path.relpath(n.filename, final)
     else:
         n = np.ascontiguousarray(n)
         entry['file'] = f'arrays/{name}.npy'
         with open(root/entry['file'], 'wb') as f:
             np.save(f, n, allow_pickle=False)
-            f.flush(); os.fsync(f.fileno())
+            f.flush()
+            if durable: os.fsync(f.fileno())
     entry['crc32'] = zlib.crc32(memoryview(np.ascontiguousarray(n)).cast('B')) if n.size else 0
     return entry
 
@@ -122,7 +124,7 @@ def _stored_dtype(entry:dict, f:Path) -> np.dtype:
     except TypeError: pass
     raise ExperienceReplayException(f'{f}: the manifest gives an unknown dtype {entry["dtype"]!r}')
 
-# %% ../../nbs/06f_memory.persist.ipynb #10be60f7
+# %% ../../nbs/06f_memory.persist.ipynb #fd67f06e
 _RENAME_EXCHANGE = 2
 
 def _exchange(a:Path, b:Path) -> bool:
@@ -145,17 +147,17 @@ def _alive(pid:int) -> bool:
     except PermissionError: return True
     return True
 
-def swap_in(tmp:Path, path:Path):
+def swap_in(tmp:Path, path:Path, durable:bool=True):
     "Put the finished directory `tmp` at `path`, replacing what is there in one step, and remove the old one"
     if path.exists():
         if not _exchange(tmp, path):  # the old one aside, then the new one in
             old = path.parent/f'.{path.name}.old-{uuid.uuid4().hex[:8]}'
             os.rename(path, old); os.rename(tmp, path)
             tmp = old
-        _fsync(path.parent)
+        _fsync(path.parent, durable)
         shutil.rmtree(tmp)
     else: os.rename(tmp, path)
-    _fsync(path.parent)
+    _fsync(path.parent, durable)
 
 def _clear_leftovers(path:Path):
     "Remove what interrupted saves to `path` left, except the temporary directories of live processes"
@@ -164,10 +166,11 @@ def _clear_leftovers(path:Path):
     if path.exists():
         for p in _siblings(path, 'old'): shutil.rmtree(p, ignore_errors=True)
 
-# %% ../../nbs/06f_memory.persist.ipynb #d88a25d7
+# %% ../../nbs/06f_memory.persist.ipynb #0402a982
 @patch
 def save(self:Replay,
-         path:str|Path): # The checkpoint directory (made or replaced)
+         path:str|Path, # The checkpoint directory (made or replaced)
+         durable:bool=True): # Wait until every file is on the disk, so the checkpoint also survives a power loss or an OS crash
     "Write a checkpoint of the memory to `path`, atomically"
     path = Path(path).absolute()
     files = getattr(self.storage, 'files', None)
@@ -184,12 +187,10 @@ def save(self:Replay,
     tmp = path.parent/f'.{path.name}.saving-{os.getpid()}-{uuid.uuid4().hex[:8]}'
     try:
         (tmp/'arrays').mkdir(parents=True)
-        manifest['arrays'] = [write_array(a, tmp, str(i), path) for i, a in enumerate(arrays)]
-        with open(tmp/MANIFEST, 'w') as f:
-            json.dump(manifest, f)
-            f.flush(); os.fsync(f.fileno())
-        _fsync(tmp/'arrays'); _fsync(tmp)
-        swap_in(tmp, path)
+        manifest['arrays'] = [write_array(a, tmp, str(i), path, durable) for i, a in enumerate(arrays)]
+        with open(tmp/MANIFEST, 'w') as f: json.dump(manifest, f)
+        for p in (tmp/MANIFEST, tmp/'arrays', tmp): _fsync(p, durable)
+        swap_in(tmp, path, durable)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
