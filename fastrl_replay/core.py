@@ -59,7 +59,7 @@ def _row_index(idx, n):
         return torch.from_numpy(idx)
     return idx
 
-# %% ../nbs/00_core.ipynb #5af583f8
+# %% ../nbs/00_core.ipynb #fae3151a
 class BD(dict):
     "A dict of tensors that share a leading batch dimension: a batch of transitions"
     def __init__(self, *args, **kwargs):
@@ -115,3 +115,8 @@ class BD(dict):
     def __repr__(self):
         cols = ', '.join(f'{k}: {tuple(v.shape)} {str(v.dtype).replace("torch.", "")}' for k, v in self.items())
         return f'BD(bs={self.bs()}; {cols})'
+
+    def __getattr__(self, k):
+        "A column by attribute, `bd.state` for `bd['state']` (methods such as `to` and `bs` keep their names)"
+        try: return dict.__getitem__(self, k)
+        except KeyError: raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; columns: {list(self)}') from None

@@ -138,11 +138,12 @@ def sample(self:LaBERSampler, bs:int) -> tuple[BD, torch.Tensor]:
     self.sample_counts.index_add_(0, idxs.to(self.sample_counts.device), torch.ones_like(idxs))
     return out, idxs
 
-# %% ../../nbs/06d_memory.laber.ipynb #daa044b0
+# %% ../../nbs/06d_memory.laber.ipynb #0d377be5
 @delegates(LaBERSampler.__init__)
 class LaBERExperienceReplay(ExperienceReplay):
     "An `ExperienceReplay` that samples large uniform batches and keeps `bs` rows by LaBER on scores from `score`"
-    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None, **kwargs):
-        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=LaBERSampler(**kwargs), storage_dir=storage_dir)
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
+                 fields=None, **kwargs):
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=LaBERSampler(**kwargs), storage_dir=storage_dir, fields=fields)
 
 forward_attrs(LaBERExperienceReplay, 'sampler', 'm variant eps score sample_counts')

@@ -228,7 +228,7 @@ def _part(spec:dict, base:type, where:str, **extra):
     try: return cls(**spec, **extra)
     except TypeError as e: raise ExperienceReplayException(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
 
-# %% ../../nbs/06f_memory.persist.ipynb #c6b86b1c
+# %% ../../nbs/06f_memory.persist.ipynb #a2086c50
 def load_memory(path:str|Path, # A checkpoint directory written by `save`
                 cls:type=Replay): # The class (or a base class) the checkpoint must hold
     "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
@@ -244,7 +244,7 @@ def load_memory(path:str|Path, # A checkpoint directory written by `save`
     if mapped: spec.update(storage_dir=str(mapped[0].parent.resolve()), reuse_files=True)  # the storage reopens its own files
     storage = _part(spec, Storage, where)
     sampler = _part(s['sampler'], Sampler, where, seed=0)  # seeded so torch's global RNG is left alone; the state sets it
-    memory = kind.from_parts(storage, sampler, s['bs'], s['warmup_sz'])
+    memory = kind.from_parts(storage, sampler, s['bs'], s['warmup_sz'], s.get('fields'))
     memory.load_state_dict(from_plain(m['state'], arrays), assign=True)
     return memory
 

@@ -338,12 +338,13 @@ def copy_rows(self:PrioritizedSampler, src:PrioritizedSampler, rows:torch.Tensor
     self.set_priority(torch.arange(len(rows)), src.get_priority(rows))
     self._max_priority.copy_(src._max_priority)
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #a2030cc7
+# %% ../../nbs/06c_memory.prioritized.ipynb #c9ce68b3
 @delegates(PrioritizedSampler.__init__)
 class PrioritizedExperienceReplay(ExperienceReplay):
     "An `ExperienceReplay` sampled in proportion to priorities from TD errors, with importance-sampling weights"
-    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None, **kwargs):
-        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=PrioritizedSampler(**kwargs), storage_dir=storage_dir)
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
+                 fields=None, **kwargs):
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=PrioritizedSampler(**kwargs), storage_dir=storage_dir, fields=fields)
 
     def __repr__(self): return f'{super().__repr__()[:-1]}, {repr(self.sampler)[len(type(self.sampler).__name__) + 1:]}'
 
