@@ -95,12 +95,16 @@ class FrameStorage(Storage):
         return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, stack_size={self.stack_size}, '
                 f'n_steps={self.n_steps}, len={len(self)}, pointer={self.pointer})')
 
-# %% ../../nbs/06e_memory.circular.ipynb #5b486394
+# %% ../../nbs/06e_memory.circular.ipynb #4e3ea7fa
+def _in_ram(name:str, shape:tuple, dtype, fill=0) -> np.ndarray:
+    "An array in RAM; zeros are left to the kernel, so untouched rows cost no resident memory"
+    return np.zeros(shape, dtype) if fill == 0 else np.full(shape, fill, dtype)
+
 @patch
 def _allocate(self:FrameStorage):
     "Allocate every per-step array for `max_sz` steps, in RAM or in the files of `storage_dir`"
     C = self.max_sz
-    new = (lambda name, shape, dtype, fill=0: np.full(shape, fill, dtype)) if self.files is None else self.files.array
+    new = _in_ram if self.files is None else self.files.array
     self.obs = new('obs', (C, *self.obs_shape), self.obs_dtype)
     self.action = new('action', (C, *self.action_shape), self.action_dtype)
     self.reward = new('reward', (C, *self.reward_shape), self.reward_dtype)
