@@ -8,18 +8,20 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 from __future__ import annotations
 import argparse, html, json, time, warnings
 from pathlib import Path
+from fastcore.basics import ifnone
 import numpy as np, torch
 with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
     warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
     from fastai.callback.core import Callback
     from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
     from fastrl_replay.agents.dqn import dqn_learner, evaluate
+    from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError
     from fastrl_replay.data.synth import synth_replay_learner
     from fastrl_replay.plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
                                      figures_to_html)
 
 # %% auto #0
-__all__ = ['run_demo', 'run_train', 'main']
+__all__ = ['run_demo', 'run_train', 'resume_train', 'main']
 
 # %% ../nbs/90_cli.ipynb #6c09baf2
 def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
@@ -72,27 +74,61 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
               lr:float=1e-3, # Learning rate (annealed at the end)
               replay:str='uniform', # 'uniform', 'per' or 'laber'
               quiet:bool=False, # Hide fastai's progress bar and table
+              checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
               **kwargs # Passed on to `dqn_learner`
              ) -> dict:
     "Train a DQN with experience replay, evaluate it greedily and write its report"
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
+    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
+        raise ValueError(f'checkpoint_every must be a positive int or None, got {checkpoint_every!r}')
+    settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
+                    checkpoint_every=checkpoint_every, learner=kwargs)
+    learn, run = _learner(settings), None
+    if checkpoint_every is not None:
+        try: text = json.dumps(settings, indent=2)
+        except TypeError as e: raise ValueError(f'a checkpointed run keeps its settings in run.json: {e}') from None
+        run = _new_run_dir(Path(out), f'dqn-{env}-seed{seed}')
+        (run/'run.json').write_text(text)
+    return _fit_and_report(learn, settings, run, Path(out), quiet)
+
+def resume_train(run:str|Path, # A run folder that `run_train` wrote with `checkpoint_every`
+                 quiet:bool=False # Hide fastai's progress bar and table
+                ) -> dict:
+    "Carry the run in folder `run` on from its checkpoint to the steps it was started for, and write its report"
+    run, keys = Path(run), ('env', 'steps', 'seed', 'replay_size', 'lr', 'replay', 'checkpoint_every', 'learner')
+    try: settings = json.loads((run/'run.json').read_text())
+    except FileNotFoundError: raise CheckpointError(f"{run/'run.json'} is missing: {run} is not a run folder written with checkpoint_every") from None
+    except ValueError as e: raise CheckpointError(f"{run/'run.json'} is not valid JSON ({e})") from None
+    missing = [k for k in keys if k not in settings] if isinstance(settings, dict) else list(keys)
+    if missing: raise CheckpointError(f"{run/'run.json'} lacks the settings {missing}")
+    return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
+
+# %% ../nbs/90_cli.ipynb #2ac6f3c4
+def _learner(s:dict):
+    "The `dqn_learner` of run settings `s`"
     torch.set_num_threads(1)  # a small network trains fastest on one thread
-    learn = dqn_learner(env, steps_per_epoch=steps // 10, max_sz=replay_size, seed=seed, lr=lr, replay=replay, **kwargs)
+    return dqn_learner(s['env'], steps_per_epoch=s['steps'] // 10, max_sz=s['replay_size'], seed=s['seed'], lr=s['lr'],
+                       replay=s['replay'], **s['learner'])
+
+def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
+    "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
+    cbs = [] if run is None else [CheckpointCallback(run/'checkpoint', every=s['checkpoint_every'], resume=resume)]
     start = time.perf_counter()
     if quiet:
-        with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(10, lr)
-    else: learn.fit_flat_cos(10, lr)
-    wall = time.perf_counter() - start
+        with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(10, s['lr'], cbs=cbs)
+    else: learn.fit_flat_cos(10, s['lr'], cbs=cbs)
+    wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
+    env, seed = s['env'], s['seed']
     returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
     loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.experience_replay
-    metrics = dict(env=env, seed=seed, replay=replay, eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
+    metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=replay_size, memory_rows=len(mem), lr=lr)
-    run = _new_run_dir(Path(out), f'dqn-{env}-seed{seed}')
+                   env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+    run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
     figs = [plot_returns(loop.returns), plot_losses(learn.recorder), plot_replay_stats(mem, 'td_error', max_frames=100)]
-    if replay != 'uniform': figs += [plot_priorities(mem), plot_sample_counts(mem)]
+    if s['replay'] != 'uniform': figs += [plot_priorities(mem), plot_sample_counts(mem)]
     (run/'report.html').write_text(_report(metrics, figs))
     return dict(metrics, report=str(run/'report.html'))
 
@@ -117,13 +153,15 @@ def main(argv=None):
     d.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t = sub.add_parser('train', help='train a DQN with experience replay, evaluate it and write its report')
-    t.add_argument('--env', default='CartPole-v1', help='gymnasium environment id (default: CartPole-v1)')
-    t.add_argument('--steps', type=_positive, default=50_000, help='environment steps (default: 50000)')
-    t.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
-    t.add_argument('--replay-size', type=_positive, default=50_000, help='replay memory capacity (default: 50000)')
-    t.add_argument('--replay', choices=['uniform', 'per', 'laber'], default='uniform',
-                   help='uniform, prioritized (per) or LaBER replay (default: uniform)')
-    t.add_argument('--out', default='reports', help='folder for reports (default: reports)')
+    t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1)')
+    t.add_argument('--steps', type=_positive, help='environment steps (default: 50000)')
+    t.add_argument('--seed', type=int, help='seed (default: 0)')
+    t.add_argument('--replay-size', type=_positive, help='replay memory capacity (default: 50000)')
+    t.add_argument('--replay', choices=['uniform', 'per', 'laber'], help='uniform, prioritized (per) or LaBER replay (default: uniform)')
+    t.add_argument('--out', help='folder for reports (default: reports)')
+    t.add_argument('--checkpoint-every', type=_positive, metavar='K',
+                   help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: never)')
+    t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     args = p.parse_args(argv)
     if args.command == 'train': return _train(p, args)
@@ -134,9 +172,16 @@ def main(argv=None):
     print(f"report: {m['report']}")
 
 # %% ../nbs/90_cli.ipynb #3a23209e
+_TRAIN = dict(env='CartPole-v1', steps=50_000, seed=0, replay_size=50_000, replay='uniform', out='reports', checkpoint_every=None)
+
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
-    try: m = run_train(args.env, args.steps, args.seed, args.replay_size, args.out, replay=args.replay, quiet=args.quiet)
+    given = [f"--{k.replace('_', '-')}" for k in _TRAIN if getattr(args, k) is not None]
+    if args.resume is not None and given:
+        parser.error(f'--resume carries a run on with the settings it was started with: drop {" ".join(given)}')
+    try:
+        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet)
+        else: m = resume_train(args.resume, args.quiet)
     except ValueError as e: parser.error(str(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "
           f"({m['env_steps_per_s']:.0f}/s), {m['episodes']} episodes")

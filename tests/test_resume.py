@@ -1,0 +1,228 @@
+"Exact resume: a run killed right after a checkpoint and resumed ends as the run that was never interrupted; bad checkpoints are refused."
+import json, os, re, shutil, signal, subprocess, sys
+from pathlib import Path
+import numpy as np, pytest, torch
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+from fastai.callback.core import Callback, CancelFitException
+from fastrl_replay.agents.dqn import dqn_learner
+from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError, read_checkpoint, write_checkpoint
+from fastrl_replay.memory.persist import load_memory
+from fastrl_replay.cli import main
+
+EXE = Path(sys.executable).parent/'fastrl-replay'
+ENV = dict(os.environ, OMP_NUM_THREADS='1')
+KILL_AFTER_SAVE = '''
+import os, signal, sys
+from fastrl_replay import checkpoint
+from fastrl_replay.cli import main
+save = checkpoint.CheckpointCallback.save
+def save_then_die(self):
+    save(self)
+    os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: as a crash or an out-of-memory kill
+checkpoint.CheckpointCallback.save = save_then_die
+main(sys.argv[1:])
+'''
+
+
+def cli(*args, kill_after_save=False):
+    cmd = [sys.executable, '-c', KILL_AFTER_SAVE] if kill_after_save else [str(EXE)]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=300, env=ENV)
+
+
+def same(a, b, path='state'):
+    "Assert that two trees of checkpoint data are equal, tensors and arrays bit for bit"
+    assert type(a) is type(b), (path, type(a), type(b))
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a: same(a[k], b[k], f'{path}.{k}')
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)): same(x, y, f'{path}[{i}]')
+    elif isinstance(a, torch.Tensor): assert a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray): assert a.dtype == b.dtype and np.array_equal(a, b), path
+    else: assert a == b or (a != a and b != b), (path, a, b)  # NaN: a loss before any trained batch
+
+
+WALL = ('wall_s', 'env_steps_per_s')
+
+def report_without_wall_time(run:Path) -> str:
+    "The report, with the wall-clock rows and plotly's random figure ids taken out"
+    page = (run/'report.html').read_text()
+    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s)</th><td>[^<]*</td></tr>', '', page)
+    return re.sub(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', 'ID', page)
+
+
+@pytest.mark.parametrize('replay', ['uniform', 'per'])
+def test_a_run_killed_after_a_checkpoint_resumes_exactly(tmp_path, replay):
+    args = ('train', '--steps', 2000, '--replay-size', 1500, '--seed', 1, '--replay', replay, '--checkpoint-every', 1300, '--quiet')
+    r = cli(*args, '--out', tmp_path/'straight')
+    assert r.returncode == 0, r.stderr
+    r = cli(*args, '--out', tmp_path/'killed', kill_after_save=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    (run,) = (tmp_path/'killed').iterdir()
+    assert sorted(p.name for p in run.iterdir()) == ['checkpoint', 'run.json']  # nothing else written before the kill
+    stopped = read_checkpoint(run/'checkpoint')
+    assert (stopped['position']['epoch'], stopped['position']['batch'], stopped['env_steps']) == (6, 25, 1302)  # mid-epoch
+    r = cli('train', '--resume', run, '--quiet')
+    assert r.returncode == 0, r.stderr
+    (ref,) = (tmp_path/'straight').iterdir()
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in ref.iterdir())
+    for k, w in torch.load(ref/'model.pth').items(): assert torch.equal(torch.load(run/'model.pth')[k], w), k
+    m_ref, m_run = (json.loads((d/'metrics.json').read_text()) for d in (ref, run))
+    assert {k: v for k, v in m_run.items() if k not in WALL} == {k: v for k, v in m_ref.items() if k not in WALL}
+    assert m_run['memory_rows'] == 1500
+    assert report_without_wall_time(run) == report_without_wall_time(ref)
+    # the final checkpoints: the same run state (weights, optimizer, target network, recorder, environments, generators)
+    a, b = read_checkpoint(ref/'checkpoint'), read_checkpoint(run/'checkpoint')
+    assert a['position'] == b['position'] == dict(epoch=10, batch=0, n_epoch=10, n_iter=50, train_iter=500, pct_train=a['position']['pct_train'])
+    # NumPy's and Python's global generators start from the system's entropy in each process, and nothing in a run draws
+    # from them: the resumed run ends with those it restored
+    for g in ('numpy', 'python'): same(b['rng'].pop(g), stopped['rng'][g]); a['rng'].pop(g)
+    same({k: v for k, v in a.items() if k not in ('elapsed', 'memories')}, {k: v for k, v in b.items() if k not in ('elapsed', 'memories')})
+    # and the same replay memory: rows, TD errors, priorities, counters and the sampler's generator
+    same(load_memory(a['memories']['experience_replay']).state_dict(), load_memory(b['memories']['experience_replay']).state_dict())
+
+
+def small_dqn(**kwargs):
+    return dqn_learner(**dict(dict(steps_per_epoch=200, warmup_sz=100, max_sz=500, hidden=(16,), seed=0), **kwargs))
+
+
+def fit(learn, *cbs, epochs=3):
+    with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(epochs, 1e-3, cbs=list(cbs))
+    return learn
+
+
+class StopAfterCheckpoint(Callback):
+    "End the fit right after the first checkpoint"
+    order = 71
+    def after_batch(self):
+        if self.checkpoint.last is not None: raise CancelFitException()
+    after_epoch = after_batch
+
+
+@pytest.mark.parametrize('every,stopped', [(250, (1, 12)), (402, (2, 0))])
+def test_two_environments_resume_exactly_mid_epoch_and_at_an_epoch_end(tmp_path, every, stopped):
+    ref = fit(small_dqn(n_envs=2))  # without any checkpoint: writing them changes nothing
+    fit(small_dqn(n_envs=2), CheckpointCallback(tmp_path/'ck', every=every), StopAfterCheckpoint())
+    pos = read_checkpoint(tmp_path/'ck')['position']
+    assert (pos['epoch'], pos['batch']) == stopped  # the 402nd step comes in the second epoch's last batch: saved as the epoch ends
+    learn = fit(small_dqn(n_envs=2), CheckpointCallback(tmp_path/'ck', every=every, resume=True))
+    for k, w in ref.model.state_dict().items(): assert torch.equal(learn.model.state_dict()[k], w), k
+    l1, l2 = ref.dls.train.dataset.loop, learn.dls.train.dataset.loop
+    assert (l2.env_steps, l2.returns, l2.agent.steps) == (l1.env_steps, l1.returns, l1.agent.steps)
+    r1, r2 = ref.recorder, learn.recorder
+    assert (r2.lrs, r2.iters, r2.hps, [float(l) for l in r2.losses]) == (r1.lrs, r1.iters, r1.hps, [float(l) for l in r1.losses])
+    assert [list(v) for v in r2.values] == [list(v) for v in r1.values]
+    assert (learn.train_iter, learn.pct_train, learn.dqn_trainer.n_updates) == (ref.train_iter, ref.pct_train, ref.dqn_trainer.n_updates)
+
+
+class FarCartPole(CartPoleEnv):
+    "CartPole from outside gymnasium's classic-control package, so its state is not saved"
+
+gym.register('FarCartPole-v0', entry_point=FarCartPole, max_episode_steps=500)
+
+
+def test_an_environment_that_cannot_be_saved_starts_new_episodes(tmp_path):
+    "On resume, the episodes start again, from the environment's restored generator: the same ones every time"
+    fl = dict(env='FarCartPole-v0', steps_per_epoch=100, warmup_sz=50)
+    fit(small_dqn(**fl), CheckpointCallback(tmp_path/'ck', every=150), StopAfterCheckpoint())
+    saved = read_checkpoint(tmp_path/'ck')
+    assert sorted(saved['data']['loop']['env']) == ['rngs']  # the generator only
+    learn = small_dqn(**fl)
+    assert learn.dls.train.dataset.loop.load_state_dict(saved['data']['loop']) is False
+    runs = [fit(small_dqn(**fl), CheckpointCallback(tmp_path/'ck', every=150, resume=True)) for _ in range(2)]
+    assert runs[0].dls.train.dataset.loop.returns == runs[1].dls.train.dataset.loop.returns  # the same new episodes each time
+    assert read_checkpoint(tmp_path/'ck')['position']['epoch'] == 3
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+    "A checkpoint of a small DQN in the middle of its second epoch"
+    path = tmp_path_factory.mktemp('ck')/'ck'
+    fit(small_dqn(), CheckpointCallback(path, every=300), StopAfterCheckpoint())
+    return path
+
+
+def resume(path, **kwargs): return fit(small_dqn(**kwargs), CheckpointCallback(path, every=300, resume=True))
+
+
+def test_a_missing_checkpoint_is_refused(tmp_path):
+    with pytest.raises(CheckpointError, match=f'^no checkpoint at {tmp_path}/none: expected a folder written by CheckpointCallback$'):
+        resume(tmp_path/'none')
+    (tmp_path/'empty').mkdir()
+    with pytest.raises(CheckpointError, match=f'^{tmp_path}/empty/checkpoint.json is missing: {tmp_path}/empty is not a whole checkpoint$'):
+        resume(tmp_path/'empty')
+
+
+def damaged(checkpoint, tmp_path, change):
+    "A copy of `checkpoint` with `change` applied to it"
+    copy = tmp_path/'ck'
+    shutil.copytree(checkpoint, copy)
+    change(copy)
+    return copy
+
+
+def flip_last_bit(f:Path):
+    data = f.read_bytes()
+    f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+
+
+def test_a_damaged_checkpoint_is_refused_naming_the_file(checkpoint, tmp_path):
+    ck = damaged(checkpoint, tmp_path, lambda c: flip_last_bit(c/'state.pth'))
+    with pytest.raises(CheckpointError, match=f'^{ck}/state.pth does not match its checksum in checkpoint.json: the checkpoint is damaged$'):
+        resume(ck)
+    memory_array = sorted((checkpoint/'memory'/'experience_replay'/'arrays').iterdir())[0].name
+    ck = damaged(checkpoint, tmp_path/'a', lambda c: (c/'memory'/'experience_replay'/'arrays'/memory_array).unlink())
+    with pytest.raises(CheckpointError, match=f'^{ck}/memory/experience_replay/arrays/{memory_array} is missing: the checkpoint is incomplete$'):
+        resume(ck)
+    ck = damaged(checkpoint, tmp_path/'b', lambda c: (c/'checkpoint.json').write_text('{"format": "fastrl_replay.checkpoint", "vers'))
+    with pytest.raises(CheckpointError, match=r'checkpoint.json is not valid JSON \(.*\): the checkpoint is damaged$'):
+        resume(ck)
+    ck = damaged(checkpoint, tmp_path/'c', lambda c: (c/'checkpoint.json').write_text('{"format": "fastrl_replay.checkpoint", "version": 2}'))
+    with pytest.raises(CheckpointError, match='checkpoint.json: format version 2; this library reads version 1$'):
+        resume(ck)
+
+
+def test_a_checkpoint_of_another_run_is_refused(checkpoint):
+    with pytest.raises(CheckpointError, match=r'(?s)does not fit this learner: .*size mismatch for net.0.weight'):
+        resume(checkpoint, hidden=(8,))
+    with pytest.raises(CheckpointError, match=f'the checkpoint at {checkpoint} is of a fit of 3 epochs of 50 batches; this fit has 3 epochs of 25$'):
+        resume(checkpoint, steps_per_epoch=100)
+    with pytest.raises(CheckpointError, match=r"holds the replay memories \['experience_replay'\]; this learner has \[\]"):
+        learn = small_dqn()
+        learn.remove_cb(learn.experience_replay)
+        fit(learn, CheckpointCallback(checkpoint, resume=True))
+
+
+def test_a_save_interrupted_between_its_renames_leaves_the_old_checkpoint(tmp_path):
+    ck = write_checkpoint(tmp_path/'ck', dict(step=1))
+    os.rename(ck, tmp_path/'.ck.old')  # killed after moving the old one aside, before moving the new one in
+    (tmp_path/'.ck.tmp').mkdir()  # and the new one unfinished
+    assert read_checkpoint(ck)['step'] == 1
+    write_checkpoint(ck, dict(step=2))
+    assert read_checkpoint(ck)['step'] == 2 and sorted(p.name for p in tmp_path.iterdir()) == ['ck']
+
+
+def refused(capsys, *args) -> str:
+    "The error `fastrl-replay` prints for `args`, checking that it exits with status 2"
+    with pytest.raises(SystemExit) as e: main(list(map(str, args)))
+    assert e.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_the_command_line_refuses_what_it_cannot_resume(tmp_path, capsys):
+    assert refused(capsys, 'train', '--resume', tmp_path/'nothing') == \
+        f'fastrl-replay: error: {tmp_path}/nothing/run.json is missing: {tmp_path}/nothing is not a run folder written with checkpoint_every'
+    (tmp_path/'run').mkdir()
+    (tmp_path/'run'/'run.json').write_text('{"env": "CartPole-v1", "steps": 100}')
+    assert refused(capsys, 'train', '--resume', tmp_path/'run') == \
+        f"fastrl-replay: error: {tmp_path}/run/run.json lacks the settings ['seed', 'replay_size', 'lr', 'replay', 'checkpoint_every', 'learner']"
+    (tmp_path/'run'/'run.json').write_text(json.dumps(dict(env='CartPole-v1', steps=100, seed=0, replay_size=100, lr=1e-3,
+                                                           replay='uniform', checkpoint_every=50, learner=dict(warmup_sz=20))))
+    assert refused(capsys, 'train', '--resume', tmp_path/'run') == \
+        f'fastrl-replay: error: no checkpoint at {tmp_path}/run/checkpoint: expected a folder written by CheckpointCallback'
+    assert refused(capsys, 'train', '--resume', tmp_path/'run', '--steps', 200, '--seed', 3) == \
+        'fastrl-replay: error: --resume carries a run on with the settings it was started with: drop --steps --seed'
+    assert refused(capsys, 'train', '--checkpoint-every', 0) == \
+        "fastrl-replay train: error: argument --checkpoint-every: expected a positive integer, got '0'"
