@@ -1,6 +1,9 @@
-"""Throughput of `ExperienceReplay` against peer replay buffers: cpprb, TorchRL and Stable-Baselines3.
+"""Throughput of `ExperienceReplay` against peer replay buffers: cpprb, TorchRL, Stable-Baselines3 and rlox (optional).
 
-`ours` is fed torch tensors, its native input; `ours[numpy]` is fed the NumPy arrays that SB3 and cpprb get.
+`ours` is fed torch tensors, its native input; `ours[numpy]` is fed the NumPy arrays that SB3 and cpprb get;
+`ours[append]` adds single transitions with `append`, one NumPy row per column without a batch dimension, as SB3's and
+rlox's `push` take them (its add(256) and sampling are `ours`'). rlox (a Rust core, `pip install rlox`) is left out when
+it is not installed.
 
 A buffer of capacity 1,000,000 holds transitions with float32 observations of D features (D=4 and D=17 by
 default), a float32 action of 6, a float32 reward and a bool done flag. Three operations are timed:
@@ -28,7 +31,7 @@ import numpy as np, torch
 CAP, BS, ACT_DIM = 1_000_000, 256, 6
 OPS = ('add1', 'add256', 'sample')
 OP_NAMES = {'add1': 'add(1)', 'add256': 'add(256)', 'sample': 'sample(256)'}
-PEERS = ('cpprb', 'sb3', 'torchrl')
+PEERS = ('cpprb', 'sb3', 'torchrl', 'rlox')
 SETTINGS = {'full':  dict(rounds=5, n_single=20_000, n_chunks=400, sample_calls=300, sample_warmup=20),
             'quick': dict(rounds=2, n_single=5_000, n_chunks=100, sample_calls=100, sample_warmup=10)}
 OUT = Path(__file__).resolve().parent/'results'/'replay_bench.json'
@@ -80,6 +83,48 @@ class OursNumpy(Ours):
         cols = dict(state=data['obs'], next_state=data['next_obs'], action=data['act'], reward=data['rew'], done=data['done'])
         self.singles = [{k: v[i:i+1] for k, v in cols.items()} for i in range(n_single)]
         self.chunks = [{k: v[s:s+BS] for k, v in cols.items()} for s in chunk_starts(n_chunks)]
+
+
+class OursAppend(Ours):
+    "Ours fed one transition per call without a batch dimension, with `append` (NumPy rows, as SB3 and rlox get)"
+    name = 'ours[append]'
+    def __init__(self, data, n_single, n_chunks):
+        super().__init__(data, n_single, n_chunks)
+        cols = dict(state=data['obs'], next_state=data['next_obs'], action=data['act'], reward=data['rew'][:, 0], done=data['done'][:, 0])
+        self.singles = [{k: v[i] for k, v in cols.items()} for i in range(n_single)]
+    def add_buffer(self):
+        er = self.new()
+        return er, er.append
+    def chunk_buffer(self): return Ours.add_buffer(self)
+
+
+class Rlox:
+    "rlox's Rust ring buffer: `push` one transition, `push_batch` a chunk of flat arrays, `sample(n, seed)`"
+    name = 'rlox'
+    def __init__(self, data, n_single, n_chunks):
+        import rlox
+        self.cls, self.dim = rlox.ReplayBuffer, data['obs'].shape[1]
+        flat = lambda *vs: tuple(np.ascontiguousarray(v).reshape(-1) for v in vs)  # `push_batch` takes flat arrays, flags as uint8
+        self.all = flat(data['obs'], data['next_obs'], data['act'], data['rew'], data['done'].astype(np.uint8), np.zeros(CAP, np.uint8))
+        self.singles = [(data['obs'][i], data['act'][i], float(data['rew'][i, 0]), bool(data['done'][i, 0]), False, data['next_obs'][i])
+                        for i in range(n_single)]
+        rows = (self.dim, self.dim, ACT_DIM, 1, 1, 1)  # values per transition in each flat array
+        self.chunks = [tuple(v[s*k:(s+BS)*k] for v, k in zip(self.all, rows)) for s in chunk_starts(n_chunks)]
+        self.seed = 0
+    def new(self): return self.cls(CAP, self.dim, ACT_DIM)
+    def add_buffer(self):
+        rb = self.new()
+        return rb, lambda x: rb.push(*x)
+    def chunk_buffer(self):
+        rb = self.new()
+        return rb, lambda x: rb.push_batch(*x)
+    def full_buffer(self):
+        rb = self.new()
+        rb.push_batch(*self.all)
+        def sample():
+            self.seed += 1  # rlox takes a seed per call
+            return rb.sample(BS, self.seed)
+        return rb, sample
 
 
 class Cpprb:
@@ -160,8 +205,8 @@ class TorchRL:
         return rb, rb.sample
 
 
-LIBS = {'ours': Ours, 'ours[numpy]': OursNumpy, 'cpprb': Cpprb, 'sb3': SB3, 'torchrl': TorchRL}
-DISTS = {'cpprb': ['cpprb'], 'sb3': ['stable-baselines3', 'gymnasium'], 'torchrl': ['torchrl', 'tensordict']}
+LIBS = {'ours': Ours, 'ours[numpy]': OursNumpy, 'ours[append]': OursAppend, 'cpprb': Cpprb, 'sb3': SB3, 'torchrl': TorchRL, 'rlox': Rlox}
+DISTS = {'cpprb': ['cpprb'], 'sb3': ['stable-baselines3', 'gymnasium'], 'torchrl': ['torchrl', 'tensordict'], 'rlox': ['rlox']}
 
 
 def add_rate(make, inputs, rows_each):
@@ -234,7 +279,7 @@ def summarize(rounds):
     return res
 
 
-OURS = ('ours', 'ours[numpy]')
+OURS = ('ours', 'ours[numpy]', 'ours[append]')
 
 def ratios(res, ours='ours'):
     "The throughput of `ours` over each peer's, and over the best peer's, for each operation"
