@@ -117,15 +117,21 @@ def test_two_environments_resume_exactly_mid_epoch_and_at_an_epoch_end(tmp_path,
     assert (learn.train_iter, learn.pct_train, learn.dqn_trainer.n_updates) == (ref.train_iter, ref.pct_train, ref.dqn_trainer.n_updates)
 
 
-class FarCartPole(CartPoleEnv):
+class OutsideCartPole(CartPoleEnv):
     "CartPole from outside gymnasium's classic-control package, so its state is not saved"
 
-gym.register('FarCartPole-v0', entry_point=FarCartPole, max_episode_steps=500)
+
+@pytest.fixture
+def outside_env():
+    "The id of `OutsideCartPole`, registered for the test only (other tests read the registry)"
+    gym.register('OutsideCartPole-v0', entry_point=OutsideCartPole, max_episode_steps=500)
+    yield 'OutsideCartPole-v0'
+    del gym.registry['OutsideCartPole-v0']
 
 
-def test_an_environment_that_cannot_be_saved_starts_new_episodes(tmp_path):
+def test_an_environment_that_cannot_be_saved_starts_new_episodes(tmp_path, outside_env):
     "On resume, the episodes start again, from the environment's restored generator: the same ones every time"
-    fl = dict(env='FarCartPole-v0', steps_per_epoch=100, warmup_sz=50)
+    fl = dict(env=outside_env, steps_per_epoch=100, warmup_sz=50)
     fit(small_dqn(**fl), CheckpointCallback(tmp_path/'ck', every=150), StopAfterCheckpoint())
     saved = read_checkpoint(tmp_path/'ck')
     assert sorted(saved['data']['loop']['env']) == ['rngs']  # the generator only
