@@ -222,7 +222,10 @@ def run_state(self:CheckpointCallback) -> dict:
 @patch
 def _memories(self:CheckpointCallback) -> dict:
     "The replay memories of the learner's replay callbacks, by callback name"
-    return {cb.name: m for cb in self.cbs if isinstance(m := vars(cb).get('experience_replay'), Replay)}
+    mems = {cb.name: vars(cb)['experience_replay'] for cb in self.cbs if 'experience_replay' in vars(cb)}
+    other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
+    if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
+    return mems
 
 @patch
 def save(self:CheckpointCallback):

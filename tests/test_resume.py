@@ -8,6 +8,7 @@ from fastai.callback.core import Callback, CancelFitException
 from fastrl_replay.agents.dqn import dqn_learner
 from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError, read_checkpoint, write_checkpoint
 from fastrl_replay.memory.persist import load_memory
+from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
 from fastrl_replay.cli import main
 
 EXE = Path(sys.executable).parent/'fastrl-replay'
@@ -232,3 +233,25 @@ def test_the_command_line_refuses_what_it_cannot_resume(tmp_path, capsys):
         'fastrl-replay: error: --resume carries a run on with the settings it was started with: drop --steps --seed'
     assert refused(capsys, 'train', '--checkpoint-every', 0) == \
         "fastrl-replay train: error: argument --checkpoint-every: expected a positive integer, got '0'"
+
+
+class OwnMemory:
+    "A replay memory of its own making, over a `Replay`: it has no `save`"
+    def __init__(self, m): self.m = m
+    def __add__(self, b):
+        self.m + b
+        return self
+    def sample(self, bs=None): return self.m.sample(bs)
+    def update_td(self, td_errors, idxs): self.m.update_td(td_errors, idxs)
+    def __len__(self): return len(self.m)
+    def state_dict(self): return self.m.state_dict()
+    def load_state_dict(self, state): self.m.load_state_dict(state)
+
+
+def test_a_memory_that_cannot_be_saved_is_refused(tmp_path):
+    memory = OwnMemory(ExperienceReplay(bs=32, max_sz=500, warmup_sz=100, seed=0))
+    learn = small_dqn(replay_cb=ExperienceReplayCallback(experience_replay=memory))
+    with pytest.raises(CheckpointError, match=r"the replay memories \{'experience_replay': 'OwnMemory'\} cannot be checkpointed: "
+                                              r"a memory needs the `save` of a `Replay`$"):
+        fit(learn, CheckpointCallback(tmp_path/'ck', every=150))
+    assert not (tmp_path/'ck').exists()
