@@ -13,3 +13,4 @@ from .learner import *
 from .agents.dqn import *
 from .plots import *
 from .datasets import *
+from .checkpoint import *
