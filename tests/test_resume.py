@@ -204,8 +204,8 @@ def test_a_checkpoint_of_another_run_is_refused(checkpoint):
 
 def test_a_save_interrupted_between_its_renames_leaves_the_old_checkpoint(tmp_path):
     ck = write_checkpoint(tmp_path/'ck', dict(step=1))
-    os.rename(ck, tmp_path/'.ck.old')  # killed after moving the old one aside, before moving the new one in
-    (tmp_path/'.ck.tmp').mkdir()  # and the new one unfinished
+    os.rename(ck, tmp_path/'.ck.old-0')  # where a file system without an atomic exchange moves the old one aside
+    (tmp_path/'.ck.saving-999999999-0').mkdir()  # and a new one, unfinished, of a process that is gone
     assert read_checkpoint(ck)['step'] == 1
     write_checkpoint(ck, dict(step=2))
     assert read_checkpoint(ck)['step'] == 2 and sorted(p.name for p in tmp_path.iterdir()) == ['ck']
