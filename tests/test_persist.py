@@ -127,12 +127,12 @@ def test_wrong_class_and_unknown_kind(tmp_path):
     m = Replay(ColumnStorage(20), LastRows(seed=0), bs=3, warmup_sz=5)
     m + synth_transitions(12)
     m.save(tmp_path/'mine')
-    with pytest.raises(ExperienceReplayException, match="'LastRows' is not a known Sampler class.*register_kind"):
+    with pytest.raises(ExperienceReplayException, match="LastRows' is not a known Sampler class.*register_kind"):
         load_memory(tmp_path/'mine')
     try:
         register_kind(LastRows)
         assert torch.equal(load_memory(tmp_path/'mine').sample()[1], m.sample()[1])
-    finally: KINDS.pop('LastRows')
+    finally: KINDS.pop(f'{LastRows.__module__}.{LastRows.__qualname__}')
     with pytest.raises(ExperienceReplayException, match='only Replay, Storage and Sampler'): register_kind(dict)
 
 

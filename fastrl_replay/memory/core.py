@@ -16,7 +16,7 @@ from ..core import BD, ROW_INDEX
 
 # %% auto #0
 __all__ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'keepable',
-           'same_file', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition']
+           'same_file', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'kind_name']
 
 # %% ../../nbs/06_memory.core.ipynb #86ab8ded
 class ExperienceReplayException(ValueError):
@@ -536,13 +536,17 @@ def load_state_dict(self:Replay,
     self.sampler.load_state_dict(state['sampler'])
     self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
-# %% ../../nbs/06_memory.core.ipynb #5e3776ca
+# %% ../../nbs/06_memory.core.ipynb #37992e97
 @patch
 def settings(self:Replay) -> dict:
     "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"
-    return dict(kind=type(self).__name__, bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
-                storage=dict(kind=type(self.storage).__name__, **self.storage.settings()),
-                sampler=dict(kind=type(self.sampler).__name__, **self.sampler.settings()))
+    return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
+                storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
+                sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
+
+def kind_name(cls:type) -> str:
+    "A class's name with its module, which tells apart classes of the same name"
+    return f'{cls.__module__}.{cls.__qualname__}'
 
 @patch(cls_method=True)
 def from_parts(cls:Replay, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
