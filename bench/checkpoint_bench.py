@@ -21,7 +21,8 @@ Configurations:
 Each configuration runs in a fresh subprocess per round; the data are made, and the libraries imported, before the
 timers start. Rounds are interleaved with the order rotating, the median over rounds is reported, and ours' times are
 given as ratios to the fastest peer (> 1 means ours is faster). cpprb's compressed save of incompressible frames takes
-minutes, so the frames case runs it once. Files go to a temporary directory on the same disk as the project.
+minutes, so the frames case runs it once. Files go to a temporary directory on the same disk as the project, and the
+page cache is flushed (`os.sync`) before each configuration starts, so none pays for the writes another left behind.
 For ours, the growth of the process's peak resident memory is reported too: while saving (no copy of the storage is made)
 and while loading (the new memory itself, plus the checkpoint's pages mapped while they are read).
 Results go to bench/results/checkpoint_bench.json.
@@ -173,6 +174,7 @@ def run_case(case, rounds, configs, work):
         for c in order:
             if c == 'cpprb' and case == 'frames' and r > 0: continue
             d = Path(tempfile.mkdtemp(dir=work))
+            os.sync()  # every configuration starts without the dirty pages an earlier one left for the kernel to write
             try:
                 out = subprocess.run([sys.executable, __file__, '--child', c, '--case', case, '--work', str(d)], capture_output=True,
                                      text=True, check=True).stdout.strip().splitlines()[-1]
