@@ -450,7 +450,7 @@ class Replay:
         return (f'{type(self).__name__}(bs={self.bs}, max_sz={self.max_sz}, warmup_sz={self.warmup_sz}, '
                 f'len={len(self)}, pointer={self.storage.pointer})')
 
-# %% ../../nbs/06_memory.core.ipynb #da10b170
+# %% ../../nbs/06_memory.core.ipynb #e636832d
 @patch
 def __add__(self:Replay, other) -> Replay:
     "Write the rows of `other` at the write position, in place, and return the memory"
@@ -473,7 +473,7 @@ def row(self:Replay, i:int):
 
 def as_transition(t, fields:tuple|None=None) -> Mapping:
     "One transition as a dict of its values"
-    if isinstance(t, Mapping): return t
+    if type(t) is dict or isinstance(t, Mapping): return t
     if hasattr(t, '_asdict'): return t._asdict()
     if dataclasses.is_dataclass(t) and not isinstance(t, type): return {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
     if isinstance(t, (tuple, list)) and fields is not None:

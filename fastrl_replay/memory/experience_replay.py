@@ -21,7 +21,7 @@ from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #c59de2a6
+# %% ../../nbs/06a_memory.experience_replay.ipynb #80a152e1
 def _column(k, v, keep_numpy=False):
     "Column `k` of an incoming batch as a plain tensor (or, with `keep_numpy`, a plain NumPy array)"
     if type(v) is torch.Tensor: return v
@@ -53,6 +53,8 @@ class _Col:
         self.np_dtype = np.dtype(NP_DTYPES[self.dtype]) if self.dtype in NP_DTYPES else None
         info = np.iinfo(self.np_dtype) if self.np_dtype is not None and self.np_dtype.kind in 'iu' else None
         self.lo, self.hi = (int(info.min), int(info.max)) if info is not None else (None, None)  # an int's check: two comparisons
+        self.np_scalar = self.np_dtype.type if self.np_dtype is not None else None  # e.g. np.float32: one value of the column
+        self.is_td = self.key == 'td_error'
 
 _MISSING = object()
 
@@ -322,7 +324,7 @@ class ExperienceReplay(Replay):
         "The columns of the memory, `td_error` included"
         return self.storage.keys
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #c9050160
+# %% ../../nbs/06a_memory.experience_replay.ipynb #6bc7e53d
 _DEFAULT = {float: np.float32, int: np.int64, bool: np.bool_}
 
 def _first_value(k, v) -> np.ndarray:
@@ -339,6 +341,7 @@ def _kind_error(c:_Col, what:str):
 def _one(c:_Col, v):
     "Value `v` of one transition, ready to write into column `c`; raise if it does not fit"
     t = type(v)
+    if t is np.ndarray or t is c.np_scalar: return _checked(c, v)  # the common cases first
     if t is float or t is int or t is bool:  # a Python number: converted as torch.tensor would convert it
         if c.shape and not (c.key == 'td_error' and c.shape == (1,)):
             raise ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got a {t.__name__}')
@@ -347,7 +350,7 @@ def _one(c:_Col, v):
         elif t is int: ok = k in 'fc' or (k in 'iu' and c.lo <= v <= c.hi)
         else: ok = k in 'fc'
         if not ok: raise _kind_error(c, f'the {t.__name__} {v!r}')
-        if c.key == 'td_error' and not math.isfinite(v): raise ExperienceReplayException(f"'td_error' holds NaN or inf values")
+        if c.is_td and not math.isfinite(v): raise ExperienceReplayException(f"'td_error' holds NaN or inf values")
         return v
     if isinstance(v, torch.Tensor): v = v.detach().cpu().numpy()
     elif not isinstance(v, (np.ndarray, np.generic)):  # tuples and lists of numbers: converted like Python numbers
@@ -356,25 +359,35 @@ def _one(c:_Col, v):
         if a.dtype.kind not in ('b' if c.np_dtype.kind == 'b' else 'biu' if c.np_dtype.kind in 'iu' else 'biufc'):
             raise _kind_error(c, f'values of kind {a.dtype}')
         return a
+    return _checked(c, v)
+
+def _checked(c:_Col, v):
+    "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
     if v.dtype != c.np_dtype and not lossless(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
-    if c.key == 'td_error': _check_finite(np.asarray(v))
+    if c.is_td: _check_finite(np.asarray(v))
     return v
 
 def _one_shape_error(c:_Col, got:tuple):
     hint = f': a batch of {got[0]} rows? add batches with `memory + batch`' if tuple(got[1:]) == c.shape else ''
     return ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got {tuple(got)}{hint}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #f6a87721
+# %% ../../nbs/06a_memory.experience_replay.ipynb #fa972577
 @patch
 def add_row(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
     "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
     if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
-    keys = row.keys()
-    if keys != self._without_td and keys != self._with_td:
+    vals, found = [], 0
+    for c in self._cols:  # every value checked before any is written
+        v = row.get(c.key, _MISSING)
+        if v is _MISSING:
+            if not c.is_td: vals = None; break
+            vals.append(0)  # a TD error starts at 0
+        else: vals.append(_one(c, v)); found += 1
+    if vals is None or found != len(row):
+        keys = row.keys()
         raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._without_td - keys)}, '
                                         f'extra {sorted(keys - self._with_td)}')
-    vals = [_one(c, row[c.key]) if c.key in row else 0 for c in self._cols]  # every value checked before any is written
     p = 0 if self.pointer == self.max_sz else self.pointer
     for c, v in zip(self._cols, vals):
         if c.host: c.np[p] = v
