@@ -187,15 +187,32 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
     raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
                                     f'got {tuple(v.shape)}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #b9f4ff0c
+# %% ../../nbs/06a_memory.experience_replay.ipynb #a1ce5a82
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
     b = batch_of(batch)
+    if self._cols is not None and self.device.type == 'cpu' and (row := _single_row(b)) is not None:
+        try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
+        except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
     cols = self._cols if self._cols is not None else self._schema(b)
     n, srcs = self._check(b, cols)
     if self._cols is None: self._allocate(cols)
     return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+def _single_row(b:Mapping) -> dict|None:
+    "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
+    row = {}
+    for k, v in b.items():
+        t = type(v)
+        if t is torch.Tensor:
+            if v.device.type != 'cpu' or v.requires_grad: return None
+            try: v = v.numpy()
+            except (RuntimeError, TypeError): return None  # dtypes NumPy lacks, conjugate or negative views
+        elif t is not np.ndarray: return None
+        if v.ndim == 0 or v.shape[0] != 1: return None
+        row[k] = v[0]
+    return row
 
 @patch
 def _write(self:ColumnStorage, srcs:list, n:int) -> tuple[int, int]:
