@@ -265,7 +265,7 @@ class Storage:
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #dd992d96
+# %% ../../nbs/06_memory.core.ipynb #cfc809a5
 class MappedArrays:
     "Arrays kept in `.npy` files of one directory and memory-mapped: what a storage with a `storage_dir` allocates"
     release_every = 64 << 20  # bytes written between two unmappings of the written pages
@@ -309,10 +309,6 @@ class MappedArrays:
         "Write every changed page to its file"
         for a in self.arrays.values():
             if isinstance(a, np.memmap): a.flush()
-
-    def file_of(self, a:np.ndarray) -> Path|None:
-        "The file that array `a` (one of `arrays`) is mapped from"
-        return next((self.path/f'{k}.npy' for k, v in self.arrays.items() if v is a and isinstance(v, np.memmap)), None)
 
 def keepable(d) -> np.ndarray|None:
     "`d` as a NumPy array that a storage can keep as it is (writable, contiguous, in RAM, not a file's map), else None"

@@ -341,9 +341,7 @@ class ExperienceReplay(Replay):
         "The columns of the memory, `td_error` included"
         return self.storage.keys
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #6bc7e53d
-_DEFAULT = {float: np.float32, int: np.int64, bool: np.bool_}
-
+# %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
     "Value `v` of a first transition as an array that types its column: Python floats as float32, ints as int64"
     if isinstance(v, torch.Tensor): return v.detach().cpu()[None]
@@ -360,7 +358,7 @@ def _one(c:_Col, v):
     t = type(v)
     if t is np.ndarray or t is c.np_scalar: return _checked(c, v)  # the common cases first
     if t is float or t is int or t is bool:  # a Python number: converted as torch.tensor would convert it
-        if c.shape and not (c.key == 'td_error' and c.shape == (1,)):
+        if c.shape and not (c.is_td and c.shape == (1,)):
             raise ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got a {t.__name__}')
         k = c.np_dtype.kind
         if t is bool: ok = k == 'b'
