@@ -477,7 +477,7 @@ class CollectorFleet:
         w = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         self.weights, self.version = (w if self.local else ray.put(w)), self.version + 1
 
-# %% ../nbs/14_distributed.ipynb #0efb97f7
+# %% ../nbs/14_distributed.ipynb #15496888
 def _submit(self:CollectorFleet, i:int):
     self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i], self.instances[i])
 
@@ -509,7 +509,7 @@ def advance(self:CollectorFleet, n:int):
     while True:
         self._settle(block=False)
         ahead = self.env_steps + self.chunk * len(self.inflight)
-        for i in range(self.n_actors):
+        for i in sorted(range(self.n_actors), key=lambda i: self.actor_env_steps[i]):  # the one behind first
             if i not in self.inflight and ahead < self.target + self.chunk * self.n_actors and not self.stopped:
                 self._submit(i); ahead += self.chunk
         if self.env_steps >= self.target: return

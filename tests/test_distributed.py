@@ -148,14 +148,15 @@ def test_a_killed_shard_comes_back_from_its_checkpoint_and_the_loss_is_counted(t
     rr.close()
 
 def test_dqn_on_cartpole_through_the_ray_replay_beats_random():
-    "2 collectors, 2 shards, prioritized replay: the greedy return after a short run is far above a random policy's ~22"
+    "2 collectors, 2 shards, prioritized replay: the greedy return after 4,800 environment steps is far above a random policy's ~22"
     torch.set_num_threads(1)
-    learn = ray_dqn_learner(steps_per_epoch=2000, bs=64, hidden=(64, 64), warmup_sz=500, replay='per', actors=2, shards=2,
+    learn = ray_dqn_learner(steps_per_epoch=1200, bs=64, hidden=(64, 64), warmup_sz=500, replay='per', actors=2, shards=2,
                             lr=2e-3, target_sync=100, train_every=4, seed=0)
-    with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(6, 2e-3)
+    with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(4, 2e-3)
     m = fleet_metrics(learn)
     assert m['actors'] == 2 and m['shards'] == 2 and m['rows_lost'] == 0 and all(n > 0 for n in m['shard_rows'])
-    assert sum(m['actor_env_steps']) >= 12000
+    assert sum(m['actor_env_steps']) >= 4800 and all(n > 0 for n in m['actor_env_steps'])
+    assert sum(learn.ray_replay.apply(lambda mem: int((mem.memory['td_error'] != 0).sum()))) > 0  # TD errors reached the shards
     ret = np.mean(evaluate(learn.model, n_episodes=10, seed=123))
     close_learner(learn)
-    assert ret > 100, ret
+    assert ret > 75, ret  # measured 110 and 125 with seeds 0 and 1
