@@ -160,3 +160,13 @@ def test_dqn_on_cartpole_through_the_ray_replay_beats_random():
     ret = np.mean(evaluate(learn.model, n_episodes=10, seed=123))
     close_learner(learn)
     assert ret > 75, ret  # measured 110 and 125 with seeds 0 and 1
+
+def test_the_command_line_trains_on_ray_and_reports_actors_and_shards(tmp_path, capsys):
+    from fastrl_replay.cli import main
+    main(['train', '--actors', '2', '--shards', '2', '--steps', '1200', '--quiet', '--out', str(tmp_path)])
+    import json
+    m = json.loads(next(tmp_path.glob('*/metrics.json')).read_text())
+    assert (m['actors'], m['shards'], m['rows_lost']) == (2, 2, 0)
+    assert len(m['actor_env_steps']) == 2 and sum(m['actor_env_steps']) == m['env_steps'] >= 1200
+    assert len(m['shard_rows']) == 2 and sum(m['shard_rows']) == m['memory_rows'] > 0
+    assert 'greedy return' in capsys.readouterr().out

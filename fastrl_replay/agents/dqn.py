@@ -171,7 +171,7 @@ def _env_sizes(env:str) -> tuple[int, int]:
     probe.close()
     return obs_dim, n_actions
 
-# %% ../../nbs/10a_agents.dqn.ipynb #10d54600
+# %% ../../nbs/10a_agents.dqn.ipynb #f5510863
 def dqn_learner(env:str='CartPole-v1', # Gymnasium environment id (discrete actions)
                 steps_per_epoch:int=5_000, # Environment steps per fastai epoch
                 hidden:tuple=(256, 256), # Hidden layer sizes of the Q-network
@@ -194,9 +194,15 @@ def dqn_learner(env:str='CartPole-v1', # Gymnasium environment id (discrete acti
                 device=None, # Device for the model and the batches (default: fastai's default device)
                 replay:str='uniform', # 'uniform', 'per' (prioritized, Schaul et al.) or 'laber' (large batches scored by |TD|)
                 replay_kwargs:dict|None=None, # Passed on to the memory: `alpha`, `beta`, `beta_steps` for 'per'; `m`, `variant` for 'laber'
-                replay_cb:Callback|None=None # A replay callback to use instead of `ExperienceReplayCallback`
+                replay_cb:Callback|None=None, # A replay callback to use instead of `ExperienceReplayCallback`
+                actors:int=0, # Collector actors on Ray (0: the environments are stepped in this process); see `distributed`
+                shards:int=1, # Replay shard actors on Ray, when `actors` > 0
+                ray_kwargs:dict|None=None # Passed on to `distributed.ray_dqn_learner` (`address`, `prefetch`, `checkpoint_every`, ...)
                ) -> Learner:
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
+    if actors:  # collectors and replay shards on Ray, the same DQN
+        from fastrl_replay.distributed import ray_dqn_learner
+        return ray_dqn_learner(**{k: v for k, v in locals().items() if k not in ('ray_kwargs', 'replay_cb')}, **(ray_kwargs or {}))
     obs_dim, n_actions = _env_sizes(env)
     if seed is not None: torch.manual_seed(seed)
     model = QNet(obs_dim, n_actions, hidden)
