@@ -210,7 +210,7 @@ def init_ray(address:str|None=None, # A running cluster to join ('auto', 'ray://
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
 
-# %% ../nbs/14_distributed.ipynb #5b837dab
+# %% ../nbs/14_distributed.ipynb #0258a3f9
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays, ready to travel"
     b = batch_of(batch)
@@ -239,6 +239,7 @@ class RayReplay:
         self.prioritized = isinstance(s, PrioritizedSampler)
         if type(s).__name__ == 'LaBERSampler': raise ExperienceReplayException('LaBER scores its large batches in the learner: shard a uniform or prioritized memory')
         if self.prioritized: self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
+        self._own_folder = folder is None  # removed by `close`
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix='fastrl-replay-shards-'))
         args = [(make_memory, j, self.folder/f'shard-{j}', checkpoint_every) for j in range(n_shards)]
         if local: self.shards = [ReplayShard(*a) for a in args]
@@ -329,7 +330,7 @@ def _sample(self:RayReplay, bs:int|None=None) -> tuple[BD, torch.Tensor]:
 
 RayReplay._request, RayReplay._collect, RayReplay.sample = _request, _collect, _sample
 
-# %% ../nbs/14_distributed.ipynb #a049bb7f
+# %% ../nbs/14_distributed.ipynb #6e288287
 def _update_td(self:RayReplay,
                td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                keys): # n keys, as `sample` returned them
@@ -374,10 +375,11 @@ def reset(self:RayReplay):
     self._stats, self.n_samples, self.n_batches = [None] * self.n_shards, 0, 0
 
 def close(self:RayReplay):
-    "Stop the shard actors (their checkpoints stay in `folder`)"
+    "Stop the shard actors; their checkpoints stay in `folder` if it was given, a temporary folder is removed"
     if not self.local:
         for s in self.shards: ray.kill(s, no_restart=True)
     self.shards = []
+    if self._own_folder: shutil.rmtree(self.folder, ignore_errors=True)
 
 RayReplay.update_td, RayReplay._wait_td, RayReplay.flush, RayReplay.apply, RayReplay.close = _update_td, _wait_td, flush, apply, close
 RayReplay.reset = reset
