@@ -479,13 +479,13 @@ class CollectorFleet:
         w = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         self.weights, self.version = (w if self.local else ray.put(w)), self.version + 1
 
-# %% ../nbs/14_distributed.ipynb #15496888
+# %% ../nbs/14_distributed.ipynb #75d0b34b
 def _submit(self:CollectorFleet, i:int):
     self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i], self.instances[i])
 
 def _account(self:CollectorFleet, i:int, r:dict):
     "Count a finished chunk; a collector that answers from a new process has restarted: count it, its next chunk carries the new count"
-    if r['restarted']: self.restarts[i] += 1
+    if r['restarted'] and self.instances[i] != 'lost': self.restarts[i] += 1  # it died between two chunks
     self.instances[i] = r['instance']
     self.actor_env_steps[i] += r['env_steps']; self.written[i] += r['written']
     self.returns += r['returns']; self.episode_returns.extend(r['returns'])
@@ -502,6 +502,7 @@ def _settle(self:CollectorFleet, block:bool):
         r = self.inflight.pop(i)
         try: self._account(i, fetch([r])[0])
         except _LOST:
+            if self.instances[i] != 'lost': self.restarts[i] += 1  # counted at the first failure, not again while Ray restarts it
             self.instances[i] = 'lost'  # whichever process answers next is a new one
             time.sleep(0.01)  # Ray is starting it: the next chunk waits a little
 
