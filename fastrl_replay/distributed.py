@@ -108,7 +108,7 @@ class ReplayShard:
     def _write_added(self):
         if self.folder is not None: (self.folder/_ADDED).write_text(str(self.n_added))
 
-# %% ../nbs/14_distributed.ipynb #3dee637a
+# %% ../nbs/14_distributed.ipynb #f4d3e1f5
 def _shard_add(self:ReplayShard, batch:Mapping) -> tuple[int, int]:
     "Add a batch of transitions (a dict of arrays); return this incarnation and the rows acknowledged so far"
     n = len(next(iter(batch.values())))
@@ -139,8 +139,9 @@ def _shard_stats(self:ReplayShard) -> dict:
     return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
                 restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
 
-def _shard_sample(self:ReplayShard, k:int) -> dict:
-    "`k` rows drawn by the memory's sampler, as arrays, with their rows, raw priorities and the shard's stats after the draw"
+def _shard_sample(self:ReplayShard, k:int, updates:list=()) -> dict:
+    "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, raw priorities and the stats after the draw"
+    for u in updates: self.update_td(*u)
     batch, rows = self.memory.sample(k)
     p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
     cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
@@ -210,7 +211,7 @@ def init_ray(address:str|None=None, # A running cluster to join ('auto', 'ray://
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
 
-# %% ../nbs/14_distributed.ipynb #0258a3f9
+# %% ../nbs/14_distributed.ipynb #4a9c6d6b
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays, ready to travel"
     b = batch_of(batch)
@@ -247,7 +248,7 @@ class RayReplay:
             actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0, **(shard_options or {}))
             self.shards = [actor.remote(*a) for a in args]
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ())))
-        self._stats, self._pending, self._td_refs = [None] * n_shards, deque(), []
+        self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
         self.n_samples, self.n_batches, self.n_retried, self.td_lost = 0, 0, 0, 0
 
     def __repr__(self):
@@ -281,7 +282,7 @@ def _add(self:RayReplay, batch) -> RayReplay:
 
 RayReplay._note, RayReplay.refresh, RayReplay.__len__, RayReplay.__add__ = _note, refresh, _len, _add
 
-# %% ../nbs/14_distributed.ipynb #71419677
+# %% ../nbs/14_distributed.ipynb #0bf6cca3
 def _request(self:RayReplay, bs:int) -> dict:
     "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
     st = self._stats
@@ -291,7 +292,19 @@ def _request(self:RayReplay, bs:int) -> dict:
     totals = torch.tensor([s['total'] for s in st], dtype=torch.float64)
     counts = torch.multinomial(totals, bs, replacement=True, generator=self.generator).bincount(minlength=self.n_shards).tolist()
     used = dict(n=n, total=float(totals.sum()), min=min(s['min'] for s in st if s['n']))
-    return dict(bs=bs, used=used, parts=[(j, call(self.shards[j], 'sample', k)) for j, k in enumerate(counts) if k])
+    parts = [(j, call(self.shards[j], 'sample', k, self._take_stash(j))) for j, k in enumerate(counts) if k]
+    for j, k in enumerate(counts):
+        if not k and self._td_stash[j]: self._send_stash(j)  # no sample for them to ride on
+    return dict(bs=bs, used=used, parts=parts)
+
+def _take_stash(self:RayReplay, j:int) -> list:
+    "The TD updates waiting for shard `j`, handed over"
+    out, self._td_stash[j] = self._td_stash[j], []
+    return out
+
+def _send_stash(self:RayReplay, j:int):
+    "Send the TD updates waiting for shard `j` on their own"
+    self._td_refs += [call(self.shards[j], 'update_td', *u) for u in self._take_stash(j)]
 
 def _collect(self:RayReplay, req:dict) -> tuple[BD, torch.Tensor]:
     "The batch a request asked for: columns joined over shards, global keys, global importance weights"
@@ -329,8 +342,9 @@ def _sample(self:RayReplay, bs:int|None=None) -> tuple[BD, torch.Tensor]:
     return out
 
 RayReplay._request, RayReplay._collect, RayReplay.sample = _request, _collect, _sample
+RayReplay._take_stash, RayReplay._send_stash = _take_stash, _send_stash
 
-# %% ../nbs/14_distributed.ipynb #6e288287
+# %% ../nbs/14_distributed.ipynb #e819e5de
 def _update_td(self:RayReplay,
                td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                keys): # n keys, as `sample` returned them
@@ -340,10 +354,13 @@ def _update_td(self:RayReplay,
     td = td.reshape(-1) if td.ndim == 2 and td.shape[1] == 1 else td
     if td.shape != k.shape: raise ExperienceReplayException(f'td_errors: expected shape ({len(k)},) or ({len(k)}, 1) for {len(k)} keys, got {td_errors.shape}')
     shard, inc, rows = decode_keys(k)
-    refs = []
-    for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))):
-        m = (shard == j) & (inc == g)
-        refs.append(call(self.shards[j], 'update_td', td[m], rows[m], g))
+    parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
+    if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard
+        for j, u in parts:
+            self._td_stash[j].append(u)
+            if len(self._td_stash[j]) > 8: self._send_stash(j)
+        return
+    refs = [call(self.shards[j], 'update_td', *u) for j, u in parts]
     if not self.async_td or self.local: self._wait_td(refs)
     else:
         self._td_refs += refs
@@ -358,7 +375,8 @@ def _wait_td(self:RayReplay, refs:list):
         except _LOST: self.td_lost += 1
 
 def flush(self:RayReplay):
-    "Wait for every TD update in flight"
+    "Send the TD updates waiting for a sample request, and wait for every one in flight"
+    for j in range(self.n_shards): self._send_stash(j)
     self._wait_td(self._td_refs); self._td_refs = []
 
 def _shard_rows(self:RayReplay) -> list[int]: return [st['n'] for st in self.refresh()]

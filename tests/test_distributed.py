@@ -85,6 +85,16 @@ def test_td_errors_reach_the_owning_shard_and_stale_ones_are_dropped(per3):
     assert not (td[0] != 0).any()  # every update to shard 0 was stale: dropped by its staleness guard
     for j in (1, 2): assert set(tid[j][td[j] == 2.].tolist()) == {t for t in sampled.tolist() if 20 * j <= t < 20 * (j + 1)}
     assert rr.apply(lambda m: m.n_stale) == [int((sampled < 20).sum()), 0, 0]
+    # with prefetch and asynchronous updates, the TD errors ride on the next sample requests to their shards
+    rr.reset(); rr.prefetch, rr.async_td = 2, True
+    for j in range(3): rr + _rows(20, 20 * j)
+    b, keys = rr.sample(32)
+    rr.update_td(torch.full((32,), 3.), keys)
+    rr.sample(32)
+    assert all(not st for st in rr._td_stash) and not rr._td_refs  # handed over with the requests, no call of their own
+    rr.flush(); rr.prefetch = 0
+    tid, td = np.concatenate(rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())), np.concatenate(rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy()))
+    assert set(tid[td == 3.].tolist()) == set(b['tid'][:, 0].tolist())
 
 @pytest.fixture(scope='module')
 def fleet2():
