@@ -21,7 +21,7 @@ from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #80a152e1
+# %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
     "Column `k` of an incoming batch as a plain tensor (or, with `keep_numpy`, a plain NumPy array)"
     if type(v) is torch.Tensor: return v
@@ -109,7 +109,7 @@ class ColumnStorage(Storage):
     @property
     def td_dtype(self) -> torch.dtype: return torch.float32 if self._cols is None else self._td.dtype
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #201d6d6b
+# %% ../../nbs/06a_memory.experience_replay.ipynb #ced192f9
 @patch
 def _schema(self:ColumnStorage, b:Mapping) -> list[_Col]:
     "The columns a first batch `b` defines, without allocating them"
@@ -151,6 +151,10 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None):
     if self._td.host and self._td.dtype in (torch.float32, torch.float64): self.td_host = self._td.np[:, 0]  # compiled writes
     self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
     self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
+    host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
+    self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape), np.zeros((1, *c.shape), c.np_dtype) if c.is_td else None)
+                        for c in cols] if host else None
+    self._row_views = [c.np.reshape(self.max_sz, 1, *c.shape) for c in cols] if host else None  # a reshaped view copies faster than c.np[:, None]
     self._with_td = frozenset(c.key for c in cols)
     self._without_td = self._with_td - {'td_error'}
 
@@ -187,18 +191,47 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
     raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
                                     f'got {tuple(v.shape)}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #a1ce5a82
+# %% ../../nbs/06a_memory.experience_replay.ipynb #4eaf95fd
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
     b = batch_of(batch)
-    if self._cols is not None and self.device.type == 'cpu' and (row := _single_row(b)) is not None:
-        try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
-        except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
+    if self._cols is not None and self.device.type == 'cpu':
+        if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
+        if (row := _single_row(b)) is not None:
+            try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
+            except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
     cols = self._cols if self._cols is not None else self._schema(b)
     n, srcs = self._check(b, cols)
     if self._cols is None: self._allocate(cols)
     return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+@patch
+def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
+    "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
+    if self._exact_spec is None: return None
+    vals, found = [], 0
+    for k, np_dtype, dtype, shape, td_zero in self._exact_spec:
+        v = b.get(k)
+        if v is None:
+            if td_zero is None: return None
+            vals.append(td_zero); continue  # a TD error starts at 0
+        if type(v) is not np.ndarray:
+            if type(v) is not torch.Tensor or not v.is_cpu or v.requires_grad or v.dtype is not dtype or v.is_conj() or v.is_neg(): return None
+            v = v.numpy()
+        if v.dtype is not np_dtype or v.shape != shape: return None
+        if td_zero is not None and not (math.isfinite(v.item()) if v.size == 1 else np.isfinite(v).all()): return None
+        vals.append(v); found += 1
+    return vals if found == len(b) else None
+
+@patch
+def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
+    "Write the one-row arrays `vals` that `_exact_row` checked at the pointer; their row and 1"
+    p = 0 if self.pointer == self.max_sz else self.pointer
+    for rows, v in zip(self._row_views, vals): rows[p] = v
+    self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+    if self.files is not None: self.files.wrote(self._row_bytes)
+    return p, 1
 
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
