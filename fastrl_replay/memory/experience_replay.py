@@ -203,14 +203,14 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
     raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
                                     f'got {tuple(v.shape)}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #4eaf95fd
+# %% ../../nbs/06a_memory.experience_replay.ipynb #8fd785ad
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
     b = batch_of(batch)
-    if self._cols is not None and self.device.type == 'cpu':
+    if self._cols is not None:
         if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
-        if (row := _single_row(b)) is not None:
+        if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
             try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
             except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
     cols = self._cols if self._cols is not None else self._schema(b)
