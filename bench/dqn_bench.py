@@ -4,9 +4,10 @@ Both use the rl-baselines3-zoo settings for CartPole-v1 DQN: 50,000 environment 
 layers, Adam at a constant 2.3e-3, batches of 64 from a memory of 100,000, training from step 1,000, 128
 gradient steps after every 256 environment steps (SB3's train_freq and gradient_steps; ours: train_every and
 grad_steps), the target network copied every 10 environment steps (in effect once per training burst, see ZOO),
-exploration from 1 to 0.04 over the first 16% of steps, Huber loss, gradient norm clipped at 10, one-step
-returns, no Double DQN. Each run reports environment steps per second (training only) and the mean return of
-20 greedy evaluation episodes; the ratios are ours over SB3's.
+exploration from 1 to 0.04 over the first 16% of steps with uniformly random actions until training starts,
+Huber loss, gradient norm clipped at 10, torch's Adam (eps 1e-8), one-step returns, no Double DQN. Each run
+reports environment steps per second (training only) and the mean return of 20 greedy evaluation episodes; the
+ratios are ours over SB3's.
 
     .venv/bin/python bench/dqn_bench.py                # seeds 0 and 1
     .venv/bin/python bench/dqn_bench.py --seeds 0 1 2 --steps 50000
@@ -78,15 +79,14 @@ class Curve(Callback):
         self.n_seen = len(loop.returns)
 
 def run_ours(seed, steps):
-    from fastai.callback.training import GradientClip
     from fastrl_replay.agents.dqn import dqn_learner, evaluate
     z = ZOO
     learn = dqn_learner(ENV, steps_per_epoch=steps, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
                         train_every=z['train_freq'], grad_steps=z['gradient_steps'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
                         eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
-                        target_sync=z['target_sync_grad_steps'], double=False,
-                        lr=z['lr'], seed=seed)
-    learn.add_cbs([GradientClip(z['max_grad_norm']), curve := Curve()])
+                        target_sync=z['target_sync_grad_steps'], double=False, random_warmup=True,
+                        max_grad_norm=z['max_grad_norm'], lr=z['lr'], seed=seed)
+    learn.add_cb(curve := Curve())
     t = time.perf_counter()
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])  # one epoch: bursts fall where SB3's do
     wall = time.perf_counter() - t

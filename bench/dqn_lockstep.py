@@ -8,7 +8,7 @@ the script compares the transitions stored, the online and target weights, and t
 burst where they differ names the part that differs.
 
     .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 5000
-    .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 5000 --eps 1e-5 --random-warmup   # ours as SB3 does it
+    .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 5000 --greedy-warmup --eps 1e-5   # two differences
 """
 import argparse, copy
 import numpy as np, torch, gymnasium as gym
@@ -60,15 +60,15 @@ def sb3_run(seed, steps, D, U, record):
     model.learn(total_timesteps=steps)
     return init
 
-def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=False, **kw):
-    from fastai.callback.training import GradientClip
+def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, **kw):
     from fastrl_replay.agents.dqn import dqn_learner
     from fastrl_replay.data.gym import EpsilonGreedy
     z = ZOO
     learn = dqn_learner(ENV, steps_per_epoch=steps, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
                         train_every=z['train_freq'], grad_steps=z['gradient_steps'], bs=z['bs'], max_sz=z['buffer'],
                         warmup_sz=z['learning_starts'], eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
-                        target_sync=z['gradient_steps'], double=False, lr=z['lr'], seed=seed, **kw)
+                        target_sync=z['gradient_steps'], double=False, lr=z['lr'], seed=seed, random_warmup=random_warmup,
+                        max_grad_norm=z['max_grad_norm'], **kw)
     learn.model.net.load_state_dict(init)
     loop = learn.dls.train.dataset.loop
     class LockAgent(EpsilonGreedy):
@@ -76,13 +76,13 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=False, **k
             eps_now = self.epsilon; self.steps += 1
             t = loop.env_steps
             u, r = D[t]
-            if (random_warmup and t < z['learning_starts']) or u < eps_now: a = int(r * 2)
+            if u < eps_now: a = int(r * 2)  # epsilon is 1 during a random warm-up
             else:
                 with torch.no_grad(): a = int(self.model(torch.as_tensor(state)).argmax())
             if not loop.resetting.any(): record['actions'].append(a)  # a reset step takes no action
             return np.array([a])
     ag = loop.agent
-    loop.agent = LockAgent(ag.model, ag.n_actions, ag.eps_start, ag.eps_end, ag.eps_steps)
+    loop.agent = LockAgent(ag.model, ag.n_actions, ag.eps_start, ag.eps_end, ag.eps_steps, random_steps=ag.random_steps)
     mem = learn.experience_replay.experience_replay
     g = [0]
     def draw(n):
@@ -103,7 +103,7 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=False, **k
                 act=m['action'].numpy()[:, 0].copy(), rew=m['reward'].numpy()[:, 0].copy(), term=m['terminated'].numpy()[:, 0].astype(np.float32),
                 online=[p.detach().clone() for p in self.learn.model.parameters()],
                 target=[p.detach().clone() for p in tr.target.parameters()]))
-    learn.add_cbs([GradientClip(z['max_grad_norm']), Record()])
+    learn.add_cb(Record())
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])
     return learn
 
@@ -130,13 +130,13 @@ def main():
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--steps', type=int, default=5_000)
     p.add_argument('--eps', type=float, default=1e-8, help="our Adam's eps (SB3's is 1e-5)")
-    p.add_argument('--random-warmup', action='store_true', help='ours acts uniformly at random before learning starts, as SB3 does')
+    p.add_argument('--greedy-warmup', action='store_true', help='ours follows its epsilon schedule during the warm-up instead of acting at random')
     args = p.parse_args()
     torch.set_num_threads(1)
     D, U = streams(args.seed, args.steps, ZOO['bs'])
     a, b = dict(actions=[], bursts=[]), dict(actions=[], bursts=[])
     init = sb3_run(args.seed, args.steps, D, U, a)
-    ours_run(args.seed, args.steps, D, U, b, init, eps=args.eps, random_warmup=args.random_warmup)
+    ours_run(args.seed, args.steps, D, U, b, init, eps=args.eps, random_warmup=not args.greedy_warmup)
     compare(a, b)
 
 if __name__ == '__main__': main()

@@ -28,7 +28,7 @@ from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
 
 # %% auto #0
-__all__ = ['QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner']
+__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner', 'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -182,7 +182,7 @@ def _env_sizes(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[int, int]:
     obs_sp, act_sp = _env_spaces(env)
     return int(np.prod(obs_sp.shape)), int(act_sp.n)
 
-# %% ../../nbs/10a_agents.dqn.ipynb #e2e8f80d
+# %% ../../nbs/10a_agents.dqn.ipynb #91a8c500
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
                 steps_per_epoch:int=5_000, # Environment steps per fastai epoch
                 hidden:tuple=(256, 256), # Hidden layer sizes of the Q-network
@@ -209,7 +209,6 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                 model:nn.Module|None=None, # Maps a batch of observations to one value per action (default: a `QNet` of `hidden`)
                 memory:ReplayMemory|None=None, # A ready replay memory instead of the one `replay` names (e.g. a `CircularReplayBuffer`)
                 random_warmup:bool=True, # Act uniformly at random until the memory holds `warmup_sz` transitions
-                adam_eps:float=1e-8, # Adam's epsilon (torch's default; Stable-Baselines3 uses 1e-5)
                 max_grad_norm:float|None=None # Clip the gradients' global norm to this (None: no clipping)
                ) -> Learner:
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
@@ -234,10 +233,22 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     if memory is not None and replay_cb is None: replay_cb = ExperienceReplayCallback(experience_replay=memory)
     replay_cb = replay_cb or _replay_cb(replay, trainer, len(dls.train), replay_kwargs,
                                         bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
-    adam = partial(torch.optim.Adam, fused=True, eps=adam_eps)  # one kernel for all parameters: 4x faster steps for a small MLP
+    adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
     cbs = [replay_cb, trainer, NoValidation()] + ([GradientClip(max_grad_norm)] if max_grad_norm is not None else [])
     learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
                         metrics=loop_metrics(), cbs=cbs)
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn
+
+# %% ../../nbs/10a_agents.dqn.ipynb #ad1aae18
+DQN_DEFAULTS = {
+    'CartPole-v1': dict(steps=50_000),
+    'Acrobot-v1': dict(steps=100_000),
+    'MountainCar-v0': dict(steps=120_000, lr=4e-3, gamma=0.98, max_sz=10_000, train_every=16, grad_steps=8,
+                           target_sync=300, eps_end=0.07, eps_steps=24_000),
+}
+
+def dqn_defaults(env:str) -> dict:
+    "`steps`, `lr`, `max_sz` and the other `dqn_learner` settings to train a DQN on `env`: `DQN_DEFAULTS[env]` over CartPole-v1's"
+    return dict(steps=50_000, lr=1e-3, max_sz=50_000) | DQN_DEFAULTS.get(env, {})
