@@ -6,8 +6,9 @@ gradient steps after every 256 environment steps (SB3's train_freq and gradient_
 grad_steps), the target network copied every 10 environment steps (in effect once per training burst, see ZOO),
 exploration from 1 to 0.04 over the first 16% of steps with uniformly random actions until training starts,
 Huber loss, gradient norm clipped at 10, torch's Adam (eps 1e-8), one-step returns, no Double DQN. Each run
-reports environment steps per second (training only) and the mean return of 20 greedy evaluation episodes; the
-ratios are ours over SB3's.
+reports environment steps per second (training only; also per second of the process's CPU time, which other
+processes on a shared machine disturb less) and the mean return of 20 greedy evaluation episodes; the ratios are
+ours over SB3's.
 
     .venv/bin/python bench/dqn_bench.py                # seeds 0 and 1
     .venv/bin/python bench/dqn_bench.py --seeds 0 1 2 --steps 50000
@@ -64,11 +65,11 @@ def run_sb3(seed, steps):
                 exploration_final_eps=z['final_eps'], max_grad_norm=z['max_grad_norm'],
                 policy_kwargs=dict(net_arch=list(z['hidden'])), seed=seed, device='cpu')
     curve = Curve()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=steps, callback=curve)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
     ret = evaluate_policy(lambda o: int(model.predict(o, deterministic=True)[0]), seed + 10_000)
-    return dict(steps_per_s=steps / wall, wall_s=wall, eval_mean=ret, curve=curve.curve)
+    return dict(steps_per_s=steps / wall, wall_s=wall, cpu_steps_per_s=steps / cpu, eval_mean=ret, curve=curve.curve)
 
 class Curve(Callback):
     "The return of each training episode finished in a batch, and the environment step at the batch's end"
@@ -87,12 +88,12 @@ def run_ours(seed, steps):
                         target_sync=z['target_sync_grad_steps'], double=False, random_warmup=True,
                         max_grad_norm=z['max_grad_norm'], lr=z['lr'], seed=seed)
     learn.add_cb(curve := Curve())
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])  # one epoch: bursts fall where SB3's do
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
     env_steps = learn.dls.train.dataset.loop.env_steps
     ret = float(np.mean(evaluate(learn.model, ENV, n_episodes=20, seed=seed + 10_000)))
-    return dict(steps_per_s=env_steps / wall, wall_s=wall, eval_mean=ret, curve=curve.points)
+    return dict(steps_per_s=env_steps / wall, wall_s=wall, cpu_steps_per_s=env_steps / cpu, eval_mean=ret, curve=curve.points)
 
 def curve_means(curve, steps, width=5_000):
     "Mean training return of the episodes that ended in each window of `width` steps (NaN where none did)"
@@ -106,7 +107,8 @@ def stats(res, steps):
     for k, v in res.items():
         print(f'{k:5s}: {sum(r["eval_mean"] >= SOLVED for r in v)}/{len(v)} solved (greedy return >= {SOLVED:.0f}), '
               f'greedy return median {np.median([r["eval_mean"] for r in v]):.1f}, mean {np.mean([r["eval_mean"] for r in v]):.1f}; '
-              f'steps/s median {np.median([r["steps_per_s"] for r in v]):.0f}')
+              f'steps/s median {np.median([r["steps_per_s"] for r in v]):.0f}'
+              + (f', per CPU second {np.median([r["cpu_steps_per_s"] for r in v]):.0f}' if all('cpu_steps_per_s' in r for r in v) else ''))
     out = {}
     if len(res) == 2 and all(res.values()):
         (a, ra), (b, rb) = res.items()
