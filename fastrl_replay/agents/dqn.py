@@ -163,7 +163,7 @@ def _replay_cb(replay:str, trainer:DQNTrainer, n_batches:int, replay_kwargs:dict
     per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay == 'per' else {}  # annealed over 10 epochs
     return ExperienceReplayCallback(experience_replay=replay_memory(replay, trainer, **dict(kwargs, **per) | (replay_kwargs or {})))
 
-# %% ../../nbs/10a_agents.dqn.ipynb #0b7d336e
+# %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
 def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
     "The observation space and the action space of one environment of `env`, which must have discrete actions"
     if isinstance(env, str):
@@ -176,11 +176,6 @@ def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Sp
     if not isinstance(act_sp, gym.spaces.Discrete):
         raise ValueError(f'DQN needs discrete actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
     return obs_sp, act_sp
-
-def _env_sizes(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[int, int]:
-    "The observation size and the number of actions of `env`, which must have discrete actions"
-    obs_sp, act_sp = _env_spaces(env)
-    return int(np.prod(obs_sp.shape)), int(act_sp.n)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #91a8c500
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
