@@ -13,7 +13,7 @@ WORKERS ?= 2
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.14.1 torchvision==0.29.1
-	$(PIP) -c requirements.lock -e ".[dev]"
+	$(PIP) -c requirements.lock -e ".[dev,ray]"
 	@touch $@
 
 venv: $(STAMP)
@@ -24,7 +24,7 @@ demo: $(STAMP)
 # notebooks are clean, the library matches a fresh export, README matches index.ipynb; then every test
 test: $(STAMP)
 	$(BIN)/python tools/nbsync.py
-	$(BIN)/python -m pytest -n $(WORKERS) -p no:cacheprovider
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider
 
 sync: $(STAMP)
 	$(BIN)/python tools/nbsync.py --fix
@@ -37,7 +37,7 @@ outputs: $(STAMP)
 # Tianshou 2.0.1 declares pandas < 3 although its replay buffers work with the pandas fastai uses here, so it is
 # installed without its declared requirements, and the ones its imports need are installed by name
 bench: $(STAMP)
-	$(PIP) -c requirements.lock -e ".[dev,bench]"
+	$(PIP) -c requirements.lock -e ".[dev,bench,ray]"
 	$(PIP) --no-deps tianshou==2.0.1
 	$(PIP) -c requirements.lock sensai-utils deepdiff overrides h5py pettingzoo tensorboard virtualenv 2>/dev/null
 	$(BIN)/python bench/replay_bench.py

@@ -106,7 +106,7 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
     if missing: raise CheckpointError(f"{run/'run.json'} lacks the settings {missing}")
     return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
 
-# %% ../nbs/90_cli.ipynb #2ac6f3c4
+# %% ../nbs/90_cli.ipynb #3483a9d1
 def _learner(s:dict):
     "The `dqn_learner` of run settings `s`"
     torch.set_num_threads(1)  # a small network trains fastest on one thread
@@ -127,11 +127,14 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
                    env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+    fleet = getattr(learn, 'fleet', None)  # collectors and replay shards on Ray
+    if fleet is not None: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = [plot_returns(loop.returns), plot_losses(learn.recorder), plot_replay_stats(mem, 'td_error', max_frames=100)]
-    if s['replay'] != 'uniform': figs += [plot_priorities(mem), plot_sample_counts(mem)]
+    figs = [plot_returns(loop.returns), plot_losses(learn.recorder)]
+    if fleet is None: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
+    if s['replay'] != 'uniform' and fleet is None: figs += [plot_priorities(mem), plot_sample_counts(mem)]
     (run/'report.html').write_text(_report(metrics, figs))
     return dict(metrics, report=str(run/'report.html'))
 
@@ -145,7 +148,7 @@ def _report(metrics:dict, figs) -> str:
             f'{metrics["eval_std"]:.1f}</p><table>{rows}</table>')
     return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
 
-# %% ../nbs/90_cli.ipynb #45844e53
+# %% ../nbs/90_cli.ipynb #f84d1ae2
 def main(argv=None):
     "Entry point of the `fastrl-replay` console script"
     p = argparse.ArgumentParser(prog='fastrl-replay', description='Experience replay for reinforcement learning on fastai')
@@ -166,6 +169,9 @@ def main(argv=None):
                    help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: never)')
     t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
+    t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
+    t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
+    t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')
     args = p.parse_args(argv)
     if args.command == 'train': return _train(p, args)
     m = run_demo(args.out, args.epochs, args.seed, args.quiet)
@@ -174,7 +180,7 @@ def main(argv=None):
           f"{m['rows_with_td_error']} with a TD error written back")
     print(f"report: {m['report']}")
 
-# %% ../nbs/90_cli.ipynb #362803b5
+# %% ../nbs/90_cli.ipynb #c7c71c81
 _TRAIN = dict(env='CartPole-v1', steps=None, seed=0, replay_size=None, replay='uniform', out='reports', checkpoint_every=None)  # None: the env's
 
 def _train(parser, args):
@@ -183,7 +189,7 @@ def _train(parser, args):
     if args.resume is not None and given:
         parser.error(f'--resume carries a run on with the settings it was started with: drop {" ".join(given)}')
     try:
-        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet)
+        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **_ray_args(parser, args))
         else: m = resume_train(args.resume, args.quiet)
     except ValueError as e: parser.error(str(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "
@@ -197,3 +203,20 @@ def _positive(s):
     except ValueError: v = 0
     if v < 1: raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}')
     return v
+
+# %% ../nbs/90_cli.ipynb #3064da6d
+def _ray_args(parser, args) -> dict:
+    "`dqn_learner`'s Ray settings from `--actors`, `--shards` and `--address`"
+    if not args.actors:
+        if args.shards or args.address: parser.error('--shards and --address need --actors N')
+        return {}
+    if args.checkpoint_every or args.resume:
+        parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards checkpoint themselves')
+    return dict(actors=args.actors, shards=args.shards or 1, ray_kwargs=dict(address=args.address))
+
+def _fleet_report(learn) -> dict:
+    "The metrics of a run on Ray: actors, shards, environment steps per actor, rows per shard, rows lost; the actors are stopped"
+    from fastrl_replay.distributed import fleet_metrics, close_learner
+    m = fleet_metrics(learn)
+    close_learner(learn)
+    return m

@@ -177,7 +177,7 @@ def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Sp
         raise ValueError(f'DQN needs discrete actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
     return obs_sp, act_sp
 
-# %% ../../nbs/10a_agents.dqn.ipynb #91a8c500
+# %% ../../nbs/10a_agents.dqn.ipynb #f8fb6664
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
                 steps_per_epoch:int=5_000, # Environment steps per fastai epoch
                 hidden:tuple=(256, 256), # Hidden layer sizes of the Q-network
@@ -204,9 +204,18 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                 model:nn.Module|None=None, # Maps a batch of observations to one value per action (default: a `QNet` of `hidden`)
                 memory:ReplayMemory|None=None, # A ready replay memory instead of the one `replay` names (e.g. a `CircularReplayBuffer`)
                 random_warmup:bool=True, # Act uniformly at random until the memory holds `warmup_sz` transitions
-                max_grad_norm:float|None=None # Clip the gradients' global norm to this (None: no clipping)
+                max_grad_norm:float|None=None, # Clip the gradients' global norm to this (None: no clipping)
+                actors:int=0, # Collector actors on Ray (0: the environments are stepped in this process); see `distributed`
+                shards:int=1, # Replay shard actors on Ray, when `actors` > 0
+                ray_kwargs:dict|None=None # Passed on to `distributed.ray_dqn_learner` (`address`, `prefetch`, `checkpoint_every`, ...)
                ) -> Learner:
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
+    if actors:  # collectors and replay shards on Ray, the same DQN
+        if model is not None or memory is not None or not isinstance(env, str):
+            raise ValueError('with actors, each collector makes its environment from an id and the shards make their memories: '
+                             'pass env as a gymnasium id, and no model or memory')
+        from fastrl_replay.distributed import ray_dqn_learner
+        return ray_dqn_learner(**{k: v for k, v in locals().items() if k not in ('ray_kwargs', 'replay_cb', 'model', 'memory')}, **(ray_kwargs or {}))
     obs_sp, act_sp = _env_spaces(env)
     n_actions = int(act_sp.n)
     if seed is not None: torch.manual_seed(seed)

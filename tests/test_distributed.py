@@ -1,0 +1,182 @@
+"Sharded replay and collectors on a local Ray cluster: global prioritized sampling, no transition lost or duplicated, faults, a DQN."
+import sys
+from functools import partial
+import numpy as np, pytest, torch
+from scipy.stats import chisquare
+
+ray = pytest.importorskip('ray')
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+from fastrl_replay.agents.dqn import QNet, evaluate
+from fastrl_replay.distributed import (RayReplay, ReplayShard, Collector, CollectorFleet, ray_dqn_learner, fleet_metrics,
+                                       close_learner, decode_keys)
+from fastrl_replay.test_utils import synth_transitions
+
+# one Ray cluster for the module, on one xdist worker (`make test` runs pytest with --dist loadgroup)
+pytestmark = pytest.mark.xdist_group('ray')
+
+@pytest.fixture(scope='module', autouse=True)
+def local_ray():
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file: its functions travel whole
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
+    yield
+    ray.shutdown()
+
+def _per(max_sz, norm, i):
+    return PrioritizedExperienceReplay(bs=32, max_sz=max_sz, warmup_sz=0, seed=i, beta=0.5, beta_steps=0, weight_norm=norm)
+
+def _rows(n, start=0):
+    b = synth_transitions(n, start)
+    b['tid'] = torch.arange(start, start + n)[:, None]
+    return b
+
+@pytest.fixture(scope='module')
+def per3():
+    "3 prioritized shards of 20 rows: `weight_norm='memory'`, beta 0.5 fixed"
+    rr = RayReplay(partial(_per, 20, 'memory'), 3, seed=1)
+    yield rr
+    rr.close()
+
+def test_global_prioritized_sampling_matches_one_memory(per3):
+    "3 shards of 20 rows against one memory of the same 60 rows and priorities: frequencies (chi-square) and weights"
+    rr = per3; rr.reset()
+    one = _per(60, 'memory', 0)
+    data = _rows(60)
+    for j in range(3): rr + data[20 * j:20 * (j + 1)]
+    one + data
+    pri = torch.linspace(0.05, 3., 60, dtype=torch.float64) ** 2  # a 3600:1 spread
+    rr.apply(lambda m: m.set_priority(torch.arange(20), pri[m.memory['tid'][:, 0]]))
+    one.set_priority(torch.arange(60), pri)
+    assert rr.shard_rows == [20, 20, 20] and len(rr) == 60
+    p_one = (one.get_priority(torch.arange(60)) / one.tree.total).numpy()  # the single memory's P(i)
+    for prefetch in (0, 2):
+        rr.prefetch = prefetch
+        counts, n_draws = np.zeros(60), 0
+        for _ in range(25):
+            b, keys = rr.sample(512)
+            tid = b['tid'][:, 0].numpy()
+            counts += np.bincount(tid, minlength=60); n_draws += len(tid)
+            # weights: the closed form (p_i / p_min) ** -beta over all 60 rows, and the single memory's own weights
+            closed = (pri[tid] / pri.min()) ** -0.5
+            np.testing.assert_allclose(b['weight'][:, 0].numpy(), closed.numpy(), rtol=1e-6)
+            np.testing.assert_allclose(b['weight'][:, 0].numpy(), one.weights(torch.from_numpy(tid))[:, 0].numpy(), rtol=1e-6)
+            shard, inc, row = decode_keys(keys.numpy())
+            assert (shard == tid // 20).all() and (inc == 0).all()  # each key names the shard that holds the row
+        assert chisquare(counts, p_one * n_draws).pvalue > 1e-3
+        # the test has power: drawing the same rows per shard in equal thirds is rejected
+        thirds = np.concatenate([p_one[20 * j:20 * (j + 1)] / p_one[20 * j:20 * (j + 1)].sum() / 3 for j in range(3)])
+        assert chisquare(counts, thirds * n_draws).pvalue < 1e-12
+    # raw weights against the global N and total
+    rr.weight_norm, rr.prefetch = None, 0
+    b, _ = rr.sample(64)
+    rr.weight_norm = 'memory'
+    tid = b['tid'][:, 0]
+    np.testing.assert_allclose(b['weight'][:, 0].numpy(), ((60 * pri[tid] / pri.sum()) ** -0.5).numpy(), rtol=1e-5)
+
+def test_td_errors_reach_the_owning_shard_and_stale_ones_are_dropped(per3):
+    rr = per3; rr.reset(); rr.prefetch = 0
+    for j in range(3): rr + _rows(20, 20 * j)  # batches go to shards 0, 1, 2
+    b, keys = rr.sample(32)
+    rr + _rows(20, 60)  # the 4th batch goes to shard 0 and overwrites it whole after the sample
+    rr.update_td(torch.full((32,), 2.), keys); rr.flush()
+    td = rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy())
+    tid = rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())
+    sampled = b['tid'][:, 0]
+    assert not (td[0] != 0).any()  # every update to shard 0 was stale: dropped by its staleness guard
+    for j in (1, 2): assert set(tid[j][td[j] == 2.].tolist()) == {t for t in sampled.tolist() if 20 * j <= t < 20 * (j + 1)}
+    assert rr.apply(lambda m: m.n_stale) == [int((sampled < 20).sum()), 0, 0]
+    # with prefetch and asynchronous updates, the TD errors ride on the next sample requests to their shards
+    rr.reset(); rr.prefetch, rr.async_td = 2, True
+    for j in range(3): rr + _rows(20, 20 * j)
+    b, keys = rr.sample(32)
+    rr.update_td(torch.full((32,), 3.), keys)
+    rr.sample(32)
+    assert all(not st for st in rr._td_stash) and not rr._td_refs  # handed over with the requests, no call of their own
+    rr.flush(); rr.prefetch = 0
+    tid, td = np.concatenate(rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())), np.concatenate(rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy()))
+    assert set(tid[td == 3.].tolist()) == set(b['tid'][:, 0].tolist())
+
+@pytest.fixture(scope='module')
+def fleet2():
+    "2 collectors writing to 2 uniform shards, with the weights of a fixed network"
+    rr = RayReplay(lambda i: ExperienceReplay(bs=8, max_sz=20_000, warmup_sz=0, seed=i), 2, prefetch=0)
+    model = QNet(4, 2, (16,))
+    fleet = CollectorFleet('CartPole-v1', partial(QNet, 4, 2, (16,)), 2, rr.shards, 2, chunk=100, write_bs=32, seed=3)
+    fleet.publish(model)
+    yield rr, fleet, model
+    fleet.close(); rr.close()
+
+def test_every_transition_is_in_exactly_one_shard(fleet2):
+    "Count and content by id: the shards hold what each collector, replayed locally with the same seed and weights, produces"
+    rr, fleet, model = fleet2
+    fleet.advance(1200); fleet.stop()
+    cols = ('tid', 'state', 'action', 'reward', 'next_state', 'discount')
+    stored = {k: np.concatenate(v) for k, v in zip(cols, zip(*rr.apply(lambda m: [m.memory[k].numpy().copy() for k in cols])))}
+    tid = stored['tid'][:, 0]
+    assert len(tid) == len(np.unique(tid)) == sum(fleet.written)
+    assert all(n > 0 for n in rr.shard_rows)
+    order = np.argsort(tid)
+    w = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    for i in range(2):
+        local = ReplayShard(lambda _: ExperienceReplay(bs=8, max_sz=20_000, warmup_sz=0), 0)
+        c = Collector(i, 'CartPole-v1', partial(QNet, 4, 2, (16,)), 2, fleet.epsilons[i], [local], write_bs=32, seed=3)
+        for _ in range(fleet.actor_env_steps[i] // 100): c.run(100, w, 1, 0)
+        mine = local.memory.memory
+        ids = mine['tid'][:, 0].numpy()
+        assert len(ids) == fleet.written[i]
+        pos = order[np.searchsorted(tid, ids, sorter=order)]
+        assert (tid[pos] == ids).all()
+        for k in cols[1:]: np.testing.assert_array_equal(stored[k][pos], mine[k].numpy())
+
+def test_a_killed_collector_is_restarted_and_the_run_goes_on(fleet2):
+    rr, fleet, _ = fleet2
+    fleet.advance(400)
+    ray.kill(fleet.actors[0], no_restart=False)  # mid-run: with its chunk in flight or between chunks
+    before = fleet.actor_env_steps[0]
+    for _ in range(100):  # the run goes on while Ray starts a new process for collector 0
+        fleet.advance(200)
+        if fleet.actor_env_steps[0] > before: break
+    fleet.stop()
+    assert fleet.restarts == [1, 0] and fleet.actor_env_steps[0] > before  # restarted, counted once, working again
+    tid = np.concatenate(rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy()))
+    assert len(tid) == len(np.unique(tid))  # the new process writes new ids
+    assert 0 <= len(tid) - sum(fleet.written) <= 100  # the rows the killed chunk wrote before dying are kept, not counted
+    assert ((tid >> 40) == 1).any()  # collector 0, incarnation 1
+
+def test_a_killed_shard_comes_back_from_its_checkpoint_and_the_loss_is_counted(tmp_path):
+    rr = RayReplay(partial(_per, 1000, 'memory'), 2, seed=0, prefetch=2, folder=tmp_path, checkpoint_every=200)
+    for b in range(10): rr + _rows(100, 100 * b)  # 500 rows to each shard; shard 0 checkpoints at 200 and 400
+    rr.sample(32)
+    ray.kill(rr.shards[0], no_restart=False)
+    b, keys = rr.sample(32)  # the prefetched requests fail or wait for the restart; the sample comes through
+    assert len(b['tid']) == 32
+    assert rr.rows_lost == 100 and rr.shard_rows == [400, 500]
+    st = rr.refresh()[0]
+    assert (st['incarnation'], st['restored']) == (1, 400)
+    rr + _rows(100, 5000)  # writes go on
+    assert len(rr) == 1000
+    rr.close()
+
+def test_dqn_on_cartpole_through_the_ray_replay_beats_random():
+    "2 collectors, 2 shards, prioritized replay: the greedy return after 4,800 environment steps is far above a random policy's ~22"
+    torch.set_num_threads(1)
+    learn = ray_dqn_learner(steps_per_epoch=1200, bs=64, hidden=(64, 64), warmup_sz=500, replay='per', actors=2, shards=2,
+                            lr=2e-3, target_sync=100, train_every=4, seed=0)
+    with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(4, 2e-3)
+    m = fleet_metrics(learn)
+    assert m['actors'] == 2 and m['shards'] == 2 and m['rows_lost'] == 0 and all(n > 0 for n in m['shard_rows'])
+    assert sum(m['actor_env_steps']) >= 4800 and all(n > 0 for n in m['actor_env_steps'])
+    assert sum(learn.ray_replay.apply(lambda mem: int((mem.memory['td_error'] != 0).sum()))) > 0  # TD errors reached the shards
+    ret = np.mean(evaluate(learn.model, n_episodes=10, seed=123))
+    close_learner(learn)
+    assert ret > 75, ret  # measured 110 and 125 with seeds 0 and 1
+
+def test_the_command_line_trains_on_ray_and_reports_actors_and_shards(tmp_path, capsys):
+    from fastrl_replay.cli import main
+    main(['train', '--actors', '2', '--shards', '2', '--steps', '1200', '--quiet', '--out', str(tmp_path)])
+    import json
+    m = json.loads(next(tmp_path.glob('*/metrics.json')).read_text())
+    assert (m['actors'], m['shards'], m['rows_lost']) == (2, 2, 0)
+    assert len(m['actor_env_steps']) == 2 and sum(m['actor_env_steps']) == m['env_steps'] >= 1200
+    assert len(m['shard_rows']) == 2 and sum(m['shard_rows']) == m['memory_rows'] > 0
+    assert 'greedy return' in capsys.readouterr().out
