@@ -14,11 +14,12 @@ from gymnasium import spaces
 __all__ = ['COLOUR_REWARDS', 'COLOUR_RGB', 'MODE_COLOURS', 'COLOURS', 'check_mode', 'ChangingEnv', 'changing_env_id',
            'evaluate_choices', 'pair_rewards']
 
-# %% ../../nbs/05d_envs.changing.ipynb #69a7656b
+# %% ../../nbs/05d_envs.changing.ipynb #00e97faf
 COLOUR_REWARDS = {'red': 1, 'yellow': 2, 'green': 3, 'blue': 4}
 COLOUR_RGB = {'red': (255, 0, 0), 'yellow': (255, 255, 0), 'green': (0, 128, 0), 'blue': (0, 0, 255)}
 MODE_COLOURS = {1: ('red', 'yellow', 'green'), 2: ('red', 'green', 'blue')}
 COLOURS = tuple(COLOUR_REWARDS)  # every colour, in reward order: the rows and columns of a confusion matrix
+_PAIRS = [(i, j) for i in range(3) for j in range(3) if i != j]
 
 # %% ../../nbs/05d_envs.changing.ipynb #1effcdf5
 def check_mode(mode) -> int:
@@ -27,14 +28,16 @@ def check_mode(mode) -> int:
         raise ValueError(f'mode must be 1 or 2 (the colour sets {MODE_COLOURS}), got {mode!r}')
     return int(mode)
 
-# %% ../../nbs/05d_envs.changing.ipynb #85454cc1
+# %% ../../nbs/05d_envs.changing.ipynb #664c9f39
 class ChangingEnv(gym.Env):
     "Pick the colour with the higher reward of two drawn from the current mode's three"
     metadata = {'render_modes': []}
     def __init__(self,
                  mode:int=1, # 1: red, yellow, green; 2: red, green, blue
                  trials:int=100, # Trials per episode (then truncated)
-                 features:bool=False): # Observe the tutorial agent's nine inputs instead of the pair's RGB values
+                 features:bool=False, # Observe the tutorial agent's nine inputs instead of the pair's RGB values
+                 render_mode:str|None=None): # Nothing to render: only None
+        if render_mode is not None: raise ValueError(f'ChangingEnv renders nothing: render_mode must be None, got {render_mode!r}')
         if not isinstance(trials, (int, np.integer)) or trials < 1: raise ValueError(f'trials must be a positive int, got {trials!r}')
         self.mode, self.trials, self.features = check_mode(mode), int(trials), bool(features)
         self.action_space = spaces.Discrete(2)
@@ -65,8 +68,8 @@ class ChangingEnv(gym.Env):
         return self._obs(), reward, False, self.t >= self.trials, info
 
     def _draw(self):
-        "A new pair: two different colours of the mode, in random order"
-        i, j = self.np_random.choice(3, 2, replace=False)
+        "A new pair: two different colours of the mode, in random order (each of the six ordered pairs equally likely)"
+        i, j = _PAIRS[self.np_random.integers(6)]
         self.pair = (MODE_COLOURS[self.mode][i], MODE_COLOURS[self.mode][j])
 
     def _obs(self) -> np.ndarray:
