@@ -142,7 +142,7 @@ def _report(metrics:dict, figs) -> str:
             f'{metrics["eval_std"]:.1f}</p><table>{rows}</table>')
     return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
 
-# %% ../nbs/90_cli.ipynb #568b6282
+# %% ../nbs/90_cli.ipynb #8cb3e507
 def main(argv=None):
     "Entry point of the `fastrl-replay` console script"
     p = argparse.ArgumentParser(prog='fastrl-replay', description='Experience replay for reinforcement learning on fastai')
