@@ -98,7 +98,7 @@ def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=10
     res['only_2'] = _score(act_of(l4.model), 2, eval_trials, seed)
     return dict(scores=res, curve=[r for c in curves for r in c.rows], memory_rows=len(mem))
 
-# %% ../nbs/15_forgetting.ipynb #dd470f43
+# %% ../nbs/15_forgetting.ipynb #36b3b205
 _DQN = dict(hidden=(100,), gamma=0.91, n_steps=1, train_every=4, target_sync=100, lr=1e-3, eps_end=0.05)
 
 def _dqn(mode, steps, mem, seed, eps_start, model=None):
@@ -123,7 +123,7 @@ def dqn_forgetting(seed:int=0, memory:str='reservoir', steps1:int=10_000, steps2
     if isinstance(mem, TaskBalancedReplay): mem.task = 1
     branches = [('no_replay', fifo)] + ([] if memory == 'fifo' else [('replay', mem)])
     for name, m in branches:
-        l2 = _dqn(2, steps2, m, seed + 1, _DQN['eps_end'], model=l1.model)
+        l2 = _dqn(2, steps2, m, seed + 1, 1., model=l1.model)
         _fit(l2, 10, [curve(f'mode 2, {name.replace("_", " ")}', steps1)])
         for k in (1, 2): res[f'{name}_{k}'] = _score(act_of(l2.model), k, eval_trials, seed)
     if memory == 'fifo': res['replay_1'], res['replay_2'] = res['no_replay_1'], res['no_replay_2']
