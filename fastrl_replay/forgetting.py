@@ -98,7 +98,7 @@ def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=10
     res['only_2'] = _score(act_of(l4.model), 2, eval_trials, seed)
     return dict(scores=res, curve=[r for c in curves for r in c.rows], memory_rows=len(mem))
 
-# %% ../nbs/15_forgetting.ipynb #36b3b205
+# %% ../nbs/15_forgetting.ipynb #238c3610
 _DQN = dict(hidden=(100,), gamma=0.91, n_steps=1, train_every=4, target_sync=100, lr=1e-3, eps_end=0.05)
 
 def _dqn(mode, steps, mem, seed, eps_start, model=None):
@@ -118,8 +118,8 @@ def dqn_forgetting(seed:int=0, memory:str='reservoir', steps1:int=10_000, steps2
     l1 = _dqn(1, steps1, mem, seed, 1.)
     _fit(l1, 10, [curve('mode 1', 0)])
     for m in (1, 2): res[f'before_{m}'] = _score(act_of(l1.model), m, eval_trials, seed)
-    rows = {k: v for k, v in mem.memory.items() if k != 'task'}
-    fifo = ExperienceReplay(bs=replay_bs, max_sz=memory_sz, warmup_sz=warm, seed=seed + 1, memory=rows)
+    rows = {k: v for k, v in mem.memory.items() if k != 'task'}  # the no-replay branch: the same rows in a FIFO memory
+    fifo = mem if memory == 'fifo' else ExperienceReplay(bs=replay_bs, max_sz=memory_sz, warmup_sz=warm, seed=seed + 1, memory=rows)
     if isinstance(mem, TaskBalancedReplay): mem.task = 1
     branches = [('no_replay', fifo)] + ([] if memory == 'fifo' else [('replay', mem)])
     for name, m in branches:
