@@ -65,7 +65,7 @@ class PolicySampler:
         c = self.probs(state).cumsum(-1)
         return (self.rng.random((len(c), 1)) > c[:, :-1]).sum(-1)  # the first action whose cumulative probability exceeds u
 
-# %% ../../nbs/10b_agents.a2c.ipynb #701ff56e
+# %% ../../nbs/10b_agents.a2c.ipynb #dc4fe17f
 def returns(reward:torch.Tensor, # (n,) rewards of consecutive trials
             done:torch.Tensor, # (n,) True at the last trial of an episode
             gamma:float=0.91 # Discount factor
@@ -85,13 +85,15 @@ def a2c_loss(value:torch.Tensor, # (n,) values of the states
              ret:torch.Tensor, # (n,) returns
              value_cost:float=0.4, # Weight of the value loss
              entropy_cost:float=0.001, # Weight of the entropy bonus
-             weight:torch.Tensor|None=None # (n,) per-row weights of the policy and value terms (default: 1)
+             weight:torch.Tensor|None=None, # (n,) per-row weights of the policy and value terms (default: 1)
+             center:bool=False # Subtract the batch's mean advantage in the policy term
             ) -> torch.Tensor:
     "The tutorial's actor-critic loss"
     logp = logits.log_softmax(-1)
     adv = ret - value
     w = torch.ones_like(adv) if weight is None else weight
-    actor = (-logp.gather(1, action.long().view(-1, 1))[:, 0] * adv.detach() * w).mean()
+    a = adv.detach() - adv.detach().mean() if center else adv.detach()
+    actor = (-logp.gather(1, action.long().view(-1, 1))[:, 0] * a * w).mean()
     entropy = -(logp.exp() * logp).sum(-1).mean()
     return actor + value_cost * (w * adv.pow(2)).mean() - entropy_cost * entropy
 
@@ -172,13 +174,14 @@ def a2c_learner(mode:int=1, # The mode of `ChangingEnv` to train on
     learn.remove_cb(CastToTensor)
     return learn
 
-# %% ../../nbs/10b_agents.a2c.ipynb #e05d7b76
-def replay_loss(model:nn.Module, b:Mapping, value_cost:float=0.4, entropy_cost:float=0.001, rho_max:float=1.) -> torch.Tensor:
-    "The A2C loss of stored trials `b` under `model`, each row weighted by its truncated importance ratio"
+# %% ../../nbs/10b_agents.a2c.ipynb #07b99b3c
+def replay_loss(model:nn.Module, b:Mapping, value_cost:float=0.4, entropy_cost:float=0.001, rho_max:float=1.,
+                center:bool=True) -> torch.Tensor:
+    "The A2C loss of stored trials `b` under `model`, each row weighted by its truncated importance ratio, advantages centred"
     value, logits = model(b['state'].float())
     logp = logits.log_softmax(-1).gather(1, b['action'].long().view(-1, 1))[:, 0]
     rho = (logp.detach() - b['logp'].reshape(-1)).exp().clamp(max=rho_max)
-    return a2c_loss(value, logits, b['action'].reshape(-1), b['ret'].reshape(-1), value_cost, entropy_cost, weight=rho)
+    return a2c_loss(value, logits, b['action'].reshape(-1), b['ret'].reshape(-1), value_cost, entropy_cost, weight=rho, center=center)
 
 class TrialReplay(Callback):
     "Store fresh trials in `memory` ('write'), or follow each gradient step with one on a replayed batch ('read')"
