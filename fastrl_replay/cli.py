@@ -148,7 +148,7 @@ def _report(metrics:dict, figs) -> str:
             f'{metrics["eval_std"]:.1f}</p><table>{rows}</table>')
     return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
 
-# %% ../nbs/90_cli.ipynb #f84d1ae2
+# %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):
     "Entry point of the `fastrl-replay` console script"
     p = argparse.ArgumentParser(prog='fastrl-replay', description='Experience replay for reinforcement learning on fastai')
@@ -172,8 +172,17 @@ def main(argv=None):
     t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
     t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
     t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')
+    f = sub.add_parser('forgetting', help='train on mode 1 then mode 2 of ChangingEnv, with and without replay, and measure forgetting')
+    f.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
+    f.add_argument('--agent', choices=['a2c', 'dqn'], default='a2c', help='the agent (default: a2c)')
+    f.add_argument('--memory', choices=['fifo', 'reservoir', 'balanced'], default='fifo', help='the replay memory (default: fifo)')
+    f.add_argument('--out', default='reports/forgetting', help='folder for report.html and metrics.json (default: reports/forgetting)')
+    f.add_argument('--eval-trials', type=_positive, default=5000, help='trials per final score (default: 5000)')
+    f.add_argument('--steps1', type=_positive, help='mode-1 training: gradient steps for a2c (default 1000), environment steps for dqn (default 10000)')
+    f.add_argument('--steps2', type=_positive, help='mode-2 training, in the same unit (same defaults)')
     args = p.parse_args(argv)
     if args.command == 'train': return _train(p, args)
+    if args.command == 'forgetting': return _forgetting(args)
     m = run_demo(args.out, args.epochs, args.seed, args.quiet)
     print(f"{m['batches_cancelled']} batches cancelled while the memory warmed up, {m['batches_trained']} trained on replayed samples")
     print(f"loss {m['first_loss']:.4f} -> {m['final_loss']:.4f}; memory {m['memory_rows']} rows, "
@@ -220,3 +229,14 @@ def _fleet_report(learn) -> dict:
     m = fleet_metrics(learn)
     close_learner(learn)
     return m
+
+# %% ../nbs/90_cli.ipynb #ea1a85ad
+def _forgetting(args):
+    "Run `forgetting` with the parsed `args` and print its scores"
+    from fastrl_replay.forgetting import run_forgetting  # imported here: the other commands do not need it
+    budget = {k: getattr(args, k) for k in ('steps1', 'steps2') if getattr(args, k) is not None}
+    m = run_forgetting(args.seed, args.agent, args.memory, args.out, args.eval_trials, **budget)
+    print(f"{m['agent']}, {m['memory']} memory, seed {m['seed']}, {m['wall_s']}s: mode 1 {m['mode1_before']:.3f} before mode 2, "
+          f"{m['mode1_after_no_replay']:.3f} after it without replay, {m['mode1_after_replay']:.3f} with replay")
+    print(f"mode 2 with replay {m['mode2_after_replay']:.3f}, trained on mode 2 alone {m['mode2_only']:.3f}")
+    print(f"report: {m['report']}")
