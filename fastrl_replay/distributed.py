@@ -575,7 +575,7 @@ def _make_memory(kind:type, kwargs:dict, i:int) -> Replay:
     "Shard `i`'s memory: `kind(**kwargs)`, its generator seeded apart from the other shards'"
     return kind(**{**kwargs, 'seed': kwargs.get('seed', 0) * 1000 + i})
 
-# %% ../nbs/14_distributed.ipynb #c3b0208f
+# %% ../nbs/14_distributed.ipynb #87aebefc
 def ray_dqn_learner(env:str='CartPole-v1', steps_per_epoch:int=5_000, hidden:tuple=(256, 256), gamma:float=0.99, n_steps:int=3,
                     n_envs:int=1, train_every:int=4, grad_steps:int=1, bs:int=128, max_sz:int=50_000, warmup_sz:int=1_000,
                     target_sync:int=125, tau:float|None=None, double:bool=True, lr:float=1e-3, seed:int|None=0, device=None,
@@ -593,10 +593,11 @@ def ray_dqn_learner(env:str='CartPole-v1', steps_per_epoch:int=5_000, hidden:tup
                     local:bool=False, # Everything in this process, no Ray (for checks)
                     **kwargs): # `dqn_learner`'s other settings, which do not apply here (`eps_*`, `replay_cb`)
     "A fastai `Learner` training `agents.dqn`'s DQN on transitions that `actors` collectors write to `shards` replay shards on Ray"
-    from fastrl_replay.agents.dqn import QNet, DQNTrainer, loop_metrics, _env_sizes
+    from fastrl_replay.agents.dqn import QNet, DQNTrainer, loop_metrics, _env_spaces
     if replay not in ('uniform', 'per'): raise ValueError(f"the sharded replay is 'uniform' or 'per', got {replay!r}")
     if not local: init_ray(address)
-    obs_dim, n_actions = _env_sizes(env)
+    obs_sp, act_sp = _env_spaces(env)
+    obs_dim, n_actions = int(np.prod(obs_sp.shape)), int(act_sp.n)
     seed = ifnone(seed, 0)
     torch.manual_seed(seed)
     model = QNet(obs_dim, n_actions, hidden)

@@ -101,3 +101,41 @@ def test_prioritized_append_gives_new_rows_the_top_priority_and_fields_survive_a
     assert twin.fields == er.fields
     twin.append((np.ones(4, np.float32), 2, 0., True))
     assert twin.memory['action'].tolist() == [1, 2]
+
+
+ONE_ROW_FORMS = {  # how a batch of one row may arrive, from the exact dtypes of the columns to values that are cast
+    'numpy': lambda b: {k: v.numpy() for k, v in b.items()},
+    'torch': lambda b: b,
+    'cast losslessly': lambda b: {**{k: v.numpy() for k, v in b.items()}, 'state': b['state'].half().numpy(), 'action': b['action'].int().numpy()},
+    'with td_error': lambda b: {**b, 'td_error': torch.full((1, 1), 0.5)},
+    'non-contiguous': lambda b: {**b, 'state': torch.from_numpy(np.repeat(b['state'].numpy(), 2, axis=1)[:, ::2])},
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(forms=st.lists(st.sampled_from(sorted(ONE_ROW_FORMS)), min_size=1, max_size=14), max_sz=st.integers(1, 6))
+def test_plus_of_one_row_equals_the_same_rows_added_as_one_batch(forms, max_sz):
+    one, forms = ExperienceReplay(bs=2, max_sz=max_sz, warmup_sz=1, seed=0), ['torch'] + forms  # the first row types the columns
+    rows = steps(len(forms))
+    for i, (f, r) in enumerate(zip(forms, rows)):
+        one + ONE_ROW_FORMS[f](as_batch([r]))
+        whole = as_batch(rows[:i + 1])
+        whole['td_error'] = torch.tensor([[0.5 if g == 'with td_error' else 0.] for g in forms[:i + 1]])
+        batch = ExperienceReplay(bs=2, max_sz=max_sz, warmup_sz=1, seed=0) + whole
+        assert (one.pointer, len(one)) == (batch.pointer, len(batch))
+        for k in batch.keys: assert torch.equal(one.memory[k], batch.memory[k]), (k, forms)
+
+
+@pytest.mark.parametrize('bad, message', [
+    (dict(td_error=np.array([[np.nan]], np.float32)), "'td_error' holds NaN or inf values"),
+    (dict(state=np.zeros((1, 5), np.float32)), "column 'state': expected shape (n, 4), got (1, 5)"),
+    (dict(extra=np.zeros((1, 1), np.float32)), 'extra'),
+    (dict(action=torch.zeros(1, dtype=torch.float32)), "column 'action': dtype float32 cannot be stored as int64"),
+])
+def test_a_bad_one_row_batch_is_refused_whole_with_a_batch_message(bad, message):
+    er = ExperienceReplay(bs=2, max_sz=4, warmup_sz=1, seed=0) + as_batch(steps(3))
+    before = {k: v.clone() for k, v in er.memory.items()}
+    row = {k: v.numpy() for k, v in as_batch(steps(1, 3)).items()}
+    with pytest.raises(ExperienceReplayException, match=message.replace('(', r'\(').replace(')', r'\)')): er + {**row, **bad}
+    assert (er.pointer, len(er)) == (3, 3)
+    for k, v in before.items(): assert torch.equal(er.memory[k], v), k

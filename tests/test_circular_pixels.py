@@ -49,3 +49,29 @@ def test_pixel_dqn_trains_on_rebuilt_stacks():
         if b['terminated'][j].item(): expected[-1] = 0  # the terminal frame is not kept: no target reads it
         np.testing.assert_array_equal(b['next_state'][j].numpy(), expected)
     env.close()
+
+class LazyPixelQNet(nn.Module):
+    "The same kind of network with a lazy first dense layer: `dqn_learner` sizes it from the observation space"
+    def __init__(self, stack, n_actions):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(stack, 8, 4, stride=2), nn.ReLU(), nn.Flatten(), nn.LazyLinear(n_actions))
+    def forward(self, x): return self.net((x['state'] if isinstance(x, dict) else x).float() / 255)
+
+def test_pixel_dqn_in_one_call():
+    from fastrl_replay.agents.dqn import dqn_learner, evaluate
+    env = pixel_env('CartPole-v1', reduce_by=10, stack_size=4)  # one environment of (4, 40, 60) uint8 stacks
+    mem = CircularReplayBuffer((40, 60), stack_size=4, replay_capacity=500, batch_size=16, update_horizon=3, gamma=0.9,
+                               warmup_sz=50, seed=0)
+    model = LazyPixelQNet(4, 2)
+    learn = dqn_learner(env, model=model, memory=mem, steps_per_epoch=120, train_every=4, target_sync=5, lr=1e-3, seed=0)
+    before = [p.detach().clone() for p in model.parameters()]
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    loop = learn.dls.train.dataset.loop
+    assert learn.model is model and loop.agent.model is model and loop.obs_dtype == np.uint8
+    assert loop.agent.random_steps == 50  # random actions while the memory warms up
+    assert mem.add_count == loop.env_steps == 120  # raw steps: the memory makes its own 3-step returns
+    assert learn.dqn_trainer.n_updates == 30 - 13 + 1  # batches 13 (52 steps stored) to 30 train
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert learn.replay_idxs.shape == (16,) and np.isfinite(learn.recorder.losses[-1].item())
+    assert mem.td_errors[:120].abs().sum() > 0
+    env.close()

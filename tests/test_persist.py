@@ -1,4 +1,5 @@
 "Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
+import zlib
 import json, os, random, signal, time
 from pathlib import Path
 import numpy as np, pytest, torch
@@ -269,3 +270,19 @@ def test_mapped_frames_round_trip(tmp_path):
     assert torch.equal(twin.sample()[1], crb.sample()[1])
     with pytest.raises(ExperienceReplayException, match='holds the arrays of another memory'):
         CircularReplayBuffer((5, 5), 2, 60, 4, storage_dir=tmp_path/'frames')
+
+
+@pytest.mark.parametrize('layout', ['contiguous', 'column of a row block', 'fortran', 'every third row', 'empty', 'scalar'])
+def test_write_array_stores_any_layout_in_c_order_in_bounded_pieces(tmp_path, layout, monkeypatch):
+    from fastrl_replay.memory import persist
+    base = np.arange(5000 * 12, dtype=np.float32).reshape(5000, 12)
+    a = {'contiguous': base, 'column of a row block': base[:, 2:7], 'fortran': np.asfortranarray(base), 'every third row': base[::3],
+         'empty': base[:0], 'scalar': np.array(3.5)}[layout]
+    pieces, chunks = [], persist._c_chunks
+    monkeypatch.setattr(persist, '_c_chunks', lambda x: [pieces.append(len(p)) or p for p in chunks(x, nbytes=4096)])
+    (tmp_path/'arrays').mkdir()
+    entry = persist.write_array(a, tmp_path, 'x', tmp_path, durable=False)
+    back = persist.read_array(tmp_path, entry)
+    assert back.shape == a.shape and np.array_equal(back, a)
+    assert entry['crc32'] == zlib.crc32(np.ascontiguousarray(a).tobytes())
+    assert max(pieces, default=0) <= (a.nbytes if a.flags.c_contiguous else 4096)

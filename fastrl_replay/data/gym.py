@@ -36,7 +36,7 @@ class RandomAgent:
         if isinstance(sp, gym.spaces.Discrete): return self.rng.integers(sp.n, size=len(state)) + sp.start
         return self.rng.uniform(sp.low, sp.high, size=(len(state), *sp.shape)).astype(sp.dtype)
 
-# %% ../../nbs/05b_data.gym.ipynb #7e950407
+# %% ../../nbs/05b_data.gym.ipynb #e1490f0b
 class EpsilonGreedy:
     "Greedy actions from `model`'s values, each replaced by a uniform random action with probability epsilon"
     def __init__(self, model:torch.nn.Module, # Maps a `(n, *obs)` float32 state batch to `(n, n_actions)` values
@@ -44,13 +44,15 @@ class EpsilonGreedy:
                  eps_start:float=1., # Epsilon at the first step
                  eps_end:float=0.05, # Epsilon once decayed
                  eps_steps:int=10_000, # Environment steps over which epsilon decays linearly
-                 seed:int|None=None): # Seed for the exploration draws
+                 seed:int|None=None, # Seed for the exploration draws
+                 random_steps:int=0): # First steps acted uniformly at random (epsilon 1), as during a replay warm-up; the decay counts them
         self.model, self.n_actions, self.eps_start, self.eps_end, self.eps_steps = model, n_actions, eps_start, eps_end, eps_steps
-        self.rng, self.steps, self._for = np.random.default_rng(seed), 0, None
+        self.rng, self.steps, self._for, self.random_steps = np.random.default_rng(seed), 0, None, random_steps
 
     @property
     def epsilon(self) -> float:
         "Epsilon at the current step"
+        if self.steps < self.random_steps: return 1.
         return self.eps_end + (self.eps_start - self.eps_end) * max(0., 1 - self.steps / max(self.eps_steps, 1))
 
     def __call__(self, state) -> np.ndarray:
@@ -122,7 +124,7 @@ class _OneEnv:
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
 
-# %% ../../nbs/05b_data.gym.ipynb #3bc4cbfa
+# %% ../../nbs/05b_data.gym.ipynb #4e35441b
 class GymLoop:
     "Step gymnasium environments with an agent and record each step"
     def __init__(self,
@@ -133,7 +135,7 @@ class GymLoop:
                  steps_delta:int=1, # Emit the windows starting at every `steps_delta`-th step of an episode
                  seed:int|None=None, # Seed of the first reset (and of the default agent)
                  n_envs:int=1, # Environments stepped together
-                 env:gym.vector.VectorEnv|None=None, # A ready vector environment to use instead of `env_name`
+                 env:gym.vector.VectorEnv|gym.Env|None=None, # A ready environment, vector or single, to use instead of `env_name`
                  obs_dtype=np.float32, # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
                  steps_count:int|None=None): # fastrl's name for `n_steps`, accepted in its place
         n_steps = _n_steps(n_steps, steps_count)
@@ -145,6 +147,7 @@ class GymLoop:
             env = _OneEnv(gym.make(env_name, render_mode=mode)) if n_envs == 1 else \
                   gym.make_vec(env_name, num_envs=n_envs, vectorization_mode='sync', render_mode=mode,
                                vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
+        elif not isinstance(env, gym.vector.VectorEnv): env = _OneEnv(env)
         self.env, self.mode, self.n_steps, self.steps_delta, self.seed = env, mode, n_steps, steps_delta, seed
         self.obs_dtype = np.dtype(obs_dtype)
         self.n_envs = env.num_envs
@@ -175,13 +178,13 @@ def _start(self:GymLoop):
     self.next_episode = self.episode_id.max() + 1
     self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
 
-# %% ../../nbs/05b_data.gym.ipynb #1c259447
+# %% ../../nbs/05b_data.gym.ipynb #4458dadf
 @patch
 def step(self:GymLoop) -> list[dict]:
     "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
     if self.state is None: self._start()
     frames = self.env.render() if self.mode == 'rgb_array' else None
-    actions = np.asarray(self.agent(self.state))
+    actions = np.asarray(self.agent(self.state)) if not self.resetting.all() else self._no_actions()
     obs, rew, term, trunc, infos = self.env.step(actions)
     obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
     final = obs
@@ -208,6 +211,13 @@ def step(self:GymLoop) -> list[dict]:
     self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
     self.state = obs
     return rows
+
+@patch
+def _no_actions(self:GymLoop) -> np.ndarray:
+    "Placeholder actions for a step in which every environment resets and ignores its action"
+    sp = self.env.single_action_space
+    if isinstance(sp, gym.spaces.Discrete): return np.full(self.n_envs, sp.start, np.int64)
+    return np.zeros((self.n_envs, *sp.shape), sp.dtype)
 
 # %% ../../nbs/05b_data.gym.ipynb #22a89309
 def _luma(frame:np.ndarray, reduce_by:int) -> np.ndarray:

@@ -150,7 +150,7 @@ def cast_exactly(name:str, v:np.ndarray, dtype:np.dtype, by_value:bool=False) ->
         if c is not None: return c
     raise ExperienceReplayException(f'{name}: dtype {v.dtype} cannot be stored as {dtype} without loss')
 
-# %% ../../nbs/06_memory.core.ipynb #ed7e1b90
+# %% ../../nbs/06_memory.core.ipynb #f05a1a42
 @numba.njit(cache=True, nogil=True)
 def _nb_fits(idxs, n_rows, td):
     "True when every index is in [0, n_rows) and every TD error is finite: the common case, checked in one pass"
@@ -174,6 +174,7 @@ def td_arrays(storage, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
 
 def batch_of(other) -> Mapping:
     "The dict of columns in `other`: a `BD`, a dict, or a 1-tuple holding one"
+    if type(other) is dict or type(other) is BD: return other  # the common cases, without the checks below
     if isinstance(other, tuple) and len(other) == 1: other = other[0]
     if hasattr(other, '_asdict') or (dataclasses.is_dataclass(other) and not isinstance(other, type)):
         raise ExperienceReplayException(f'a {type(other).__name__} is one transition, and `+` adds batches: add it with `memory.append(transition)`')

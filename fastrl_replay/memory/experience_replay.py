@@ -21,7 +21,7 @@ from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #80a152e1
+# %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
     "Column `k` of an incoming batch as a plain tensor (or, with `keep_numpy`, a plain NumPy array)"
     if type(v) is torch.Tensor: return v
@@ -76,7 +76,7 @@ def _check_finite(v, k='td_error'):
     finite = np.isfinite(v).all() if isinstance(v, np.ndarray) else torch.isfinite(v).all()
     if not bool(finite): raise ExperienceReplayException(f'{k!r} holds NaN or inf values')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #48204ea3
+# %% ../../nbs/06a_memory.experience_replay.ipynb #fb1dc02b
 class ColumnStorage(Storage):
     "Each column of the transitions in one preallocated array of `max_sz` rows, allocated from the first batch"
     def __init__(self,
@@ -88,7 +88,7 @@ class ColumnStorage(Storage):
         if storage_dir is not None and self.device.type != 'cpu':
             raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; device must be the CPU, got {self.device}')
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        self.pointer, self._len, self._cols, self.td_host = 0, 0, None, None
+        self.pointer, self._len, self._cols, self.td_host, self._rows = 0, 0, None, None, None
 
     def settings(self) -> dict:
         return dict(max_sz=self.max_sz, device=str(self.device), storage_dir=None if self.files is None else str(self.files.path))
@@ -109,7 +109,7 @@ class ColumnStorage(Storage):
     @property
     def td_dtype(self) -> torch.dtype: return torch.float32 if self._cols is None else self._td.dtype
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #201d6d6b
+# %% ../../nbs/06a_memory.experience_replay.ipynb #0123be69
 @patch
 def _schema(self:ColumnStorage, b:Mapping) -> list[_Col]:
     "The columns a first batch `b` defines, without allocating them"
@@ -138,12 +138,14 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None):
     if self.files is not None and any(not c.host for c in cols):
         raise ExperienceReplayException(f'storage_dir keeps NumPy arrays; column dtypes {[dtype_name(c.dtype) for c in cols if not c.host]} have none')
     given = given or {}
+    packed = self.files is None and not given and all(c.host for c in cols)
+    self._rows = _row_block(self.max_sz, cols) if packed else None  # in RAM on the CPU: the values of a row side by side
     for i, c in enumerate(cols):
         shape = (self.max_sz, *c.shape)
         if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
         elif c.key in given: c.np = given[c.key]
-        elif c.host:  # NumPy asks the kernel for huge pages on large arrays, which makes first writes several times faster
-            c.np = np.zeros(shape, dtype=c.np_dtype)
+        elif packed: c.np = np.ndarray(shape, c.np_dtype, self._rows, c.offset, (self._rows.strides[0], *c.inner_strides))
+        elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
         if c.host: c.data = torch.from_numpy(c.np)
         else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
     self._cols = cols
@@ -153,6 +155,20 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None):
     self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
     self._with_td = frozenset(c.key for c in cols)
     self._without_td = self._with_td - {'td_error'}
+    host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
+    self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape), np.zeros((1, *c.shape), c.np_dtype) if c.is_td else None)
+                        for c in cols] if host else None
+    self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
+                       for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
+
+def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
+    "A zeroed `(max_sz, row_bytes)` block of bytes holding every column's values of a row side by side; sets each column's `offset` and `inner_strides`"
+    off = 0
+    for c in sorted(cols, key=lambda c: -c.np_dtype.alignment):  # widest alignment first: every value stays aligned
+        c.offset, c.inner_strides = off, tuple(c.np_dtype.itemsize * int(np.prod(c.shape[d+1:])) for d in range(len(c.shape)))
+        off += c.np_dtype.itemsize * int(np.prod(c.shape))
+    align = max(c.np_dtype.alignment for c in cols)
+    return np.zeros((max_sz, -(-off // align) * align), np.uint8)  # NumPy asks the kernel for huge pages on large arrays, which makes first writes faster
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #06cc7c03
 @patch
@@ -187,18 +203,47 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
     raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
                                     f'got {tuple(v.shape)}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #a1ce5a82
+# %% ../../nbs/06a_memory.experience_replay.ipynb #8fd785ad
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
     b = batch_of(batch)
-    if self._cols is not None and self.device.type == 'cpu' and (row := _single_row(b)) is not None:
-        try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
-        except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
+    if self._cols is not None:
+        if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
+        if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
+            try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
+            except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
     cols = self._cols if self._cols is not None else self._schema(b)
     n, srcs = self._check(b, cols)
     if self._cols is None: self._allocate(cols)
     return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+@patch
+def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
+    "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
+    if self._exact_spec is None: return None
+    vals, found = [], 0
+    for k, np_dtype, dtype, shape, td_zero in self._exact_spec:
+        v = b.get(k)
+        if v is None:
+            if td_zero is None: return None
+            vals.append(td_zero); continue  # a TD error starts at 0
+        if type(v) is not np.ndarray:
+            if type(v) is not torch.Tensor or not v.is_cpu or v.requires_grad or v.dtype is not dtype or v.is_conj() or v.is_neg(): return None
+            v = v.numpy()
+        if v.dtype is not np_dtype or v.shape != shape: return None
+        if td_zero is not None and not (math.isfinite(v.item()) if v.size == 1 else np.isfinite(v).all()): return None
+        vals.append(v); found += 1
+    return vals if found == len(b) else None
+
+@patch
+def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
+    "Write the one-row arrays `vals` that `_exact_row` checked at the pointer; their row and 1"
+    p = 0 if self.pointer == self.max_sz else self.pointer
+    for rows, v in zip(self._row_views, vals): rows[p] = v
+    self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+    if self.files is not None: self.files.wrote(self._row_bytes)
+    return p, 1
 
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
@@ -236,12 +281,16 @@ def _write(self:ColumnStorage, srcs:list, n:int) -> tuple[int, int]:
     if self.files is not None: self.files.wrote(m * self._row_bytes)
     return p, m
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #72df2036
+# %% ../../nbs/06a_memory.experience_replay.ipynb #c74b20cb
 @patch
 def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
     "The rows at storage indices `idxs`, as a `BD`"
     if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
     i = idxs.numpy()
+    if self._rows is not None:  # one gather of whole rows, which reads each row's values from neighbouring cache lines
+        r = self._rows.take(i, axis=0)
+        return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
+                        for c in self._cols})
     return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                     for c in self._cols})
 

@@ -62,7 +62,7 @@ def from_plain(v, arrays:list):
     if isinstance(v, list): return [from_plain(x, arrays) for x in v]
     return v
 
-# %% ../../nbs/06f_memory.persist.ipynb #7bdd625a
+# %% ../../nbs/06f_memory.persist.ipynb #a1523cfe
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 def _host(a) -> tuple[np.ndarray, str]:
@@ -87,14 +87,21 @@ def write_array(a, root:Path, name:str, final:Path, durable:bool=True) -> dict:
     if isinstance(n, np.memmap) and n.filename is not None and n.mode in ('r+', 'w+'):
         if durable: n.flush()
         entry['file'] = os.path.relpath(n.filename, final)
-    else:
-        n = np.ascontiguousarray(n)
-        entry['file'] = f'arrays/{name}.npy'
-        with open(root/entry['file'], 'wb') as f:  # NumPy's header, then the bytes in one write (faster than `tofile`)
-            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(n))
-            f.write(_bytes(n))
-    entry['crc32'] = zlib.crc32(_bytes(n))
+        entry['crc32'] = zlib.crc32(_bytes(n))
+        return entry
+    entry['file'], crc = f'arrays/{name}.npy', 0
+    with open(root/entry['file'], 'wb') as f:  # NumPy's header, then the bytes in large writes (faster than `tofile`)
+        np.lib.format.write_array_header_1_0(f, dict(descr=np.lib.format.dtype_to_descr(n.dtype), fortran_order=False, shape=n.shape))
+        for chunk in _c_chunks(n):
+            f.write(chunk); crc = zlib.crc32(chunk, crc)
+    entry['crc32'] = crc
     return entry
+
+def _c_chunks(a:np.ndarray, nbytes:int=1 << 26):
+    "The bytes of `a` in C order: one piece when it is C-contiguous, else copies of 64 MB of rows at a time (never a copy of the whole)"
+    if a.flags.c_contiguous or a.ndim == 0: yield _bytes(a); return
+    step = max(1, nbytes // max(1, a[:1].nbytes))
+    for s in range(0, len(a), step): yield _bytes(a[s:s+step])
 
 def _bytes(a:np.ndarray) -> memoryview:
     "The bytes of C-contiguous `a`, without a copy"
