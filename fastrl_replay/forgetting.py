@@ -25,7 +25,7 @@ from .plots import figures_to_html
 __all__ = ['MEMORIES', 'BUDGETS', 'make_memory', 'RateCurve', 'a2c_forgetting', 'dqn_forgetting', 'plot_confusions',
            'plot_rate_curves', 'run_forgetting']
 
-# %% ../nbs/15_forgetting.ipynb #c8a4a861
+# %% ../nbs/15_forgetting.ipynb #66467531
 MEMORIES = {'fifo': ExperienceReplay, 'reservoir': ReservoirReplay, 'balanced': TaskBalancedReplay}
 
 def make_memory(kind:str, # 'fifo', 'reservoir' or 'balanced'
@@ -34,7 +34,7 @@ def make_memory(kind:str, # 'fifo', 'reservoir' or 'balanced'
     if kind not in MEMORIES: raise ValueError(f"memory must be 'fifo', 'reservoir' or 'balanced', got {kind!r}")
     return MEMORIES[kind](bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
 
-BUDGETS = {'a2c': dict(steps1=1000, steps2=1000, memory_sz=25_000, replay_bs=100),
+BUDGETS = {'a2c': dict(steps1=1000, steps2=2000, memory_sz=25_000, replay_bs=100),
            'dqn': dict(steps1=10_000, steps2=10_000, memory_sz=2_000, replay_bs=64)}
 
 # %% ../nbs/15_forgetting.ipynb #70cdd5f1
@@ -73,12 +73,12 @@ def _dqn_act(seed):
 def _fit(learn, epochs:int, cbs):
     with learn.no_bar(), learn.no_logging(): learn.fit(epochs, cbs=cbs)
 
-# %% ../nbs/15_forgetting.ipynb #c813d9bc
+# %% ../nbs/15_forgetting.ipynb #67a5f937
 def _score(act, mode, n, seed) -> dict:
     r = evaluate_choices(act, mode, n, seed + 50_000 + mode)
     return dict(rate=float(r['rate']), confusion=r['confusion'].tolist())
 
-def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=1000, memory_sz:int=25_000, replay_bs:int=100,
+def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=2000, memory_sz:int=25_000, replay_bs:int=100,
                    eval_trials:int=5000, curve_every:int=100, curve_trials:int=500) -> dict:
     "The tutorial's experiment with its A2C agent: scores, confusion matrices and curves"
     act_of, res, curves = _a2c_act(seed + 7), {}, []
