@@ -203,7 +203,7 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
     raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
                                     f'got {tuple(v.shape)}')
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #8fd785ad
+# %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
@@ -229,8 +229,8 @@ def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
             if td_zero is None: return None
             vals.append(td_zero); continue  # a TD error starts at 0
         if type(v) is not np.ndarray:
-            if type(v) is not torch.Tensor or not v.is_cpu or v.requires_grad or v.dtype is not dtype or v.is_conj() or v.is_neg(): return None
-            v = v.numpy()
+            if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
+            v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
         if v.dtype is not np_dtype or v.shape != shape: return None
         if td_zero is not None and not (math.isfinite(v.item()) if v.size == 1 else np.isfinite(v).all()): return None
         vals.append(v); found += 1
@@ -251,7 +251,7 @@ def _single_row(b:Mapping) -> dict|None:
     for k, v in b.items():
         t = type(v)
         if t is torch.Tensor:
-            if v.device.type != 'cpu' or v.requires_grad: return None
+            if v.ndim == 0 or v.shape[0] != 1 or v.device.type != 'cpu' or v.requires_grad: return None
             try: v = v.numpy()
             except (RuntimeError, TypeError): return None  # dtypes NumPy lacks, conjugate or negative views
         elif t is not np.ndarray: return None
