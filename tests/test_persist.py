@@ -153,7 +153,7 @@ def first_big(m): return next(e for e in m['arrays'] if e['nbytes'] > 100)
 @pytest.mark.parametrize('damage,message', [
     ('no manifest', 'manifest.json: missing'),
     ('bad json', 'manifest.json: not valid JSON'),
-    ('version', 'format version 99; this library reads version 1'),
+    ('version', 'format version 99; this library reads versions 1, 2'),
     ('format', 'not a fastrl_replay.memory manifest'),
     ('missing array', 'missing (the manifest lists it as'),
     ('truncated', 'not a whole .npy array'),
@@ -286,3 +286,100 @@ def test_write_array_stores_any_layout_in_c_order_in_bounded_pieces(tmp_path, la
     assert back.shape == a.shape and np.array_equal(back, a)
     assert entry['crc32'] == zlib.crc32(np.ascontiguousarray(a).tobytes())
     assert max(pieces, default=0) <= (a.nbytes if a.flags.c_contiguous else 4096)
+
+
+def big_memory(rows=25_000):
+    "A memory whose block of rows (48 bytes a row, 1.2 MB) passes the 1 MB from which arrays go to the disk directly"
+    m = ExperienceReplay(bs=16, max_sz=rows, warmup_sz=16, seed=4)
+    m + {'obs': torch.randn(rows + 123, 8), 'action': torch.arange(rows + 123)[:, None], 'done': torch.arange(rows + 123)[:, None] % 7 == 0}
+    return m
+
+
+def rows_entry(root):
+    man = json.loads((root/MANIFEST).read_text())
+    return man, man['arrays'][man['state']['storage']['rows']['__array__']]
+
+
+def direct_io_works(d:Path) -> bool:
+    "Whether the file system of `d` opens files for direct I/O (tmpfs does not)"
+    try: os.close(os.open(d/'probe', os.O_WRONLY | os.O_CREAT | os.O_DIRECT))
+    except OSError: return False
+    finally: (d/'probe').unlink(missing_ok=True)
+    return True
+
+
+def test_a_large_block_is_written_directly_and_numpy_reads_it(tmp_path):
+    m = big_memory()
+    m.save(tmp_path/'ck')
+    man, e = rows_entry(tmp_path/'ck')
+    f = tmp_path/'ck'/e['file']
+    raw = f.read_bytes()
+    start = 4096 if direct_io_works(tmp_path) else 128  # the values start the second page of the file, or follow NumPy's own header
+    assert int.from_bytes(raw[8:10], 'little') + 10 == start
+    assert len(raw) == start + m.storage._rows.nbytes and e['crc32'] == zlib.crc32(m.storage._rows)
+    assert np.array_equal(np.load(f), m.storage._rows)
+    twin = load_memory(tmp_path/'ck')
+    assert twin.storage._rows is not None and twin.storage._rows.ctypes.data % 4096 == 0  # packed, and ready to be written directly again
+    same(twin.state_dict(), m.state_dict())
+    assert torch.equal(twin.sample()[1], m.sample()[1])
+
+
+def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
+    import fcntl
+    from fastrl_replay.memory import persist
+    m = big_memory()
+    real_write = os.write
+    def no_direct_write(fd, data):  # a file system that opens files for direct I/O but refuses the writes
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT: raise OSError(22, 'Invalid argument')
+        return real_write(fd, data)
+    monkeypatch.setattr(persist.os, 'write', no_direct_write)
+    m.save(tmp_path/'ck')
+    monkeypatch.undo()
+    if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O: every test here goes through the page cache')
+    man, e = rows_entry(tmp_path/'ck')
+    assert int.from_bytes((tmp_path/'ck'/e['file']).read_bytes()[8:10], 'little') + 10 == 128  # NumPy's own header: written through the cache
+    m.save(tmp_path/'direct')
+    real_open = os.open
+    def no_direct_open(path, flags, *a):  # a file system that refuses to open files for direct I/O (tmpfs)
+        if flags & os.O_DIRECT: raise OSError(22, 'Invalid argument')
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(persist.os, 'open', no_direct_open)
+    for ck in ('ck', 'direct'):
+        twin = load_memory(tmp_path/ck)
+        same(twin.state_dict(), m.state_dict())
+
+
+@pytest.mark.parametrize('damage,where', [('truncated', -9), ('flipped', 4096 + 777_777), ('flipped', -3)])
+def test_damage_to_a_directly_written_file_is_refused(tmp_path, damage, where):
+    big_memory().save(tmp_path/'ck')
+    man, e = rows_entry(tmp_path/'ck')
+    f = tmp_path/'ck'/e['file']
+    raw = bytearray(f.read_bytes())
+    if damage == 'truncated': del raw[where:]
+    else: raw[where] ^= 16  # one bit in a whole page read directly, or in the last partial page
+    f.write_bytes(bytes(raw))
+    msg = 'not a whole .npy array' if damage == 'truncated' else 'checksum'
+    with pytest.raises(ExperienceReplayException, match=msg) as err: load_memory(tmp_path/'ck')
+    assert e['file'] in str(err.value)
+
+
+def test_version_1_checkpoints_with_an_array_per_column_still_load(tmp_path):
+    "A version-1 checkpoint, made by splitting a saved block of rows into its columns, loads as the memory that was saved"
+    m = big_memory(rows=300)
+    m.save(tmp_path/'ck')
+    man, e = rows_entry(tmp_path/'ck')
+    st = man['state']['storage']
+    rows = np.load(tmp_path/'ck'/e['file'])
+    del st['rows']
+    for k, c in st['columns'].items():
+        dtype = np.dtype(c['dtype'])
+        col = np.ascontiguousarray(np.ndarray((len(rows), *c['shape']), dtype, rows, c.pop('offset'), (rows.strides[0], *((dtype.itemsize,) if c['shape'] else ()))))
+        np.save(tmp_path/'ck'/'arrays'/f'col_{k}.npy', col)
+        man['arrays'].append(dict(lib='torch', dtype=c['dtype'], shape=list(col.shape), nbytes=col.nbytes, file=f'arrays/col_{k}.npy', crc32=zlib.crc32(col)))
+        c['data'] = {'__array__': len(man['arrays']) - 1}
+    man['version'] = 1
+    (tmp_path/'ck'/MANIFEST).write_text(json.dumps(man))
+    twin = load_memory(tmp_path/'ck')
+    assert twin.storage._rows is None  # an array per column, kept as loaded
+    for k in m.keys: assert torch.equal(twin.memory[k], m.memory[k]), k
+    assert torch.equal(twin.sample()[1], m.sample()[1])

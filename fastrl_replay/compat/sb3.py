@@ -99,7 +99,7 @@ class ReplayBuffer(SB3ReplayBuffer):
         return (f'{type(self).__name__}(buffer_size={self.buffer_size}, n_envs={self.n_envs}, size={self.size()}, pos={self.pos}, '
                 f'full={self.full})')
 
-# %% ../../nbs/13b_compat.sb3.ipynb #18bfc466
+# %% ../../nbs/13b_compat.sb3.ipynb #392dcd01
 @patch
 def _new_replay(self:ReplayBuffer, sampler:Sampler) -> Replay:
     "A replay memory over a column storage of the six columns, allocated at once, and the views of its columns"
@@ -110,8 +110,7 @@ def _new_replay(self:ReplayBuffer, sampler:Sampler) -> Replay:
 
 @patch
 def _take_views(self:ReplayBuffer, replay:Replay):
-    cols = replay.storage.state_dict()['columns']
-    self._views = {k: cols[k]['data'].numpy().reshape(self.buffer_size, self.n_envs, *shape) for k, (shape, _) in self._specs.items()}
+    self._views = {k: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape) for k, (shape, _) in self._specs.items()}
 
 def _view(k):
     def get(self): return self._views[k]

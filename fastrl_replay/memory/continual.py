@@ -215,7 +215,7 @@ class TaskStorage(_PolicyStorage):
         self.stamp[rows] = self.clock + src
         self.clock += n
 
-# %% ../../nbs/06g_memory.continual.ipynb #5ad1096b
+# %% ../../nbs/06g_memory.continual.ipynb #a79c3585
 @patch
 def add(self:TaskStorage, batch) -> tuple[int, int]:
     "Check `batch` whole (rows without a task get the current `task`), then write each row where the task shares put it"
@@ -241,8 +241,8 @@ def _schema(self:TaskStorage, b):
     return cols
 
 @patch
-def _allocate(self:TaskStorage, cols, given=None):
-    ColumnStorage._allocate(self, cols, given)
+def _allocate(self:TaskStorage, cols, given=None, rows=None):
+    ColumnStorage._allocate(self, cols, given, rows)
     self._task_col = next(c for c in self._cols if c.key == self.task_key)
 
 # %% ../../nbs/06g_memory.continual.ipynb #4f0b39fb

@@ -15,8 +15,9 @@ from fastcore.basics import ifnone, patch
 from ..core import BD, ROW_INDEX
 
 # %% auto #0
-__all__ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'keepable',
-           'same_file', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'kind_name']
+__all__ = ['PAGE', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'keepable',
+           'same_file', 'page_aligned_zeros', 'use_huge_pages', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay',
+           'as_transition', 'kind_name']
 
 # %% ../../nbs/06_memory.core.ipynb #86ab8ded
 class ExperienceReplayException(ValueError):
@@ -266,7 +267,7 @@ class Storage:
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #cfc809a5
+# %% ../../nbs/06_memory.core.ipynb #68ff3dcc
 class MappedArrays:
     "Arrays kept in `.npy` files of one directory and memory-mapped: what a storage with a `storage_dir` allocates"
     release_every = 64 << 20  # bytes written between two unmappings of the written pages
@@ -323,6 +324,25 @@ def same_file(a, b) -> bool:
     "True when `a` and `b` are memory-mapped from the same file (so copying one into the other changes nothing)"
     fa, fb = getattr(a, 'filename', None), getattr(b, 'filename', None)
     return fa is not None and fb is not None and os.path.samefile(fa, fb)
+
+PAGE = 4096  # the alignment direct (unbuffered) file I/O asks of memory, file offsets and lengths
+
+def page_aligned_zeros(shape:tuple, dtype=np.uint8, huge:bool=True) -> np.ndarray:
+    "A zeroed C-contiguous array that starts a page, so it can be written to and read from a file directly; its pages are found at their first touch"
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    if not n: return np.zeros(shape, dtype)
+    a = np.frombuffer(mmap.mmap(-1, n), dtype).reshape(shape)
+    if huge: use_huge_pages(a)
+    return a
+
+def use_huge_pages(a:np.ndarray):
+    "Let the kernel back `a`, an array of `page_aligned_zeros`, with huge pages: at its next first touches, and in the background for pages already touched"
+    buf = a
+    while buf is not None and not isinstance(buf, mmap.mmap): buf = getattr(buf, 'base', None)
+    if buf is None or not hasattr(mmap, 'MADV_HUGEPAGE'): return
+    try: buf.madvise(mmap.MADV_HUGEPAGE)
+    except OSError: pass  # a system without transparent huge pages
 
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
 class Sampler:
