@@ -7,7 +7,8 @@ Cases (the peers' published anchor for low-dim, and a pixel case):
 
 Configurations:
 - ours:        `ExperienceReplay` (lowdim) or `CircularReplayBuffer((84, 84), 1, ...)` (frames): `memory.save(dir)`
-               (a .npy per array, a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
+               (a .npy per array, the column storage's rows as one block, large arrays written and read past the page
+               cache (O_DIRECT); a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
                fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory).
 - ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but the files are left in
                the page cache instead of waited for on the disk, as every peer here leaves them.

@@ -267,7 +267,7 @@ class Storage:
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #68ff3dcc
+# %% ../../nbs/06_memory.core.ipynb #2a348229
 class MappedArrays:
     "Arrays kept in `.npy` files of one directory and memory-mapped: what a storage with a `storage_dir` allocates"
     release_every = 64 << 20  # bytes written between two unmappings of the written pages
@@ -332,14 +332,17 @@ def page_aligned_zeros(shape:tuple, dtype=np.uint8, huge:bool=True) -> np.ndarra
     dtype = np.dtype(dtype)
     n = int(np.prod(shape)) * dtype.itemsize
     if not n: return np.zeros(shape, dtype)
-    a = np.frombuffer(mmap.mmap(-1, n), dtype).reshape(shape)
+    if not hasattr(mmap, 'MAP_PRIVATE'):  # Windows: NumPy's allocation, from its first page boundary
+        raw = np.zeros(n + PAGE, np.uint8)
+        return raw[-raw.ctypes.data % PAGE:][:n].view(dtype).reshape(shape)
+    a = np.frombuffer(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype).reshape(shape)  # private: a forked process gets its own copy
     if huge: use_huge_pages(a)
     return a
 
 def use_huge_pages(a:np.ndarray):
     "Let the kernel back `a`, an array of `page_aligned_zeros`, with huge pages: at its next first touches, and in the background for pages already touched"
     buf = a
-    while buf is not None and not isinstance(buf, mmap.mmap): buf = getattr(buf, 'base', None)
+    while buf is not None and not isinstance(buf, mmap.mmap): buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, 'base', None)
     if buf is None or not hasattr(mmap, 'MADV_HUGEPAGE'): return
     try: buf.madvise(mmap.MADV_HUGEPAGE)
     except OSError: pass  # a system without transparent huge pages
