@@ -329,7 +329,7 @@ def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
     except (IndexError, RuntimeError) as e:
         raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #0348b909
+# %% ../../nbs/06a_memory.experience_replay.ipynb #bafea815
 @patch
 def state_dict(self:ColumnStorage) -> dict:
     "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
@@ -364,10 +364,11 @@ def check_state(self:ColumnStorage, state:dict) -> list[_Col]|None:
 
 def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
     "Raise unless block `rows` has `max_sz` rows of bytes in which every column of `spec` lies aligned, inside the row and apart from the others; place `cols` at their offsets"
-    if len(rows.shape) != 2 or rows.shape[0] != max_sz or dtype_name(rows.dtype) != 'uint8':
-        raise ExperienceReplayException(f'the block of rows: expected ({max_sz}, row bytes) uint8, got {tuple(rows.shape)} {dtype_name(rows.dtype)}')
-    width, end = rows.shape[1], 0
-    for c in sorted(cols, key=lambda c: (spec[c.key].get('offset', -1), c.key)):
+    shape, dtype = tuple(getattr(rows, 'shape', ())), getattr(rows, 'dtype', None)
+    if len(shape) != 2 or shape[0] != max_sz or dtype is None or dtype_name(dtype) != 'uint8':
+        raise ExperienceReplayException(f'the block of rows: expected ({max_sz}, row bytes) uint8, got {type(rows).__name__} {shape} {dtype}')
+    width, end = shape[1], 0
+    for c in sorted(cols, key=lambda c: (o if is_int(o := spec[c.key].get('offset')) else -1, c.key)):  # a bad offset comes first, and is refused
         off = spec[c.key].get('offset')
         if c.np_dtype is None: raise ExperienceReplayException(f'column {c.key!r}: {dtype_name(c.dtype)} values cannot lie in a block of rows')
         if not is_int(off) or off < end or off % c.np_dtype.alignment or off + _nbytes(c) > width:
