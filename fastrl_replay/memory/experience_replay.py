@@ -329,7 +329,7 @@ def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
     except (IndexError, RuntimeError) as e:
         raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #bafea815
+# %% ../../nbs/06a_memory.experience_replay.ipynb #83f13028
 @patch
 def state_dict(self:ColumnStorage) -> dict:
     "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
@@ -399,14 +399,10 @@ def _load_block(self:ColumnStorage, cols:list[_Col], rows, assign:bool):
     "Restore the columns from block `rows`, where `_check_layout` placed them: kept as the block, copied whole, or split"
     rows = rows.numpy() if isinstance(rows, torch.Tensor) and rows.device.type == 'cpu' else np.asarray(rows)
     if self._packs(cols) and assign and keepable(rows) is not None: return self._allocate(cols, rows=rows)
-    src = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides)) for c in cols}
-    if self._packs(cols):
-        offsets = [c.offset for c in cols]
-        self._allocate(cols)
-        if [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
-    else: self._allocate(cols)
-    for c in cols:
-        if not same_file(c.np, src[c.key]): c.data.copy_(torch.from_numpy(src[c.key]))
+    src, offsets = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides)) for c in cols}, [c.offset for c in cols]
+    self._allocate(cols)  # a packed storage places the columns anew
+    if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
+    for c in cols: c.data.copy_(torch.from_numpy(src[c.key]))
 
 @patch
 def new_empty(self:ColumnStorage) -> ColumnStorage:
