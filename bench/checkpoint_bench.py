@@ -10,8 +10,8 @@ Configurations:
                (a .npy per array, the column storage's rows as one block, large arrays written and read past the page
                cache (O_DIRECT); a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
                fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory).
-- ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but the files are left in
-               the page cache instead of waited for on the disk, as every peer here leaves them.
+- ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but no file or directory
+               is flushed (fsync), as no peer here flushes; large arrays still go to the disk directly.
 - ours[per]:   the same with prioritized sampling (the sum and min trees, the clocks and the generator saved too).
 - torchrl:     `ReplayBuffer(LazyTensorStorage)` `dumps(dir)` / `loads(dir)` (memmap + JSON) into a buffer made first.
 - torchrl[per]: the same with its `PrioritizedSampler`.

@@ -114,7 +114,7 @@ def _bytes(a:np.ndarray) -> memoryview:
     "The bytes of C-contiguous `a`, without a copy"
     return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
 
-# %% ../../nbs/06f_memory.persist.ipynb #a8d3f11f
+# %% ../../nbs/06f_memory.persist.ipynb #b98c7d5a
 DIRECT_MIN, PIECE = 1 << 20, 1 << 26  # arrays from 1 MB go directly, in pieces of 64 MB
 try: import fcntl  # direct I/O is there only where fcntl is (not on Windows)
 except ImportError: fcntl = None
@@ -194,20 +194,49 @@ def _read_npy(path:Path) -> tuple[np.ndarray, int]:
     use_huge_pages(a)
     return a, value
 
+MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 24  # Linux 5.14's madvise that faults a range of pages in at once; reads of 16 MB
+
+class _Prefault:
+    "Fault in the pages of `data` up to byte `end`, a piece at a time in a thread, ahead of the direct reads that fill them"
+    def __init__(self, data:memoryview, end:int):
+        self.address, self.end, self.ready, self.stopped = np.frombuffer(data, np.uint8).ctypes.data, end, 0, False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try: madvise = ctypes.CDLL(None, use_errno=True).madvise  # ctypes lets go of the GIL during the call
+        except (OSError, AttributeError): madvise = None
+        for s in range(0, self.end, READ_PIECE):
+            n = min(READ_PIECE, self.end - s)
+            ok = madvise is not None and not self.stopped and madvise(ctypes.c_void_p(self.address + s), ctypes.c_size_t(n), MADV_POPULATE_WRITE) == 0
+            with self.cond:
+                self.ready = s + n if ok else self.end  # refused (a kernel before 5.14): the reads fault the pages in themselves
+                self.cond.notify_all()
+            if not ok: return
+
+    def wait(self, upto:int):
+        with self.cond: self.cond.wait_for(lambda: self.ready >= upto)
+
+    def stop(self): self.stopped = True; self.thread.join()
+
 def _read_direct(path:Path, start:int, data:memoryview, crc:_Crc) -> int:
     "Read the whole pages of `data` from byte `start` of `path` past the page cache, adding them to `crc`; how many bytes were read"
     body, done = len(data) // PAGE * PAGE, 0
     try: fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     except OSError: return 0
+    faults = _Prefault(data, body)
     try:
         while done < body:
-            got = os.preadv(fd, [data[done:min(done + PIECE, body)]], start + done)
+            end = min(done + READ_PIECE, body)
+            faults.wait(end)
+            got = os.preadv(fd, [data[done:end]], start + done)
             crc.add(data[done:done + got])
             done += got
             if got % PAGE or not got: break  # a short read: the rest goes through the page cache
     except OSError as e:
         if e.errno != errno.EINVAL: raise
-    finally: os.close(fd)
+    finally: os.close(fd); faults.stop()
     return done
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
