@@ -349,6 +349,18 @@ def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
         same(twin.state_dict(), m.state_dict())
 
 
+@pytest.mark.parametrize('advice', ['faults pages in', 'refused'])
+def test_direct_loads_in_pieces_with_the_pages_faulted_in_ahead_or_not(tmp_path, monkeypatch, advice):
+    from fastrl_replay.memory import persist
+    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB
+    m.save(tmp_path/'ck')
+    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
+    if advice == 'refused': monkeypatch.setattr(persist, 'MADV_POPULATE_WRITE', -1)  # advice no kernel takes: the reads fault their own pages
+    twin = load_memory(tmp_path/'ck')
+    same(twin.state_dict(), m.state_dict())
+    assert torch.equal(twin.sample()[1], m.sample()[1])
+
+
 @pytest.mark.parametrize('damage,where', [('truncated', -9), ('flipped', 4096 + 777_777), ('flipped', -3)])
 def test_damage_to_a_directly_written_file_is_refused(tmp_path, damage, where):
     big_memory().save(tmp_path/'ck')
