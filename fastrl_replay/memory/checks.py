@@ -11,7 +11,7 @@ import numpy as np, torch
 import dataclasses
 from fastcore.basics import ifnone
 from ..core import BD
-from ..errors import ExperienceReplayException, dtype_name
+from ..errors import ExperienceReplayException, dtype_name, check_finite
 
 # %% auto #0
 __all__ = []
@@ -120,8 +120,12 @@ def batch_of(other) -> Mapping:
         raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {got}')
     return other
 
-def _check_finite(v, name):
-    if not bool(torch.isfinite(v).all()): raise ExperienceReplayException(f'{name!r} holds NaN or inf values')
+def td_vector(td, n:int, of:str='indices'):
+    "TD errors of shape `(n,)` or `(n, 1)`, a tensor or an array, as shape `(n,)`; raise on any other shape"
+    if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
+    if tuple(td.shape) != (n,):
+        raise ExperienceReplayException(f'td_errors: expected shape ({n},) or ({n}, 1) for {n} {of}, got {tuple(td.shape)}')
+    return td
 
 def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     "Checked indices and TD errors, as tensors on the storage's device in its TD dtype; raise on bad input"
@@ -131,14 +135,11 @@ def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(td, torch.Tensor):
         raise ExperienceReplayException(f'td_errors: expected a tensor, array or list, got {type(td_errors).__name__}')
     td = td.as_subclass(torch.Tensor)
-    if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
-    if td.shape != idxs.shape:
-        raise ExperienceReplayException(f'td_errors: expected shape ({len(idxs)},) or ({len(idxs)}, 1) '
-                                        f'for {len(idxs)} indices, got {tuple(td.shape)}')
+    td = td_vector(td, len(idxs))
     if not (td.is_floating_point() or lossless(td.dtype, torch.float32)):
         raise ExperienceReplayException(f'td_errors: expected a float dtype, got {dtype_name(td.dtype)}')
     td = td.detach().to(storage.device, storage.td_dtype)
-    _check_finite(td, 'td_errors')  # after the cast, which can overflow
+    check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
 # %% ../../nbs/06h_memory.checks.ipynb #3df18c64

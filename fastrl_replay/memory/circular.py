@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 import inspect
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive
+from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive, all_finite
 from .checks import cast_exactly, as_idxs, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, UniformSampler, Replay, forward_attrs
@@ -35,9 +35,7 @@ def _np(v):
     if isinstance(v, torch.Tensor): return v.detach().cpu().numpy()
     return np.asarray(v)
 
-def _finite(v:np.ndarray) -> bool:
-    "True when every value of `v` is finite (one float value is checked without array machinery)"
-    return math.isfinite(v) if v.ndim == 0 and v.dtype.kind == 'f' else bool(np.isfinite(v).all())
+
 
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
@@ -227,7 +225,7 @@ def _check_step(self:FrameStorage, observation, action, reward, terminal, trunca
     a, r = _np(action), _np(reward)
     if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
     if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
-    if r.dtype.kind in 'fc' and not _finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
+    if r.dtype.kind in 'fc' and not all_finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
     a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
     term, trunc = bool(terminal), bool(truncated)
     nxt = None

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, is_int
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, is_int, to_numpy, dtype_name
 from .checks import batch_of
 from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
@@ -226,7 +226,7 @@ def add(self:TaskStorage, batch) -> tuple[int, int]:
         if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
     else:
         t = b[self.task_key]
-        tv = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        tv = to_numpy(t)
         if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
             raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
                                             f'values {tv.reshape(-1)[:5].tolist()}')
@@ -238,7 +238,7 @@ def _schema(self:TaskStorage, b):
     c = next(c for c in cols if c.key == self.task_key)
     if c.shape != (1,) or c.dtype != torch.int64:
         raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
-                                        f'(n, {", ".join(map(str, c.shape))}) {str(c.dtype).replace("torch.", "")}')
+                                        f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
     return cols
 
 @patch
@@ -250,7 +250,7 @@ def _allocate(self:TaskStorage, cols, given=None, rows=None):
 @patch
 def _destinations(self:TaskStorage, b, n):
     tv = b[self.task_key]
-    new = (tv.detach().cpu().numpy() if isinstance(tv, torch.Tensor) else np.asarray(tv)).reshape(-1).astype(np.int64)
+    new = to_numpy(tv).reshape(-1).astype(np.int64)
     dst = np.full(n, -1, np.int64)
     free = min(self.max_sz - self._len, n)
     dst[:free] = self._len + np.arange(free)
