@@ -54,9 +54,11 @@ def check_probability(v, name:str):
     ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and 0 <= v <= 1
     if not ok: raise ExperienceReplayException(f'{name} must be in [0, 1], got {v!r}')
 
-def check_choice(v, name:str, choices):
-    "Raise unless `v` is one of `choices`"
-    if v not in choices: raise ExperienceReplayException(f'{name} must be one of {list(choices)}, got {v!r}')
+def check_choice(v, name:str, choices:tuple):
+    "Raise unless `v` is one of `choices`, naming them"
+    if v not in choices:
+        names = [repr(c) for c in choices]
+        raise ExperienceReplayException(f"{name} must be {' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}, got {v!r}")
 
 def all_finite(v) -> bool:
     "Whether every value of `v` (a number, tensor or array) is finite"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, is_int, to_numpy, dtype_name
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, check_nonneg, is_int, to_numpy, dtype_name
 from .checks import batch_of
 from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
@@ -197,7 +197,7 @@ class TaskStorage(_PolicyStorage):
     def task(self) -> int: return self._task
     @task.setter
     def task(self, t):
-        if not is_int(t) or t < 0: raise ExperienceReplayException(f'task must be an int >= 0, got {t!r}')
+        check_nonneg(t, 'task')
         self._task = int(t)
 
     def settings(self) -> dict: return {**super().settings(), 'task_key': self.task_key, 'task': self.task}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numpy as np, torch, numba
 from fastcore.basics import patch
-from ..errors import is_int, dtype_name, check_positive
+from ..errors import is_int, dtype_name, check_positive, check_choice
 
 
 # %% auto #0
@@ -100,7 +100,7 @@ class SumTree:
         self.depth = self.size.bit_length() - 1  # levels between the leaves and the root
         self.device = torch.device(device if device is not None else 'cpu')
         self.backend = backend if backend is not None else 'numba' if self.device.type == 'cpu' else 'torch'
-        if self.backend not in ('numba', 'torch'): raise ValueError(f"backend must be 'numba' or 'torch', got {backend!r}")
+        check_choice(self.backend, 'backend', ('numba', 'torch'))
         if self.backend == 'numba' and self.device.type != 'cpu':
             raise ValueError(f"backend 'numba' runs on the CPU only, got device {self.device}")
         self.sum_tree = torch.zeros(2 * self.size, dtype=torch.float64, device=self.device)
