@@ -14,7 +14,7 @@ from ..errors import ExperienceReplayException, NoValidTransitions, new_generato
 from .checks import batch_of
 from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
-from .persist import register_kind
+import fastrl_replay.memory.persist  # `save` and `load` for these memories too
 
 # %% auto #0
 __all__ = ['ReservoirStorage', 'ReservoirReplay', 'TaskStorage', 'TaskBalancedSampler', 'TaskBalancedReplay']
@@ -175,7 +175,6 @@ class ReservoirReplay(_WrittenRows, Replay):
     def keys(self) -> list[str]: return self.storage.keys
 
 forward_attrs(ReservoirReplay, 'storage', 'seen')
-for _c in (ReservoirStorage, ReservoirReplay): register_kind(_c)
 
 # %% ../../nbs/06g_memory.continual.ipynb #41a73a13
 class TaskStorage(_PolicyStorage):
@@ -358,4 +357,3 @@ class TaskBalancedReplay(_WrittenRows, Replay):
         return self.storage.counts()
 
 forward_attrs(TaskBalancedReplay, 'storage', 'task task_key tasks')
-for _c in (TaskStorage, TaskBalancedSampler, TaskBalancedReplay): register_kind(_c)
