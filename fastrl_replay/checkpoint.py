@@ -14,7 +14,8 @@ from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
-from .memory.core import Replay, ExperienceReplayException, is_int
+from .errors import ExperienceReplayException, is_int
+from .memory.core import Replay
 from .memory.persist import load_memory, atomic_dir, last_complete
 
 # %% auto #0

@@ -17,7 +17,9 @@ from fastcore.basics import ifnone
 from fastai.callback.core import Callback
 from fastai.optimizer import OptimWrapper
 from .core import BD
-from .memory.core import ExperienceReplayException, WarmupNotReached, Replay, batch_of, check_positive
+from .errors import ExperienceReplayException, WarmupNotReached, check_positive
+from .memory.checks import batch_of
+from .memory.core import Replay
 from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
 from .memory.sumtree import per_weights

@@ -11,7 +11,7 @@ import numpy as np, torch
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
-from .memory.core import ExperienceReplayException, check_positive, is_int
+from .errors import ExperienceReplayException, check_positive, is_int
 
 # %% auto #0
 __all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 'plot_sample_counts', 'plot_losses',

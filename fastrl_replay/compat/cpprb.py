@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from ..memory.core import (ExperienceReplayException, Sampler, Replay, is_int, check_number, as_idxs, TORCH_DTYPES)
+from ..errors import ExperienceReplayException, is_int, check_number
+from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind

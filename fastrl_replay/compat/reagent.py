@@ -11,8 +11,9 @@ from functools import lru_cache
 import keyword
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
-from ..memory.core import (ExperienceReplayException, NoValidTransitions, UniformSampler, Replay,
-                                       check_positive, check_number, cast_exactly, as_idxs)
+from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number
+from ..memory.checks import cast_exactly, as_idxs
+from ..memory.core import UniformSampler, Replay
 from ..memory.circular import FrameStorage, ReplayElement
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory

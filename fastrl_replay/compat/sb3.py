@@ -15,7 +15,9 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
-from ..memory.core import ExperienceReplayException, Replay, Sampler, is_int, as_idxs, TORCH_DTYPES
+from ..errors import ExperienceReplayException, is_int
+from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind

@@ -14,9 +14,10 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 import inspect
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Storage, UniformSampler, Replay,
-                                       is_int, check_positive, cast_exactly, as_idxs, forward_attrs, check_kind,
-                                       MappedArrays, same_file, keepable, page_aligned_zeros)
+from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive
+from .checks import cast_exactly, as_idxs, check_kind
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .core import Storage, UniformSampler, Replay, forward_attrs
 from .prioritized import PrioritizedSampler
 
 # %% auto #0

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Replay, Sampler, UniformSampler,
-                                       new_generator, batch_of, as_transition, check_positive, is_int, forward_attrs)
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, is_int
+from .checks import batch_of
+from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
 from .persist import register_kind
 

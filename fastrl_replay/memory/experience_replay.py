@@ -15,8 +15,10 @@ import numpy as np, torch
 from fastcore.basics import patch
 from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
-from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler, UniformSampler, MappedArrays, same_file, keepable, page_aligned_zeros,
-                                       Replay, ReplayMemory, NP_DTYPES, TORCH_DTYPES, lossless, dtype_name, batch_of, check_kind, is_int)
+from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int
+from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .core import Storage, Sampler, UniformSampler, Replay, ReplayMemory
 
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']

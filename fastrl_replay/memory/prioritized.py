@@ -11,8 +11,10 @@ import numpy as np, torch, numba
 from fastcore.basics import patch, ifnone
 from fastcore.meta import delegates
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Sampler, is_int, check_number,
-                                       as_idxs, last_wins, td_arrays, td_rows, put_in_order, forward_attrs, Replay, check_kind)
+from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
+from .checks import as_idxs, last_wins, td_rows, check_kind
+from .kernels import td_arrays, put_in_order
+from .core import Sampler, forward_attrs, Replay
 from .experience_replay import ExperienceReplay, ColumnStorage
 from .sumtree import SumTree, WEIGHT_NORMS
 

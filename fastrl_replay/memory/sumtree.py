@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numpy as np, torch, numba
 from fastcore.basics import patch
-from .core import is_int, dtype_name
+from ..errors import is_int, dtype_name
 
 
 # %% auto #0
