@@ -40,6 +40,12 @@ class NumpySampler(Sampler):
 
     def settings(self) -> dict: return dict(numpy_seed=self.numpy_seed)
 
+    def share_generator(self, other:Sampler) -> NumpySampler:
+        "Draw from `other`'s generators from now on: its torch one and, for a `NumpySampler`, its NumPy one"
+        super().share_generator(other)
+        if isinstance(other, NumpySampler): self.numpy_seed, self._rs = other.numpy_seed, other._rs
+        return self
+
     def state_dict(self) -> dict:
         "The base state and the state of a generator of its own (NumPy's global state is NumPy's)"
         return {**super().state_dict(), 'numpy': None if self._rs is None else self._rs.get_state()}
@@ -237,9 +243,7 @@ def clear(self:ReplayBuffer):
 @patch
 def _renewed_sampler(self:ReplayBuffer) -> Sampler:
     "A sampler for an emptied buffer, drawing from the same generator"
-    s = self._new_sampler()
-    s._rs = self.replay.sampler._rs
-    return s
+    return self._new_sampler().share_generator(self.replay.sampler)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #887d77de
 @patch
@@ -326,11 +330,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _new_sampler(self) -> Sampler:
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
-
-    def _renewed_sampler(self) -> Sampler:
-        s = self._new_sampler()
-        s.generator, s.seed = self.replay.sampler.generator, None
-        return s
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 @patch

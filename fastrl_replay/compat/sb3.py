@@ -187,8 +187,7 @@ def _get_samples(self:ReplayBuffer, batch_inds:np.ndarray, env:VecNormalize|None
 @patch
 def reset(self:ReplayBuffer):
     "Remove every transition; the sampler's generator goes on"
-    s = self._new_sampler()
-    s._rs = self.replay.sampler._rs
+    s = self._new_sampler().share_generator(self.replay.sampler)
     self.replay, self.pos, self.full = self._new_replay(s), 0, False
 
 @patch

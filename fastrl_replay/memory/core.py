@@ -165,6 +165,11 @@ class Sampler:
         g.set_state(self.generator.get_state())
         return type(self)(**self.settings(), generator=g)
 
+    def share_generator(self, other:Sampler) -> Sampler:
+        "Draw from `other`'s generator from now on, as a sampler taking over from `other` (an emptied memory's) does; before `attach`"
+        self.generator, self.seed = other.generator, None
+        return self
+
     def copy_rows(self, src:Sampler, rows:torch.Tensor):
         "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ..."
 
