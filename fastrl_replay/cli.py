@@ -6,19 +6,17 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #57dcf57c
 from __future__ import annotations
-import argparse, html, json, time, warnings
+import argparse, html, json, time
 from pathlib import Path
 from fastcore.basics import ifnone
 import numpy as np, torch
-with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
-    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
-    from fastai.callback.core import Callback
-    from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
-    from fastrl_replay.agents.dqn import dqn_learner, evaluate, dqn_defaults
-    from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError
-    from fastrl_replay.data.synth import synth_replay_learner
-    from fastrl_replay.plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
-                                     figures_to_html)
+from fastai.callback.core import Callback
+from .memory.experience_replay import ExperienceReplayCallback
+from .agents.dqn import dqn_learner, evaluate, dqn_defaults
+from .checkpoint import CheckpointCallback, CheckpointError
+from .data.synth import synth_replay_learner
+from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
+                                 figures_to_html)
 
 # %% auto #0
 __all__ = ['run_demo', 'run_train', 'resume_train', 'main']

@@ -106,6 +106,22 @@ def test_prune(tmp_path):
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob('*.html')) == \
         ['_static/x.html', 'genindex.html', 'index.html', 'search.html', 'tutorials/a.html']
 
+def test_tutorials_are_lessons():
+    "A tutorial runs as a user runs it: it exports nothing and ends on its own last lesson cell, not on `nbdev_export()`"
+    for nb in TUTORIALS:
+        src = [''.join(c['source']) for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code']
+        assert not any('nbdev_export' in s or s.lstrip().startswith(('#| export', '#| default_exp')) for s in src), nb.name
+
+def test_stored_figures_need_no_network():
+    "No stored output of a notebook loads a script from the network (plotly.js from a CDN leaves figures blank offline)"
+    bad = {}
+    for nb in sorted(NBS.rglob('*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            for o in c.get('outputs', []):
+                html = ''.join(o.get('data', {}).get('text/html', ''))
+                bad.setdefault(nb.name, []).extend(re.findall(r'<script\b[^>]*\bsrc\s*=\s*["\']https?://[^"\']*|import\s+["\']https?://[^"\']*', html))
+    assert not {k: v for k, v in bad.items() if v}, bad
+
 @pytest.mark.parametrize('nb', TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial(nb):
     "The tutorials run top to bottom as `nbdev-test` runs them (slow cells skipped)"
