@@ -15,11 +15,11 @@ from plotly.subplots import make_subplots
 from .memory.core import ExperienceReplayException, check_positive, is_int
 
 # %% auto #0
-__all__ = ['OfflineNotebookRenderer', 'setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 'plot_sample_counts',
-           'plot_losses', 'plot_returns', 'figures_to_html']
+__all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 'plot_sample_counts', 'plot_losses',
+           'plot_returns', 'figures_to_html']
 
 # %% ../nbs/07_plots.ipynb #e9e7144a
-class OfflineNotebookRenderer(NotebookRenderer):
+class _OfflineNotebookRenderer(NotebookRenderer):
     "plotly's `notebook` renderer (plotly.js inline, once per notebook) without the MathJax script it links from a CDN"
     def to_mimebundle(self, fig_dict):
         b = super().to_mimebundle(fig_dict)
@@ -30,7 +30,7 @@ def setup_plotly():
     try: from IPython import get_ipython  # imported here: only a running IPython displays figures
     except ImportError: return
     if (ip := get_ipython()) is None: return
-    pio.renderers['notebook_offline'] = OfflineNotebookRenderer()
+    pio.renderers['notebook_offline'] = _OfflineNotebookRenderer()
     pio.renderers.default = 'notebook_offline'
     ip.display_formatter.formatters['text/plain'].for_type(go.Figure, lambda f, p, cycle: p.text('<plotly Figure>'))
 
@@ -164,7 +164,8 @@ def figures_to_html(figs, # Figures to put in the page, in order
                     show:bool=True # Also display the figures when running in IPython
                    ) -> str:
     "One HTML document holding every figure in `figs` and plotly.js at most once; the figures are displayed in IPython"
-    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False) for i, f in enumerate(figs)]
+    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, auto_play=False)  # animations wait for ▶
+            for i, f in enumerate(figs)]
     html = '<html><head><meta charset="utf-8" /></head><body>\n' + '\n'.join(divs) + '\n</body></html>'
     from IPython import get_ipython  # imported here: IPython is only needed to display
     if show and get_ipython() is not None:
