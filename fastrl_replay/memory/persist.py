@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from .core import (ExperienceReplayException, Replay, Storage, Sampler, UniformSampler, NP_DTYPES, kind_name,
-                                       dtype_name, PAGE, page_aligned_zeros, use_huge_pages)
+from ..errors import ExperienceReplayException, dtype_name
+from .checks import NP_DTYPES
+from .alloc import PAGE, page_aligned_zeros, use_huge_pages
+from .core import Replay, Storage, Sampler, UniformSampler, kind_name
 from .experience_replay import ColumnStorage, ExperienceReplay
 from .prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from .laber import LaBERSampler, LaBERExperienceReplay
