@@ -10,7 +10,6 @@ import math, re
 import numpy as np, torch
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.io.base_renderers import NotebookRenderer
 from plotly.subplots import make_subplots
 from .errors import ExperienceReplayException, check_positive, is_int
 
@@ -19,18 +18,21 @@ __all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 
            'plot_returns', 'figures_to_html']
 
 # %% ../nbs/07_plots.ipynb #e9e7144a
-class _OfflineNotebookRenderer(NotebookRenderer):
+def _offline_renderer():
     "plotly's `notebook` renderer (plotly.js inline, once per notebook) without the MathJax script it links from a CDN"
-    def to_mimebundle(self, fig_dict):
-        b = super().to_mimebundle(fig_dict)
-        return b | {'text/html': re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', '', b['text/html'])}
+    from plotly.io.base_renderers import NotebookRenderer  # imported here: importing it imports `plotly.tools`, which sets a warnings filter
+    class OfflineNotebookRenderer(NotebookRenderer):
+        def to_mimebundle(self, fig_dict):
+            b = super().to_mimebundle(fig_dict)
+            return b | {'text/html': re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', '', b['text/html'])}
+    return OfflineNotebookRenderer()
 
 def setup_plotly():
     "Show figures in Jupyter with plotly.js included once in the notebook (no network needed), and as `<plotly Figure>` in plain text"
     try: from IPython import get_ipython  # imported here: only a running IPython displays figures
     except ImportError: return
     if (ip := get_ipython()) is None: return
-    pio.renderers['notebook_offline'] = _OfflineNotebookRenderer()
+    pio.renderers['notebook_offline'] = _offline_renderer()
     pio.renderers.default = 'notebook_offline'
     ip.display_formatter.formatters['text/plain'].for_type(go.Figure, lambda f, p, cycle: p.text('<plotly Figure>'))
 
