@@ -240,16 +240,20 @@ def to_page(nb: dict) -> tuple[dict, dict]:
             'language_info': {'name': 'python'}}
     return dict(cells=out, metadata=meta, nbformat=4, nbformat_minor=5), fm
 
-CONTRIBUTOR_PAGES = {'test_utils'}  # pages for those who work on the library, not part of its API reference
-EXTRA_PAGES = {'benchmarks'}  # pages made from files other than notebooks (`extra_pages`)
+CONTRIBUTOR_PAGES = {'test_utils', 'project_layout'}  # pages for those who work on the library, not its API reference
+EXTRA_PAGES = {'benchmarks'}  # the measurements, made from `bench/stored/` (`extra_pages`)
+
+def markdown_page(md: str) -> dict:
+    "A page of one markdown cell"
+    return dict(cells=[dict(cell_type='markdown', id='cell-0', metadata={}, source=md)],
+                metadata={'language_info': {'name': 'python'}}, nbformat=4, nbformat_minor=5)
 
 def extra_pages() -> list:
-    "Pages that come from elsewhere than a notebook: the benchmarks page, from the stored benchmark results"
+    "Pages made from files other than notebooks: the benchmarks (from `bench/stored/*.json`) and the project layout"
     sys.path.insert(0, str(ROOT/'bench'))
     try: from benchmarks_page import benchmarks_notebook
-    except ImportError: return []
     finally: sys.path.pop(0)
-    return [('benchmarks', benchmarks_notebook())]
+    return [('benchmarks', benchmarks_notebook()), ('project_layout', markdown_page((DOCS/'project_layout.md').read_text()))]
 
 def distinct_titles(pages: list, titles: dict):
     "Give pages that share a title (a sidebar entry twice) their page name after it: 'Checkpoints (memory.persist)', '... (tutorial)'"
