@@ -20,8 +20,8 @@ from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay',
-           'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'UniformSampler', 'ReplayMemory',
+           'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #960ca4dc
 KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
@@ -112,6 +112,36 @@ class Storage:
     def load_state_dict(self, state:dict, assign:bool=False):
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
+
+# %% ../../nbs/06_memory.core.ipynb #7e9aa10f
+class Writer:
+    "Where the rows of a batch go in a storage: the write position and the eviction policy, as one part"
+    optional = None  # a column a transition may leave out, which `prepare` fills
+    def attach(self, storage:Storage):
+        "Write into `storage`"
+        self.storage = storage
+    def prepare(self, b:Mapping) -> Mapping:
+        "`b`, completed or checked before the storage checks it whole; change nothing"
+        return b
+    def check_columns(self, cols:list) -> list:
+        "Raise unless the columns a first batch makes suit this writer; `cols`"
+        return cols
+    def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
+        "The row each of `n` incoming rows goes to (-1: not kept), `length` rows being stored; called once the batch is known to fit"
+        raise NotImplementedError
+    def wrote(self, rows:np.ndarray, src:np.ndarray, n:int):
+        "Rows `rows` now hold the incoming rows `src` of a batch of `n`"
+    def settings(self) -> dict: return {}
+    def new_empty(self) -> Writer:
+        "A writer with the same settings and state of its own, for an empty storage"
+        return type(self)(**self.settings())
+    def state_dict(self) -> dict:
+        "The writer's state, kept in its storage's state (so its keys must differ from the storage's)"
+        return {}
+    def check_state(self, state:dict):
+        "Raise `ExperienceReplayException` unless the storage's `state` holds a state this writer can load; change nothing"
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` put in the storage's `state`"
 
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
 class Sampler:
