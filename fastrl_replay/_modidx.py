@@ -1682,4 +1682,12 @@ d = { 'settings': { 'branch': 'main',
                                      'fastrl_replay.plots.plot_replay_stats': ('plots.html#plot_replay_stats', 'fastrl_replay/plots.py'),
                                      'fastrl_replay.plots.plot_returns': ('plots.html#plot_returns', 'fastrl_replay/plots.py'),
                                      'fastrl_replay.plots.plot_sample_counts': ('plots.html#plot_sample_counts', 'fastrl_replay/plots.py'),
-                                     'fastrl_replay.plots.setup_plotly': ('plots.html#setup_plotly', 'fastrl_replay/plots.py')}}}
+                                     'fastrl_replay.plots.setup_plotly': ('plots.html#setup_plotly', 'fastrl_replay/plots.py')},
+            'fastrl_replay.threads': { 'fastrl_replay.threads.TorchThreads': ('threads.html#torchthreads', 'fastrl_replay/threads.py'),
+                                       'fastrl_replay.threads.TorchThreads.__init__': ( 'threads.html#torchthreads.__init__',
+                                                                                        'fastrl_replay/threads.py'),
+                                       'fastrl_replay.threads.TorchThreads.after_fit': ( 'threads.html#torchthreads.after_fit',
+                                                                                         'fastrl_replay/threads.py'),
+                                       'fastrl_replay.threads.TorchThreads.before_fit': ( 'threads.html#torchthreads.before_fit',
+                                                                                          'fastrl_replay/threads.py'),
+                                       'fastrl_replay.threads.torch_threads': ('threads.html#torch_threads', 'fastrl_replay/threads.py')}}}
