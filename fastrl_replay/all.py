@@ -12,6 +12,7 @@ from .memory.persist import *
 from .data.gym import *
 from .data.synth import *
 from .learner import *
+from .threads import *
 from .agents.dqn import *
 from .plots import *
 from .datasets import *
