@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
 from ..errors import check_positive
+from ..nstep import nstep_returns
 from fastcore.basics import ifnone, patch
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
@@ -355,8 +356,8 @@ class FirstLast:
     def __init__(self, gamma:float=0.99): self.gamma = gamma
     def __call__(self, window: list[dict]) -> dict:
         first, last, k = window[0], window[-1], len(window)
-        reward = sum(self.gamma ** i * float(w['reward'][0, 0]) for i, w in enumerate(window))
-        return {**first, 'next_state': last['next_state'], 'reward': np.array([[reward]], np.float32),
+        reward = nstep_returns(np.array([[float(w['reward'][0, 0]) for w in window]]), np.full((1, k), float(self.gamma)))
+        return {**first, 'next_state': last['next_state'], 'reward': reward.astype(np.float32)[:, None],
                 'terminated': last['terminated'], 'truncated': last['truncated'], 'done': last['done'],
                 'discount': np.array([[self.gamma ** k]], np.float32)}
 
