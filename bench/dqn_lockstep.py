@@ -95,7 +95,7 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
             return np.array([a])
     ag = loop.agent
     loop.agent = LockAgent(ag.model, ag.n_actions, ag.eps_start, ag.eps_end, ag.eps_steps, random_steps=ag.random_steps)
-    mem = learn.experience_replay.experience_replay
+    mem = learn.experience_replay.memory
     g = [0]
     def draw(n):
         i = (U[g[0]] * len(mem)).astype(np.int64); g[0] += 1
@@ -108,7 +108,7 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
                 for pg in self.opt.opt.param_groups: pg['eps'] = eps
         def after_batch(self):
             tr = self.learn.dqn_trainer
-            if self.learn.replay_idxs is None or tr.n_updates % z['gradient_steps']: return
+            if self.learn.experience_replay.batch.idxs is None or tr.n_updates % z['gradient_steps']: return
             m = mem.memory
             record['bursts'].append(dict(
                 n=len(mem), obs=m['state'].numpy().copy(), next_obs=m['next_state'].numpy().copy(),

@@ -2,6 +2,7 @@
 from .core import *
 from .memory.core import *
 from .memory.experience_replay import *
+from .callback import *
 from .memory.sumtree import *
 from .memory.prioritized import *
 from .memory.laber import *

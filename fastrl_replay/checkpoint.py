@@ -14,6 +14,7 @@ from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
+from .callback import ExperienceReplayCallback
 from .memory.core import Replay, ExperienceReplayException, is_int
 from .memory.persist import load_memory, atomic_dir, last_complete
 
@@ -202,8 +203,8 @@ def run_state(self:CheckpointCallback) -> dict:
 
 @patch
 def _memories(self:CheckpointCallback) -> dict:
-    "The replay memories of the learner's replay callbacks, by callback name"
-    mems = {cb.name: vars(cb)['experience_replay'] for cb in self.cbs if 'experience_replay' in vars(cb)}
+    "The replay memories of the learner's replay callbacks, by name, as their `memories()` give them"
+    mems = {k: m for cb in self.cbs if isinstance(cb, ExperienceReplayCallback) for k, m in cb.memories().items()}
     other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
     if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
     return mems

@@ -13,7 +13,7 @@ import numpy as np, torch
 with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
     warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
     from fastai.callback.core import Callback
-    from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
+    from fastrl_replay.callback import ExperienceReplayCallback
     from fastrl_replay.agents.dqn import dqn_learner, evaluate, dqn_defaults
     from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError
     from fastrl_replay.data.synth import synth_replay_learner
@@ -38,7 +38,7 @@ def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
     if quiet:
         with learn.no_bar(), learn.no_logging(): learn.fit(epochs)
     else: learn.fit(epochs)
-    mem = cb.experience_replay
+    mem = cb.memory
     td = mem.memory['td_error'].abs()
     metrics = dict(epochs=epochs, seed=seed, wall_s=round(time.perf_counter() - start, 3),
                    batches_cancelled=counts['cancelled'], batches_trained=counts['trained'],
@@ -123,7 +123,7 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
     returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
-    loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.experience_replay
+    loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.memory
     metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
                    env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])

@@ -18,7 +18,8 @@ from fastai.callback.core import Callback
 from fastai.optimizer import OptimWrapper
 from .core import BD
 from .memory.core import ExperienceReplayException, WarmupNotReached, Replay, batch_of, check_positive
-from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from .memory.experience_replay import ExperienceReplay
+from .callback import ExperienceReplayCallback
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from .memory.persist import load_memory
 from .data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders
@@ -593,7 +594,7 @@ def ray_dqn_learner(env:str='CartPole-v1', steps_per_epoch:int=5_000, hidden:tup
                     local:bool=False, # Everything in this process, no Ray (for checks)
                     **kwargs): # `dqn_learner`'s other settings, which do not apply here (`eps_*`, `replay_cb`)
     "A fastai `Learner` training `agents.dqn`'s DQN on transitions that `actors` collectors write to `shards` replay shards on Ray"
-    from fastrl_replay.agents.dqn import QNet, DQNTrainer, loop_metrics, _env_spaces
+    from fastrl_replay.agents.dqn import QNet, DQNLoss, DQNTrainer, loop_metrics, _env_spaces
     if replay not in ('uniform', 'per'): raise ValueError(f"the sharded replay is 'uniform' or 'per', got {replay!r}")
     if not local: init_ray(address)
     obs_sp, act_sp = _env_spaces(env)
@@ -611,10 +612,11 @@ def ray_dqn_learner(env:str='CartPole-v1', steps_per_epoch:int=5_000, hidden:tup
     fleet = CollectorFleet(env, partial(QNet, obs_dim, n_actions, hidden), n_actions, rr.shards, actors, epsilons, chunk, local,
                            n_steps=n_steps, gamma=gamma, seed=seed, n_envs=n_envs)
     dls = gym_dataloaders(RaySource(fleet, obs_dim), n=steps_per_epoch, bs=train_every, device=device, updates=grad_steps)
-    trainer = DQNTrainer(target_sync=target_sync, tau=tau, double=double)
+    loss = DQNLoss(model, double=double)
+    trainer = DQNTrainer(loss, target_sync=target_sync, tau=tau)
     adam = partial(torch.optim.Adam, fused=True)
-    learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
-                        metrics=loop_metrics(), cbs=[ExperienceReplayCallback(experience_replay=rr), trainer, NoValidation(),
+    learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
+                        metrics=loop_metrics(), cbs=[ExperienceReplayCallback(rr), trainer, NoValidation(),
                                                      FleetCallback(fleet, rr, sync_every)])
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     from fastai.learner import CastToTensor

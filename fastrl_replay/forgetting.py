@@ -17,7 +17,8 @@ with warnings.catch_warnings():
     from fastrl_replay.agents.dqn import dqn_learner
 from .agents.a2c import a2c_learner, PolicySampler, TrialReplay
 from .envs.changing import evaluate_choices, changing_env_id, MODE_COLOURS, COLOURS
-from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from .memory.experience_replay import ExperienceReplay
+from .callback import ExperienceReplayCallback
 from .memory.continual import ReservoirReplay, TaskBalancedReplay
 from .plots import figures_to_html
 
@@ -104,7 +105,7 @@ _DQN = dict(hidden=(100,), gamma=0.91, n_steps=1, train_every=4, target_sync=100
 def _dqn(mode, steps, mem, seed, eps_start, model=None):
     learn = dqn_learner(changing_env_id(mode, features=True), steps_per_epoch=max(steps // 10, 1), eps_start=eps_start,
                         eps_steps=max(steps // 2, 1), seed=seed, bs=mem.bs, max_sz=mem.max_sz, warmup_sz=mem.warmup_sz,
-                        replay_cb=ExperienceReplayCallback(experience_replay=mem), **_DQN)
+                        replay_cb=ExperienceReplayCallback(mem), **_DQN)
     if model is not None: learn.model.load_state_dict(model.state_dict())
     return learn
 

@@ -80,18 +80,11 @@ def __getstate__(self:LeanLearner):
     return {k: v for k, v in Learner.__getstate__(self).items() if k != '_handlers'}
 
 # %% ../nbs/08_learner.ipynb #5c389f2d
-_LAST_BATCH = ('fresh_xb', 'replay_idxs', 'td_error')  # what the replay callback and the loss leave on the learner
-
 @patch
 def export(self:LeanLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "fastai's `Learner.export` of what acting needs: without the training callbacks and their loss, the metrics, the optimizer or the last batch"
+    "fastai's `Learner.export` of what acting needs: without the training callbacks, the metrics or the optimizer"
     training = [cb for cb in self.cbs if not isinstance(cb, (TrainEvalCallback, Recorder))]
-    last = {k: vars(self).pop(k) for k in _LAST_BATCH if k in vars(self)}
-    metrics, loss_func = self.metrics, self.loss_func
-    self.metrics = []
-    if any(getattr(loss_func, '__self__', None) is cb for cb in training): self.loss_func = None  # it needs its callback
+    metrics, self.metrics = self.metrics, []
     try:
         with self.removed_cbs(training): Learner.export(self, fname, pickle_module, pickle_protocol)
-    finally:
-        self.metrics, self.loss_func = metrics, loss_func
-        vars(self).update(last)
+    finally: self.metrics = metrics

@@ -2,7 +2,8 @@
 import copy, numpy as np, pytest, torch
 from torch import nn
 from fastrl_replay.core import BD
-from fastrl_replay.agents.dqn import DQNTrainer, QNet, dqn_learner, evaluate
+from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer, QNet, dqn_learner, evaluate
+from fastrl_replay.callback import ReplayBatch
 
 class Fixed(nn.Module):
     "Values that are a fixed table of the first state feature (an index), for hand-computed targets"
@@ -15,10 +16,9 @@ def batch():
               reward=torch.tensor([[1.], [2.]]), discount=torch.tensor([[0.5], [0.25]]), terminated=torch.tensor([[False], [False]]))
 
 def trainer(double, online, target):
-    tr = DQNTrainer(double=double)
-    tr.learn = type('L', (), {'model': Fixed(online)})()
-    tr.target = Fixed(target)
-    return tr
+    loss = DQNLoss(Fixed(online), double=double)
+    loss.target = Fixed(target)
+    return loss
 
 def test_double_and_plain_targets_by_hand():
     online = [[0., 0.], [5., 1.], [0., 9.]]  # argmax at next states 1 and 2: actions 0 and 1
@@ -32,28 +32,28 @@ def test_double_and_plain_targets_by_hand():
 
 def test_loss_sets_td_error_and_uses_weights():
     tr = trainer(False, [[0., 0.], [5., 1.], [0., 9.]], [[0., 0.], [2., 7.], [3., 4.]])
-    b, pred = batch(), torch.tensor([[6., 0.], [0., 1.]], requires_grad=True)
-    loss = tr.loss(pred, b)
-    td = tr.learn.td_error.flatten().tolist()
+    b, pred = ReplayBatch.of(batch(), torch.tensor([3, 8])), torch.tensor([[6., 0.], [0., 1.]], requires_grad=True)
+    loss = tr(pred, b)
+    td = b.new_td_error.flatten().tolist()
     assert td == [6 - 4.5, 1 - 3.]  # Q(s, a) - target
     huber = [1.5 - 0.5, 2. - 0.5]  # smooth L1 with beta 1 is |x| - 0.5 beyond 1
     assert torch.isclose(loss, torch.tensor(sum(huber) / 2))
     b['weight'] = torch.tensor([[1.], [0.]])
-    assert torch.isclose(tr.loss(pred, b), torch.tensor(huber[0] / 2))
+    assert torch.isclose(tr(pred, b), torch.tensor(huber[0] / 2))
 
 def test_hard_and_polyak_target_updates():
     model = nn.Linear(2, 2)
-    hard = DQNTrainer(target_sync=3); hard.learn = type('L', (), {'model': model})(); hard.before_fit()
+    hard = DQNTrainer(DQNLoss(model), target_sync=3); hard.learn = type('L', (), {'model': model})(); hard.before_fit()
     with torch.no_grad(): model.weight.add_(1.)
     hard.after_step(); hard.after_step()
-    assert not torch.equal(hard.target.weight, model.weight)
+    assert not torch.equal(hard.dqn_loss.target.weight, model.weight)
     hard.after_step()
-    assert torch.equal(hard.target.weight, model.weight)
-    soft = DQNTrainer(tau=0.25); soft.learn = type('L', (), {'model': model})(); soft.before_fit()
-    old = soft.target.weight.clone()
+    assert torch.equal(hard.dqn_loss.target.weight, model.weight)
+    soft = DQNTrainer(DQNLoss(model), tau=0.25); soft.learn = type('L', (), {'model': model})(); soft.before_fit()
+    old = soft.dqn_loss.target.weight.clone()
     with torch.no_grad(): model.weight.add_(4.)
     soft.after_step()
-    assert torch.allclose(soft.target.weight, old + 0.25 * 4.)
+    assert torch.allclose(soft.dqn_loss.target.weight, old + 0.25 * 4.)
 
 def test_short_run_trains_the_acting_model():
     learn = dqn_learner(steps_per_epoch=1500, warmup_sz=300, seed=0)
@@ -64,7 +64,7 @@ def test_short_run_trains_the_acting_model():
     assert not all(torch.equal(before[k], v) for k, v in learn.model.state_dict().items())  # the acting model was trained
     assert loop.agent.model is learn.model and learn.dqn_trainer.n_updates > 0
     assert np.isfinite(learn.recorder.losses[-1].item())
-    mem = learn.experience_replay.experience_replay
+    mem = learn.experience_replay.memory
     assert mem.memory['td_error'].abs().sum() > 0
     assert len(evaluate(learn.model, n_episodes=3, max_steps=50)) == 3
 
@@ -81,15 +81,15 @@ def test_surrogate_priorities_are_abs_td_without_grad():
 def test_replay_kinds_and_their_settings():
     from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
     from fastrl_replay.memory.laber import LaBERExperienceReplay
-    per = dqn_learner(steps_per_epoch=1000, train_every=4, replay='per').experience_replay.experience_replay
+    per = dqn_learner(steps_per_epoch=1000, train_every=4, replay='per').experience_replay.memory
     assert type(per) is PrioritizedExperienceReplay
     assert (per.weight_norm, per.beta_steps, per.alpha, per.bs, per.max_sz) == ('batch', 2500, 0.6, 128, 50_000)
-    per = dqn_learner(replay='per', replay_kwargs=dict(weight_norm='memory', alpha=0.5)).experience_replay.experience_replay
+    per = dqn_learner(replay='per', replay_kwargs=dict(weight_norm='memory', alpha=0.5)).experience_replay.memory
     assert (per.weight_norm, per.alpha) == ('memory', 0.5)
     learn = dqn_learner(replay='laber', replay_kwargs=dict(m=8))
-    lab = learn.experience_replay.experience_replay
+    lab = learn.experience_replay.memory
     assert type(lab) is LaBERExperienceReplay and lab.m == 8
-    assert lab.score.__self__ is learn.dqn_trainer and lab.score.__func__ is DQNTrainer.surrogate_priorities
+    assert lab.score.__self__ is learn.loss_func and lab.score.__func__ is DQNLoss.surrogate_priorities
     with pytest.raises(ValueError, match="replay must be 'uniform', 'per' or 'laber', got 'PER'"): dqn_learner(replay='PER')
 
 @pytest.mark.cuda
@@ -98,7 +98,7 @@ def test_short_run_on_cuda_keeps_model_batches_and_memory_on_the_device(replay):
     learn = dqn_learner(steps_per_epoch=600, warmup_sz=200, bs=32, seed=0, device='cuda', replay=replay,
                         replay_kwargs=dict(device='cuda'))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
-    mem = learn.experience_replay.experience_replay
+    mem = learn.experience_replay.memory
     assert next(learn.model.parameters()).device.type == 'cuda' and learn.dls.train.dataset.loop.agent.model is learn.model
     assert mem.memory['state'].device.type == 'cuda' and len(mem) == 600
     assert learn.dqn_trainer.n_updates == (600 - 200) // 4 + 1 and np.isfinite(learn.recorder.losses[-1].item())

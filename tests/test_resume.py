@@ -8,7 +8,8 @@ from fastai.callback.core import Callback, CancelFitException
 from fastrl_replay.agents.dqn import dqn_learner
 from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError, read_checkpoint, write_checkpoint
 from fastrl_replay.memory.persist import load_memory
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.cli import main
 
 EXE = Path(sys.executable).parent/'fastrl-replay'
@@ -250,7 +251,7 @@ class OwnMemory:
 
 def test_a_memory_that_cannot_be_saved_is_refused(tmp_path):
     memory = OwnMemory(ExperienceReplay(bs=32, max_sz=500, warmup_sz=100, seed=0))
-    learn = small_dqn(replay_cb=ExperienceReplayCallback(experience_replay=memory))
+    learn = small_dqn(replay_cb=ExperienceReplayCallback(memory))
     with pytest.raises(CheckpointError, match=r"the replay memories \{'experience_replay': 'OwnMemory'\} cannot be checkpointed: "
                                               r"a memory needs the `save` of a `Replay`$"):
         fit(learn, CheckpointCallback(tmp_path/'ck', every=150))

@@ -12,7 +12,8 @@ import numpy as np, torch, gymnasium as gym
 from torch import nn
 import torch.nn.functional as F
 from ..core import BD
-from ..memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from ..memory.experience_replay import ExperienceReplay
+from ..callback import ExperienceReplayCallback, ReplayBatch
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
 from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders, check_env
@@ -28,7 +29,8 @@ from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
 
 # %% auto #0
-__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner', 'dqn_defaults']
+__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner',
+           'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -42,68 +44,72 @@ class QNet(nn.Module):
     def forward(self, x): return self.net(x['state'] if isinstance(x, Mapping) else x)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f10718a8
-class DQNTrainer(Callback):
-    "Target network, TD targets, Huber loss and per-sample TD errors for a DQN `Learner`"
-    order = -4  # after the replay callback has swapped in the sampled batch
+class DQNLoss:
+    "A DQN's loss on a replayed batch: the Huber loss of each row's TD error against a target network, reported to the batch"
     def __init__(self,
-                 target_sync:int=500, # Optimizer steps between hard copies to the target network
-                 tau:float|None=None, # Polyak factor for a soft update after every step, instead of hard copies
+                 model:nn.Module, # The online network: the `Learner`'s model
                  double:bool=True, # Double DQN: the online network picks the next action, the target one values it
                  huber:bool=True): # Huber (smooth L1) loss on the TD errors; squared error otherwise
-        store_attr()
-        self.target, self.n_updates = None, 0
+        self.model, self.double, self.huber, self.target = model, double, huber, None
 
-    def before_fit(self):
+    def make_target(self) -> nn.Module:
+        "The target network, a frozen copy of the model made now if there is none yet"
         if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.target.to(next(self.model.parameters()).device)
+        return self.target
+
+    def td_targets(self, b:Mapping) -> torch.Tensor:
+        "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
+        if self.target is None: raise ValueError("DQNLoss has no target network yet: add DQNTrainer(loss) to the Learner's callbacks, which makes and updates it")
+        if 'discount' not in b:
+            raise ValueError("the batch has no 'discount' column: fold the environment steps into n-step transitions with "
+                             "Source([GymLoop(...), FirstLast(gamma)]) (GymLoop(n_steps=1) for one-step returns)")
+        with torch.no_grad():
+            q_next = self.target(b['next_state'])
+            a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
+            boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
+        return b['reward'] + boot
+
+    def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
+        "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, which a `ReplayBatch` `b` is told of"
+        td = pred.gather(1, b['action'].long()) - self.td_targets(b)
+        if isinstance(b, ReplayBatch): b.set_td_error(td)
+        per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
+        return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
+
+    def surrogate_priorities(self, b:Mapping) -> torch.Tensor:
+        "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
+        b = b.to(next(self.model.parameters()).device)
+        with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
+        return td.abs().flatten()
+
+class DQNTrainer(Callback):
+    "Makes a `DQNLoss`'s target network and updates it: a hard copy every `target_sync` optimizer steps, or Polyak averaging"
+    order = -4  # after the replay callback has swapped in the sampled batch
+    def __init__(self,
+                 dqn_loss:DQNLoss, # The loss whose target network this trainer keeps
+                 target_sync:int=500, # Optimizer steps between hard copies to the target network
+                 tau:float|None=None): # Polyak factor for a soft update after every step, instead of hard copies
+        self.dqn_loss, self.target_sync, self.tau, self.n_updates = dqn_loss, target_sync, tau, 0
+
+    def before_fit(self): self.dqn_loss.make_target().to(next(self.model.parameters()).device)
 
     def after_step(self):
         self.n_updates += 1
+        target = self.dqn_loss.target
         if self.tau is not None:
             with torch.no_grad():
-                for p, t in zip(self.model.parameters(), self.target.parameters()): t.lerp_(p, self.tau)
-        elif self.n_updates % self.target_sync == 0: self.target.load_state_dict(self.model.state_dict())
+                for p, t in zip(self.model.parameters(), target.parameters()): t.lerp_(p, self.tau)
+        elif self.n_updates % self.target_sync == 0: target.load_state_dict(self.model.state_dict())
 
-# %% ../../nbs/10a_agents.dqn.ipynb #e8228463
-@patch
-def td_targets(self:DQNTrainer, b:Mapping) -> torch.Tensor:
-    "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
-    with torch.no_grad():
-        q_next = self.target(b['next_state'])
-        a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
-        boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
-    return b['reward'] + boot
+    def state_dict(self) -> dict:
+        "The target network's weights and the count of optimizer steps"
+        t = self.dqn_loss.target
+        return dict(target=None if t is None else t.state_dict(), n_updates=self.n_updates)
 
-# %% ../../nbs/10a_agents.dqn.ipynb #0f748181
-@patch
-def loss(self:DQNTrainer, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-    "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors; sets `learn.td_error`"
-    td = pred.gather(1, b['action'].long()) - self.td_targets(b)
-    self.learn.td_error = td.detach()
-    per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
-    return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
-
-# %% ../../nbs/10a_agents.dqn.ipynb #1414f81b
-@patch
-def surrogate_priorities(self:DQNTrainer, b:Mapping) -> torch.Tensor:
-    "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
-    b = b.to(next(self.model.parameters()).device)
-    with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
-    return td.abs().flatten()
-
-# %% ../../nbs/10a_agents.dqn.ipynb #88e072b4
-@patch
-def state_dict(self:DQNTrainer) -> dict:
-    "The target network's weights and the count of optimizer steps"
-    return dict(target=None if self.target is None else self.target.state_dict(), n_updates=self.n_updates)
-
-@patch
-def load_state_dict(self:DQNTrainer, state:dict):
-    "Restore what `state_dict` returned; the target network is made from the learner's model if there is none yet"
-    if state['target'] is not None:
-        if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.target.load_state_dict(state['target'])
-    self.n_updates = state['n_updates']
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned; the target network is made from the model if there is none yet"
+        if state['target'] is not None: self.dqn_loss.make_target().load_state_dict(state['target'])
+        self.n_updates = state['n_updates']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f5876050
 class _LoopMetric(Metric):
@@ -150,18 +156,18 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
 _MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
 
 def replay_memory(replay:str, # 'uniform', 'per' or 'laber'
-                  trainer:DQNTrainer, # Scores LaBER's large batches
+                  dqn_loss:DQNLoss, # Scores LaBER's large batches
                   **kwargs # Passed on to the memory
                  ) -> ExperienceReplay:
-    "The replay memory `replay` names, set up for a DQN trained by `trainer`"
+    "The replay memory `replay` names, set up for a DQN trained with `dqn_loss`"
     if replay not in _MEMORIES: raise ValueError(f"replay must be 'uniform', 'per' or 'laber', got {replay!r}")
-    if replay == 'laber': kwargs.setdefault('score', trainer.surrogate_priorities)
+    if replay == 'laber': kwargs.setdefault('score', dqn_loss.surrogate_priorities)
     return _MEMORIES[replay](**kwargs)
 
-def _replay_cb(replay:str, trainer:DQNTrainer, n_batches:int, replay_kwargs:dict|None, **kwargs) -> ExperienceReplayCallback:
+def _replay_cb(replay:str, dqn_loss:DQNLoss, n_batches:int, replay_kwargs:dict|None, **kwargs) -> ExperienceReplayCallback:
     "The replay callback of `dqn_learner`: memory settings `kwargs`, the DQN's defaults for 'per', then `replay_kwargs`"
     per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay == 'per' else {}  # annealed over 10 epochs
-    return ExperienceReplayCallback(experience_replay=replay_memory(replay, trainer, **dict(kwargs, **per) | (replay_kwargs or {})))
+    return ExperienceReplayCallback(replay_memory(replay, dqn_loss, **dict(kwargs, **per) | (replay_kwargs or {})))
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
 def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
@@ -233,13 +239,14 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                    n_envs=n_envs, env=ready, obs_dtype=obs_dtype)
     source = Source([loop] if folds else [loop, FirstLast(gamma)])
     dls = gym_dataloaders(source, n=steps_per_epoch, bs=train_every, device=device, updates=grad_steps)
-    trainer = DQNTrainer(target_sync=target_sync, tau=tau, double=double)
-    if memory is not None and replay_cb is None: replay_cb = ExperienceReplayCallback(experience_replay=memory)
-    replay_cb = replay_cb or _replay_cb(replay, trainer, len(dls.train), replay_kwargs,
+    loss = DQNLoss(model, double=double)
+    trainer = DQNTrainer(loss, target_sync=target_sync, tau=tau)
+    if memory is not None and replay_cb is None: replay_cb = ExperienceReplayCallback(memory)
+    replay_cb = replay_cb or _replay_cb(replay, loss, len(dls.train), replay_kwargs,
                                         bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
     cbs = [replay_cb, trainer, NoValidation()] + ([GradientClip(max_grad_norm)] if max_grad_norm is not None else [])
-    learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
+    learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
                         metrics=loop_metrics(), cbs=cbs)
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
