@@ -153,9 +153,9 @@ class CheckpointCallback(Callback):
     def before_fit(self):
         if not isinstance(self.dls.train.dataset, Source):
             raise CheckpointError(f'CheckpointCallback needs a Learner fed by a Source (`gym_dataloaders`), got a {type(self.dls.train.dataset).__name__}')
-        self.loop, self.resume_at, self.t0, self.elapsed0, self.pos = self.dls.train.dataset.loop, None, time.perf_counter(), 0., None
+        self.source, self.resume_at, self.t0, self.elapsed0, self.pos = self.dls.train.dataset, None, time.perf_counter(), 0., None
         if self.saved is not None: self._restore(self.saved)
-        self.due, self.next_at = False, self._next(self.loop.env_steps)
+        self.due, self.next_at = False, self._next(self.source.stats().env_steps)
 
     def _next(self, steps:int) -> int|None: return None if self.every is None else (steps // self.every + 1) * self.every
 
@@ -164,13 +164,13 @@ class CheckpointCallback(Callback):
 
     def before_train(self):
         start = self._restore_fit() if self.resume_at is not None else 0
-        if start: self.dl.start = start
+        if start: self.dl.resume_at(start)
         self.n_done = start
 
     def after_batch(self):
         self.n_done += 1
         self.pos = (self.epoch, self.n_done)
-        if self.next_at is not None and self.loop.env_steps >= self.next_at: self.due = True
+        if self.next_at is not None and self.source.stats().env_steps >= self.next_at: self.due = True
         if self.due and self.n_done < len(self.dl) and self.n_done % getattr(self.dl, 'updates', 1) == 0: self.save()
 
     def after_epoch(self):
@@ -190,7 +190,7 @@ def run_state(self:CheckpointCallback) -> dict:
     return dict(
         position=dict(epoch=self.pos[0], batch=self.pos[1], n_epoch=self.n_epoch, n_iter=len(self.dls.train),
                       train_iter=self.train_iter, pct_train=self.pct_train),
-        env_steps=self.loop.env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
+        env_steps=self.source.stats().env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
         model=self.model.state_dict(), opt=self.opt.state_dict(),
         callbacks={cb.name: cb.state_dict() for cb in self.cbs if _stateful(cb)},
         data=self.dls.train.dataset.state_dict(),
@@ -213,7 +213,7 @@ def _memories(self:CheckpointCallback) -> dict:
 def save(self:CheckpointCallback):
     "Write the run, as it stands after the last batch or epoch, to `self.path`"
     write_checkpoint(self.path, self.run_state(), self._memories())
-    self.due, self.next_at, self.last = False, self._next(self.loop.env_steps), self.pos
+    self.due, self.next_at, self.last = False, self._next(self.source.stats().env_steps), self.pos
 
 # %% ../nbs/12_checkpoint.ipynb #8ab78fc5
 @patch

@@ -123,16 +123,16 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
     returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
-    loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.memory
+    stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
-                   eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+                   eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
+                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
     fleet = getattr(learn, 'fleet', None)  # collectors and replay shards on Ray
     if fleet is not None: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = [plot_returns(loop.returns), plot_losses(learn.recorder)]
+    figs = [plot_returns(stats.returns), plot_losses(learn.recorder)]
     if fleet is None: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
     if s['replay'] != 'uniform' and fleet is None: figs += [plot_priorities(mem), plot_sample_counts(mem)]
     (run/'report.html').write_text(_report(metrics, figs))

@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/distributed.html.md"""
 
 # %% ../nbs/14_distributed.ipynb #b58114a2
 from __future__ import annotations
-import json, shutil, tempfile, time, types, uuid
+import json, shutil, tempfile, time, uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -22,7 +22,7 @@ from .memory.experience_replay import ExperienceReplay
 from .callback import ExperienceReplayCallback
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from .memory.persist import load_memory
-from .data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders
+from .data.gym import GymLoop, Source, SourceStats, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders
 from .learner import LeanLearner
 
 # %% auto #0
@@ -220,6 +220,7 @@ def _as_arrays(batch) -> dict:
 
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
+    makes_n_step = False  # the collectors fold the n-step returns before they write
     def __init__(self,
                  make_memory:Callable, # Called with a shard's index, returns its memory (any `Replay`; its `warmup_sz` is ignored)
                  n_shards:int=2, # Shards
@@ -238,8 +239,8 @@ class RayReplay:
         self.bs, self.warmup_sz = ifnone(bs, probe.bs), ifnone(warmup_sz, probe.warmup_sz)
         self.max_sz, self.n_shards, self.prefetch, self.async_td, self.local = probe.max_sz, n_shards, prefetch, async_td, local
         s = probe.sampler
-        self.prioritized = isinstance(s, PrioritizedSampler)
-        if type(s).__name__ == 'LaBERSampler': raise ExperienceReplayException('LaBER scores its large batches in the learner: shard a uniform or prioritized memory')
+        self.prioritized = probe.prioritized
+        if not s.shardable: raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a shard: shard a uniform or prioritized memory')
         if self.prioritized: self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
         self._own_folder = folder is None  # removed by `close`
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix='fastrl-replay-shards-'))
@@ -486,12 +487,15 @@ class CollectorFleet:
         self.inflight, self.weights, self.version, self.instances = {}, None, 0, [None] * n_actors
         self.actor_env_steps, self.restarts, self.written = [0] * n_actors, [0] * n_actors, [0] * n_actors
         self.returns, self.episode_returns, self.target, self.stopped = [], deque(maxlen=100), 0, False
-        self.agent = types.SimpleNamespace(epsilon=float(np.mean(self.epsilons)))  # what `loop_metrics` shows
 
     @property
     def env_steps(self) -> int: return sum(self.actor_env_steps)
     @property
     def n_episodes(self) -> int: return len(self.returns)
+
+    def stats(self) -> SourceStats:
+        "The collectors' environment steps and episodes so far, and their mean exploration"
+        return SourceStats(self.env_steps, self.n_episodes, self.returns, self.episode_returns, float(np.mean(self.epsilons)))
 
     def publish(self, model:torch.nn.Module):
         "Put `model`'s weights where the collectors' next chunks will find them"
@@ -555,10 +559,13 @@ CollectorFleet.advance, CollectorFleet.stop, CollectorFleet.close = advance, sto
 # %% ../nbs/14_distributed.ipynb #586c1aa0
 class RaySource:
     "Where `TransitionLoader` takes its batches: asks the fleet for the environment steps, yields an empty batch"
-    def __init__(self, fleet:CollectorFleet, obs_dim:int): self.fleet, self.loop, self.obs_dim = fleet, fleet, obs_dim
+    def __init__(self, fleet:CollectorFleet, obs_dim:int): self.fleet, self.obs_dim = fleet, obs_dim
     def batch(self, bs:int) -> BD:
         self.fleet.advance(bs)
         return BD._new({'state': torch.empty(0, self.obs_dim)})
+    def stats(self) -> SourceStats:
+        "What the fleet reports of its collectors' environments"
+        return self.fleet.stats()
 
 class FleetCallback(Callback):
     "Publish the learner's weights to the collectors every `sync_every` optimizer steps; settle the fleet and the TD updates after `fit`"

@@ -12,6 +12,7 @@ from fastai.callback.core import TrainEvalCallback
 from fastcore.basics import patch
 from fastai.optimizer import OptimWrapper
 from .core import BD
+from .data.gym import TransitionLoader
 
 # %% auto #0
 __all__ = ['LeanRecorder', 'LeanLearner']
@@ -70,9 +71,9 @@ class LeanLearner(Learner):
 # %% ../nbs/08_learner.ipynb #e037e65f
 @patch
 def all_batches(self:LeanLearner):
-    "Train or validate on every batch of `self.dl`, numbered from the loader's `start` (0 unless a resumed run set it)"
+    "Train or validate on every batch of `self.dl`, numbered from a `TransitionLoader`'s `start` (0 unless a resumed run set it)"
     self.n_iter = len(self.dl)
-    for o in enumerate(self.dl, getattr(self.dl, 'start', 0)): self.one_batch(*o)
+    for o in enumerate(self.dl, self.dl.start if isinstance(self.dl, TransitionLoader) else 0): self.one_batch(*o)
 
 @patch
 def __getstate__(self:LeanLearner):

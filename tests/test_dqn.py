@@ -68,6 +68,17 @@ def test_short_run_trains_the_acting_model():
     assert mem.memory['td_error'].abs().sum() > 0
     assert len(evaluate(learn.model, n_episodes=3, max_steps=50)) == 3
 
+def test_a_memory_must_declare_what_it_does():
+    class Undeclared:  # the calls of a memory, without its declarations
+        def __add__(self, b): return self
+        def sample(self, bs=None): ...
+        def update_td(self, td, idxs): ...
+        def __len__(self): return 0
+        def state_dict(self): return {}
+        def load_state_dict(self, s): ...
+    with pytest.raises(TypeError, match='memory must follow the ReplayMemory protocol .declare warmup_sz, makes_n_step, prioritized'):
+        dqn_learner(memory=Undeclared())
+
 def test_rejects_continuous_and_unknown_envs():
     with pytest.raises(ValueError, match='discrete actions'): dqn_learner('Pendulum-v1')
     with pytest.raises(ValueError, match="unknown gymnasium environment 'Nope-v0'"): dqn_learner('Nope-v0')

@@ -122,6 +122,12 @@ def test_every_memory_speaks_the_protocol():
             Replay(ColumnStorage(8), UniformSampler(seed=0), warmup_sz=1)]
     assert all(isinstance(m, ReplayMemory) for m in mems)
     assert not isinstance(object(), ReplayMemory)
+    # what each memory does, declared: warm-up, whether it builds n-step returns, whether it samples by priority
+    assert [(m.warmup_sz, m.makes_n_step, m.prioritized) for m in mems] == [
+        (100, False, False), (100, False, True), (100, False, False), (frames().warmup_sz, True, True), (1, False, False)]
+    from fastrl_replay.memory.continual import ReservoirReplay, TaskBalancedReplay
+    assert [(m.makes_n_step, m.prioritized) for m in (ReservoirReplay(), TaskBalancedReplay())] == [(False, False)] * 2
+    assert (frames(prioritized=False).prioritized, LaBERExperienceReplay().sampler.shardable, ExperienceReplay().sampler.shardable) == (False, False, True)
 
 class EveryOther(Sampler):
     "Draws only even rows: a sampler written outside the library"

@@ -112,22 +112,20 @@ class DQNTrainer(Callback):
         self.n_updates = state['n_updates']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f5876050
-class _LoopMetric(Metric):
-    "A value of the training source's `GymLoop`, read when the recorder asks for it"
-    def __init__(self, name, get): self._name, self.get, self.loop = name, get, None
+class _SourceMetric(Metric):
+    "A value of what the training source reports (`stats()`), read when the recorder asks for it"
+    def __init__(self, name, get): self._name, self.get, self.source = name, get, None
     def reset(self): pass
-    def accumulate(self, learn): self.loop = learn.dls.train.dataset.loop
+    def accumulate(self, learn): self.source = learn.dls.train.dataset
     @property
-    def value(self): return None if self.loop is None else self.get(self.loop)
+    def value(self): return None if self.source is None else self.get(self.source.stats())
     @property
     def name(self): return self._name
 
-def _rolling_return(loop): return float(np.mean(loop.episode_returns)) if loop.episode_returns else None
-
 def loop_metrics():
-    "The rolling return of the last 100 finished episodes, the episode count and epsilon"
-    return [_LoopMetric('return', _rolling_return), _LoopMetric('episodes', lambda l: l.n_episodes),
-            _LoopMetric('epsilon', lambda l: round(l.agent.epsilon, 4))]
+    "The rolling return of the last 100 finished episodes, the episode count and epsilon, as the training source reports them"
+    return [_SourceMetric('return', lambda s: s.recent_return), _SourceMetric('episodes', lambda s: s.episodes),
+            _SourceMetric('epsilon', lambda s: None if s.epsilon is None else round(s.epsilon, 4))]
 
 # %% ../../nbs/10a_agents.dqn.ipynb #98409bde
 def evaluate(model:nn.Module, # Maps a state batch to action values
@@ -229,12 +227,16 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
         with torch.no_grad(): model(torch.zeros(1, *obs_sp.shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
-    if memory is not None: warmup_sz = getattr(memory, 'warmup_sz', warmup_sz)
+    if memory is not None:
+        if not isinstance(memory, ReplayMemory):
+            raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
+                            f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
+        warmup_sz = memory.warmup_sz
     ready = None if isinstance(env, str) else env
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
     agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_steps, seed=seed,
                           random_steps=-(-warmup_sz // n_par) if random_warmup else 0)
-    folds = memory is not None and hasattr(memory, 'update_horizon')  # the memory makes the n-step returns itself
+    folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
     loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed,
                    n_envs=n_envs, env=ready, obs_dtype=obs_dtype)
     source = Source([loop] if folds else [loop, FirstLast(gamma)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy, difflib, os
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
 from fastcore.basics import ifnone, patch
@@ -20,7 +21,8 @@ from fastai.callback.progress import ProgressCallback  # registers the progress 
 
 # %% auto #0
 __all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce',
-           'FirstLast', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
+           'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
+           'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -28,7 +30,6 @@ class RandomAgent:
     def __init__(self, action_space:gym.Space, seed:int|None=None):
         self.action_space = action_space
         self.rng = np.random.default_rng(seed)
-        self.epsilon = 1.
 
     def __call__(self, state) -> np.ndarray:
         "One action per row of `state`"
@@ -360,6 +361,20 @@ class FirstLast:
                 'discount': np.array([[self.gamma ** k]], np.float32)}
 
 # %% ../../nbs/05b_data.gym.ipynb #8cb94357
+@dataclass
+class SourceStats:
+    "What a source of transitions reports of its environments, for metrics and reports (the lists are the source's own: read them, do not change them)"
+    env_steps:int # Environment steps taken
+    episodes:int # Episodes finished
+    returns:list # The return of every finished episode, in order
+    recent_returns:list # The returns of the last 100 finished episodes
+    epsilon:float|None # The acting agent's exploration now; None when it does not explore by epsilon
+
+    @property
+    def recent_return(self) -> float|None:
+        "The mean return of the last 100 finished episodes; None before the first ends"
+        return float(np.mean(self.recent_returns)) if len(self.recent_returns) else None
+
 class Source:
     "An endless stream of one-row transitions from a `GymLoop`, shaped by `ResReduce`, `FirstLast` and the like"
     def __init__(self, cbs:list):
@@ -385,6 +400,12 @@ class Source:
         while not self.queue: self._fill()
         return self.queue.popleft()
 
+    def stats(self) -> SourceStats:
+        "The environment steps, episodes, returns and exploration of the loop so far"
+        l = self.loop
+        return SourceStats(l.env_steps, l.n_episodes, l.returns, l.episode_returns,
+                           l.agent.epsilon if isinstance(l.agent, EpsilonGreedy) else None)
+
 # %% ../../nbs/05b_data.gym.ipynb #f2bb2a04
 @patch
 def _fill(self:Source):
@@ -408,20 +429,29 @@ def _emit(self:Source, window:list[dict]):
 # %% ../../nbs/05b_data.gym.ipynb #7bb45e69
 class TransitionLoader(DataLoader):
     "A fastai `DataLoader` of `(BD,)` batches of `bs` transitions taken whole from a `Source`, each followed by `updates - 1` batches of none"
-    start = 0  # the batch the next pass begins at: set by a run resumed part-way through an epoch
+    _start = 0
     def __init__(self, dataset=None, updates:int=1, **kwargs):
         if not isinstance(updates, int) or updates < 1: raise ValueError(f'updates must be an int >= 1, got {updates!r}')
         super().__init__(dataset, **kwargs)
         self.updates = updates
+
+    @property
+    def start(self) -> int:
+        "The batch the next pass begins at: 0 unless `resume_at` set it"
+        return self._start
+
+    def resume_at(self, batch:int):
+        "Begin the next pass at `batch`, the first batch a run interrupted part-way through an epoch had not trained on"
+        if not isinstance(batch, int) or batch % self.updates or not 0 <= batch <= len(self):
+            raise ValueError(f'resume_at expects a multiple of updates={self.updates} between 0 and {len(self)}, got {batch!r}')
+        self._start = batch
 
     def __len__(self): return super().__len__() * self.updates
     def new(self, dataset=None, cls=None, **kwargs):
         return super().new(dataset, cls, **{'updates': self.updates, 'n': self.n, **kwargs})  # a source has no length: keep `n`
 
     def __iter__(self):
-        first, self.start = self.start, 0
-        if not isinstance(first, int) or first % self.updates or not 0 <= first <= len(self):
-            raise ValueError(f'start must be a multiple of updates={self.updates} between 0 and {len(self)}, got {first!r}')
+        first, self._start = self._start, 0
         self.randomize(); self.before_iter()
         for i in range(first // self.updates, super().__len__()):
             b = self.dataset.batch(min(self.bs, self.n - i * self.bs))  # the last is short unless `drop_last`
