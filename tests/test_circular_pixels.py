@@ -64,7 +64,7 @@ def test_pixel_dqn_in_one_call():
     mem = CircularReplayBuffer((40, 60), stack_size=4, replay_capacity=500, batch_size=16, update_horizon=3, gamma=0.9,
                                warmup_sz=50, seed=0)
     model = LazyPixelQNet(4, 2)
-    learn = dqn_learner(env, model=model, memory=mem, steps_per_epoch=120, train_every=4, target_sync=5, lr=1e-3, seed=0)
+    learn = dqn_learner(env, model=model, memory=mem, steps_per_epoch=120, optim=dict(train_every=4, lr=1e-3), net=dict(target_sync=5), seed=0)
     before = [p.detach().clone() for p in model.parameters()]
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     loop = learn.dls.train.dataset.loop

@@ -352,8 +352,7 @@ def test_foreign_dataset_with_a_discount():
     assert same_bits(er.memory['discount'], np.full((5, 1), 0.9, np.float32))
 
 def dqn(er, **kw):
-    return dqn_learner('CartPole-v1', steps_per_epoch=16, train_every=4, n_steps=1, hidden=(8,), bs=8, seed=0,
-                       replay_cb=ExperienceReplayCallback(er), **kw)
+    return dqn_learner('CartPole-v1', memory=er, steps_per_epoch=16, optim=dict(train_every=4), n_steps=1, net=dict(hidden=(8,)), seed=0, **kw)
 
 def test_dqn_pretrains_offline_and_trains_on_online():
     "A DQN's own transitions through a dataset: the memory they fill trains the same learner, which goes on adding online steps"

@@ -2,7 +2,8 @@
 import copy, numpy as np, pytest, torch
 from torch import nn
 from fastrl_replay.core import BD
-from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer, QNet, dqn_learner, evaluate
+from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer, QNet, dqn_learner, evaluate, NetSettings, ExploreSettings, ReplaySettings
+from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.callback import ReplayBatch
 
 class Fixed(nn.Module):
@@ -56,7 +57,7 @@ def test_hard_and_polyak_target_updates():
     assert torch.allclose(soft.dqn_loss.target.weight, old + 0.25 * 4.)
 
 def test_short_run_trains_the_acting_model():
-    learn = dqn_learner(steps_per_epoch=1500, warmup_sz=300, seed=0)
+    learn = dqn_learner(steps_per_epoch=1500, replay=dict(warmup_sz=300), seed=0)
     loop = learn.dls.train.dataset.loop
     assert loop.agent.model is learn.model
     before = copy.deepcopy(learn.model.state_dict())
@@ -92,22 +93,40 @@ def test_surrogate_priorities_are_abs_td_without_grad():
 def test_replay_kinds_and_their_settings():
     from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
     from fastrl_replay.memory.laber import LaBERExperienceReplay
-    per = dqn_learner(steps_per_epoch=1000, train_every=4, replay='per').experience_replay.memory
+    per = dqn_learner(steps_per_epoch=1000, optim=dict(train_every=4), replay=dict(kind='per')).experience_replay.memory
     assert type(per) is PrioritizedExperienceReplay
     assert (per.weight_norm, per.beta_steps, per.alpha, per.bs, per.max_sz) == ('batch', 2500, 0.6, 128, 50_000)
-    per = dqn_learner(replay='per', replay_kwargs=dict(weight_norm='memory', alpha=0.5)).experience_replay.memory
+    per = dqn_learner(replay=dict(kind='per', options=dict(weight_norm='memory', alpha=0.5))).experience_replay.memory
     assert (per.weight_norm, per.alpha) == ('memory', 0.5)
-    learn = dqn_learner(replay='laber', replay_kwargs=dict(m=8))
+    learn = dqn_learner(replay=ReplaySettings(kind='laber', options=dict(m=8)))
     lab = learn.experience_replay.memory
     assert type(lab) is LaBERExperienceReplay and lab.m == 8
     assert lab.score.__self__ is learn.loss_func and lab.score.__func__ is DQNLoss.surrogate_priorities
-    with pytest.raises(ValueError, match="replay must be 'uniform', 'per' or 'laber', got 'PER'"): dqn_learner(replay='PER')
+    with pytest.raises(ValueError, match="replay must be 'uniform', 'per' or 'laber', got 'PER'"): dqn_learner(replay=dict(kind='PER'))
+
+def test_settings_are_grouped_and_unknown_or_inapplicable_ones_raise():
+    from fastai.callback.training import GradientClip
+    learn = dqn_learner(net=NetSettings(hidden=(16,), target_sync=7), explore=dict(eps_end=0.1, random_warmup=False),
+                        optim=dict(lr=3e-4, max_grad_norm=10., train_every=2), replay=dict(bs=8, max_sz=300, warmup_sz=50), gamma=0.9)
+    agent, mem = learn.dls.train.dataset.loop.agent, learn.experience_replay.memory
+    assert (learn.model.net[0].out_features, learn.dqn_trainer.target_sync, learn.lr, learn.dls.train.bs) == (16, 7, 3e-4, 2)
+    assert (agent.eps_end, agent.random_steps, (mem.bs, mem.max_sz, mem.warmup_sz)) == (0.1, 0, (8, 300, 50))
+    assert [cb.max_norm for cb in learn.cbs if isinstance(cb, GradientClip)] == [10.]
+    assert learn.dls.train.dataset.first_last.gamma == 0.9
+    with pytest.raises(TypeError, match=r"unknown OptimSettings \['max_grad'\]; its settings are \['lr', 'train_every', 'grad_steps', 'max_grad_norm'\]"):
+        dqn_learner(optim=dict(max_grad=10))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'eps'"): dqn_learner(explore=ExploreSettings(eps=0.1))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_grad_norm'"): dqn_learner(max_grad_norm=10)
+    mem = ExperienceReplay(bs=8, max_sz=100, warmup_sz=10)
+    with pytest.raises(ValueError, match='replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both'):
+        dqn_learner(memory=mem, replay=dict(bs=32))
+    with pytest.raises(ValueError, match='net.hidden sizes the default QNet, and a ready model has its own layers'):
+        dqn_learner(model=QNet(4, 2, (8,)), net=dict(hidden=(8,)))
 
 @pytest.mark.cuda
 @pytest.mark.parametrize('replay', ['uniform', 'per', 'laber'])
 def test_short_run_on_cuda_keeps_model_batches_and_memory_on_the_device(replay):
-    learn = dqn_learner(steps_per_epoch=600, warmup_sz=200, bs=32, seed=0, device='cuda', replay=replay,
-                        replay_kwargs=dict(device='cuda'))
+    learn = dqn_learner(steps_per_epoch=600, replay=dict(kind=replay, warmup_sz=200, bs=32, options=dict(device='cuda')), seed=0, device='cuda')
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     mem = learn.experience_replay.memory
     assert next(learn.model.parameters()).device.type == 'cuda' and learn.dls.train.dataset.loop.agent.model is learn.model
@@ -122,7 +141,7 @@ def test_lean_learner_trains_the_dqn_as_learner_does():
     from fastai.callback.schedule import fit_flat_cos
     from fastrl_replay.learner import LeanLearner, LeanRecorder
     def records(lean):
-        learn = dqn_learner(steps_per_epoch=300, warmup_sz=100, train_every=2, seed=1)
+        learn = dqn_learner(steps_per_epoch=300, replay=dict(warmup_sz=100), optim=dict(train_every=2), seed=1)
         assert type(learn) is LeanLearner
         if not lean:
             learn.__class__ = Learner

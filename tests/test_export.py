@@ -8,7 +8,7 @@ from fastrl_replay.agents.dqn import dqn_learner, evaluate
 
 def trained(path=None):
     "A DQN fitted one epoch as a new user would, progress bar and table included"
-    learn = dqn_learner(steps_per_epoch=400, warmup_sz=200, max_sz=5000, hidden=(64,), seed=0)
+    learn = dqn_learner(steps_per_epoch=400, replay=dict(warmup_sz=200, max_sz=5000), net=dict(hidden=(64,)), seed=0)
     if path is not None: learn.path = Path(path)
     learn.fit(1)
     return learn
@@ -74,7 +74,7 @@ def test_save_and_load_keep_the_weights_and_the_optimizer(tmp_path):
     learn = trained(tmp_path)
     file = learn.save('weights')
     assert file == tmp_path/'models'/'weights.pth'
-    other = dqn_learner(steps_per_epoch=400, warmup_sz=200, max_sz=5000, hidden=(64,), seed=1)
+    other = dqn_learner(steps_per_epoch=400, replay=dict(warmup_sz=200, max_sz=5000), net=dict(hidden=(64,)), seed=1)
     other.path = tmp_path
     assert not torch.equal(other.model.net[0].weight, learn.model.net[0].weight)
     other.load('weights')
