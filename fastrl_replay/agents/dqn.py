@@ -26,6 +26,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
 from fastai.callback.progress import ProgressCallback
 from ..learner import LeanLearner
+from ..threads import TorchThreads
 from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
 
@@ -231,7 +232,8 @@ def dqn_assembly(dls, # The loaders: fresh transitions in training batches, an e
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
     clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
     learn = LeanLearner(dls, loss.model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=loop_metrics(),
-                        cbs=[ExperienceReplayCallback(memory), DQNTrainer(loss, net.target_sync, net.tau), NoValidation(), *clip, *cbs])
+                        cbs=[ExperienceReplayCallback(memory), DQNTrainer(loss, net.target_sync, net.tau), NoValidation(),
+                             TorchThreads(1), *clip, *cbs])  # one thread: see `threads`
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn
