@@ -140,6 +140,7 @@ _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'gener
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
 class CircularReplayBuffer(Replay):
     "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority: ReAgent's interface"
+    makes_n_step = True  # fed single steps, it builds the `update_horizon`-step returns when it samples
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
                  replay_capacity:int, # Steps kept before the oldest are overwritten
                  batch_size:int, # Transitions per sample

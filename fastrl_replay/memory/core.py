@@ -147,6 +147,8 @@ class Writer:
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
+    prioritized = False  # draws by priority, with importance weights
+    shardable = True  # can run in a replay shard in another process (False when it calls back into the learner)
     def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  generator:torch.Generator|None=None, # Random generator, on the device the sampler draws on
@@ -233,7 +235,10 @@ class UniformSampler(Sampler):
 # %% ../../nbs/06_memory.core.ipynb #3a5868b5
 @runtime_checkable
 class ReplayMemory(Protocol):
-    "What `ExperienceReplayCallback` needs of a memory"
+    "What `ExperienceReplayCallback` and the learners built on it need of a memory: what it does, declared, and the calls"
+    warmup_sz: int # Rows needed before `sample` returns a batch
+    makes_n_step: bool # Whether the memory builds the n-step returns itself from the steps it is given (then feed it single steps)
+    prioritized: bool # Whether `sample` draws by priority, with a `weight` column of importance weights
     def __add__(self, batch): "Add a batch of transitions in place and return the memory"
     def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]: "A batch and its storage indices; `WarmupNotReached` during warm-up"
     def update_td(self, td_errors, idxs): "Write TD errors back to the sampled rows"
@@ -259,6 +264,9 @@ class Replay:
         if memory is not None: self + memory
 
     fields = None  # names of the elements of a transition given as a plain tuple to `append`
+    makes_n_step = False  # the rows are transitions as given: whoever feeds the memory folds the n-step returns
+    @property
+    def prioritized(self) -> bool: return self.sampler.prioritized
     def __len__(self): return len(self.storage)
     @property
     def max_sz(self) -> int: return self.storage.max_sz
