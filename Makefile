@@ -52,8 +52,9 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	$(BIN)/python tools/docs_site.py
 
-# builds the site and checks every page in headless Chromium (Debian's: apt-get install -y chromium)
+# builds the site and checks every page in headless Chromium: Debian's, installed with apt-get when it is missing
 docs-test: $(DOCS_STAMP)
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest -p no:cacheprovider -m docs tests/test_docs_site.py
 
 # refresh the pins from the current environment
