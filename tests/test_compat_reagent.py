@@ -154,7 +154,7 @@ def test_extra_add_needs_the_same_extras():
 
 def test_low_capacity():
     for S, C, n in ((10, 10, 1), (5, 10, 10)):
-        with pytest.raises(ExperienceReplayException, match='there is not enough capacity to cover update_horizon and stack_size'):
+        with pytest.raises(ExperienceReplayException, match='There is not enough capacity to cover update_horizon and stack_size'):
             ReplayBuffer(stack_size=S, replay_capacity=C, batch_size=32, update_horizon=n, gamma=1.0)
         with pytest.raises(ExperienceReplayException, match='not enough capacity'):
             OutOfGraphReplayBuffer(SCREEN, S, C, 32, update_horizon=n, gamma=1.0)
@@ -547,11 +547,17 @@ def _add_one(m):
 
 def test_checkpoint_refusals(tmp_path):
     memory = _filled(SAVED[0])
-    with pytest.raises(ExperienceReplayException, match=r'save\(checkpoint_dir, iteration_number\) is not supported'): memory.save(tmp_path, 5)
+    with pytest.raises(ExperienceReplayException, match=r'save\(checkpoint_dir, iteration_number\) an int >= 0; got -1'): memory.save(tmp_path, -1)
     assert not any(tmp_path.iterdir())
     memory.save(tmp_path/'m')
-    with pytest.raises(ExperienceReplayException, match=r'load\(checkpoint_dir, suffix\), restoring in place, is not supported'):
-        memory.load(tmp_path/'m', '3')
+    with pytest.raises(FileNotFoundError, match='no checkpoint at'): memory.load(tmp_path/'m', '3')
+    memory.save(tmp_path/'its', 5)  # ReAgent's and Dopamine's form: a directory per iteration
+    assert [p.name for p in (tmp_path/'its').iterdir()] == ['ckpt.5']
+    twin = _filled(SAVED[0], adds=5)
+    assert twin.add_count != memory.add_count
+    twin.load(tmp_path/'its', 5)  # in place
+    for x, y in zip(_snapshot(twin), _snapshot(memory)): np.testing.assert_equal(x, y)
+    assert twin.sample_index_batch(8).tolist() == memory.sample_index_batch(8).tolist()
     with pytest.raises(ExperienceReplayException, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
         PrioritizedReplayBuffer.load(tmp_path/'m')
     with pytest.raises(ExperienceReplayException, match='the buffer has no columns yet'): ReplayBuffer().save(tmp_path/'e')

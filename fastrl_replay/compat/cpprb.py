@@ -14,9 +14,10 @@ from ..memory.core import (ExperienceReplayException, Sampler, Replay, is_int, c
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
+from ..memory import laber
 
 # %% auto #0
-__all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer']
+__all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer', 'LaBERmean', 'LaBERlazy', 'LaBERmax']
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #21b5c257
 class NumpySampler(Sampler):
@@ -240,6 +241,34 @@ def _renewed_sampler(self:ReplayBuffer) -> Sampler:
     s._rs = self.replay.sampler._rs
     return s
 
+# %% ../../nbs/13a_compat.cpprb.ipynb #a1c0e5f2
+_FORMAT = 1  # the version of the files `save_transitions` writes
+
+@patch
+def save_transitions(self:ReplayBuffer,
+                     file, # A path (`.npz` is appended if missing) or a writable binary file
+                     *, safe:bool=True): # Kept for cpprb's signature: the file always holds every transition whole
+    "Write every stored transition to a compressed `.npz` of plain arrays"
+    data = {f'data.{k}': v for k, v in self.get_all_transitions().items()}
+    np.savez_compressed(file, version=np.int64(_FORMAT), Nstep=np.bool_(self.is_Nstep()), **data)
+
+@patch
+def load_transitions(self:ReplayBuffer,
+                     file): # A path or a readable binary file that `save_transitions` wrote
+    "Add the transitions of a file that `save_transitions` wrote, as they were stored; a file that does not fit adds nothing"
+    try:
+        with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
+    except ValueError as e:
+        raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that save_transitions wrote '
+                                        f'(files that need pickle, as cpprb\'s own, are not read): {e}') from None
+    version, nstep = d.pop('version', None), d.pop('Nstep', None)
+    if version is None or nstep is None or version.shape != () or int(version) != _FORMAT:
+        raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an Nstep flag, got version {version!r}')
+    if bool(nstep) != self.is_Nstep(): raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
+    if bad := [k for k in d if not k.startswith('data.')]: raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
+    rows, n = self._rows({k[5:]: v for k, v in d.items()})
+    if n: self._write(rows, None)
+
 # %% ../../nbs/13a_compat.cpprb.ipynb #887d77de
 @patch
 def _check_nstep(self:ReplayBuffer, Nstep) -> dict:
@@ -341,6 +370,14 @@ def _checked_priorities(self:PrioritizedReplayBuffer, priorities, n:int, what:st
     if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
     return p
 
+def _whole(v, what:str):
+    "`v` with float values taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
+    a = np.asarray(v)
+    if a.dtype.kind != 'f': return v
+    if not np.isfinite(a).all() or (a != np.round(a)).any():
+        raise ExperienceReplayException(f'{what}: expected whole numbers, got {a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')
+    return a.astype(np.int64)
+
 @patch
 def _leaf(self:PrioritizedReplayBuffer, p:np.ndarray) -> np.ndarray:
     "(p + eps)^alpha in float32, as cpprb's segment tree holds it"
@@ -386,7 +423,7 @@ def update_priorities(self:PrioritizedReplayBuffer,
                       indexes, # Indexes, as `sample` returned them
                       priorities): # One priority p >= 0 per index
     "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
-    i = as_idxs(indexes, len(self.replay), name='indexes').numpy()
+    i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
     p = self._checked_priorities(priorities, len(i))
     if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
     if not len(i): return
@@ -403,3 +440,15 @@ def clear(self:PrioritizedReplayBuffer):
     "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
     ReplayBuffer.clear(self)
     self._max_p, self._unchanged[:] = np.float32(1.), True
+
+# %% ../../nbs/13a_compat.cpprb.ipynb #b1aa0002
+class _CpprbLaBER:
+    "cpprb's surface of a LaBER helper: `idx`, the positions of the large batch"
+    @property
+    def idx(self) -> np.ndarray:
+        "The positions of the large batch, `0 .. m * batch_size - 1`"
+        return np.arange(self.m * self.batch_size)
+
+class LaBERmean(_CpprbLaBER, laber.LaBERmean): "cpprb's `LaBERmean`: weights mean(p) / p_i"
+class LaBERlazy(_CpprbLaBER, laber.LaBERlazy): "cpprb's `LaBERlazy`: weights 1 / p_i"
+class LaBERmax(_CpprbLaBER, laber.LaBERmax): "cpprb's `LaBERmax`: weights (1 / p_i) over their largest in the kept batch"

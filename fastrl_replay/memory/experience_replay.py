@@ -176,10 +176,10 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None, rows:np
 def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
     "A zeroed `(max_sz, row_bytes)` block of bytes holding every column's values of a row side by side; sets each column's `offset` and `inner_strides`"
     off = 0
-    for c in sorted(cols, key=lambda c: -c.np_dtype.alignment):  # widest alignment first: every value stays aligned
+    for c in sorted(cols, key=lambda c: -c.np_dtype.itemsize):  # widest first: every value lies at a multiple of its size, as torch's strides need
         _place(c, off)
         off += _nbytes(c)
-    align = max(c.np_dtype.alignment for c in cols)
+    align = max(c.np_dtype.itemsize for c in cols)  # a complex value's size is twice its alignment
     return page_aligned_zeros((max_sz, -(-off // align) * align))
 
 def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
@@ -263,6 +263,16 @@ def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
     if self.files is not None: self.files.wrote(self._row_bytes)
     return p, 1
 
+@patch
+def advance(self:ColumnStorage, n:int=1) -> tuple[int, int]:
+    "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
+    p = 0 if self.pointer == self.max_sz else self.pointer
+    if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
+        raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
+    self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+    if self.files is not None: self.files.wrote(n * self._row_bytes)
+    return p, n
+
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
     row = {}
@@ -305,7 +315,7 @@ def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
     "The rows at storage indices `idxs`, as a `BD`"
     if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
     i = idxs.numpy()
-    if self._rows is not None:  # one gather of whole rows, which reads each row's values from neighbouring cache lines
+    if self._rows is not None and len(i):  # one gather of whole rows, which reads each row's values from neighbouring cache lines
         r = self._rows.take(i, axis=0)
         return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
                         for c in self._cols})
