@@ -50,8 +50,12 @@ class NumpySampler(Sampler):
 register_kind(NumpySampler)  # checkpoints may name it
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #c9f8a307
-_WIDER = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
+_SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}  # their bytes, in columns torch computes with
 _RESERVED = {'td_error': 'the replay core keeps TD errors there', 'weight': 'the prioritized sampler puts its weights there'}
+
+class MissingValues(ExperienceReplayException, KeyError):
+    "`add` was not given a value it needs: a `KeyError`, as cpprb raises, and the library's exception"
+    __str__ = ExperienceReplayException.__str__  # the message, not KeyError's quoted key
 
 def _names(v, what:str) -> list[str]:
     "`v`, a name or a sequence of names, as a list (None: empty)"
@@ -72,9 +76,9 @@ def _column_spec(name:str, defs, default_dtype) -> tuple[tuple, np.dtype, np.dty
         raise ExperienceReplayException(f"env_dict[{name!r}]: 'shape' must be a positive int or a tuple of them, got {defs.get('shape')!r}")
     try: dtype = np.dtype(defs.get('dtype', default_dtype))
     except TypeError as e: raise ExperienceReplayException(f"env_dict[{name!r}]: 'dtype' is not a NumPy dtype: {e}") from None
-    stored = dtype if dtype in TORCH_DTYPES else _WIDER.get(dtype)
+    stored = dtype if dtype in TORCH_DTYPES else _SAME_SIZE.get(dtype)
     if stored is None: raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of "
-                                                       f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _WIDER})}")
+                                                       f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _SAME_SIZE})}")
     return tuple(int(s) for s in shape), dtype, stored
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #ed8703d5
@@ -152,7 +156,7 @@ def _rows(self:ReplayBuffer, kwargs:dict) -> tuple[dict, int]:
     "The values of `kwargs` as arrays of shape (n, *shape) in their stored dtypes, and n; raise if they do not fit"
     missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
     if missing or extra:
-        raise ExperienceReplayException(f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
+        raise (MissingValues if missing else ExperienceReplayException)(f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
     rows = {}
     for k, (shape, dtype, stored) in self._cols.items():
         a = np.asarray(kwargs[k])
@@ -161,7 +165,7 @@ def _rows(self:ReplayBuffer, kwargs:dict) -> tuple[dict, int]:
         except ValueError:
             raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
                                             f'got {a.shape}') from None
-        with np.errstate(invalid='ignore', over='ignore'): rows[k] = a.astype(dtype, copy=False).astype(stored, copy=False)
+        with np.errstate(invalid='ignore', over='ignore'): rows[k] = a.astype(dtype, copy=False).view(stored)
     steps = {k: len(v) for k, v in rows.items()}
     if len(set(steps.values())) > 1:
         raise ExperienceReplayException(f'add: every value needs the same number of steps, got {steps}')
@@ -202,7 +206,7 @@ def _check_stored(self:ReplayBuffer):
 @patch
 def _out(self:ReplayBuffer, batch) -> dict:
     "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
-    return {k: batch[k].numpy().astype(dtype, copy=False) for k, (_, dtype, _) in self._cols.items()}
+    return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
 
 @patch
 def sample(self:ReplayBuffer,
@@ -210,6 +214,12 @@ def sample(self:ReplayBuffer,
     "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
     self._check_stored()
     return self._out(self.replay.sample(batch_size)[0])
+
+@patch
+def _encode_sample(self:ReplayBuffer,
+                   idx): # Indexes of stored transitions: an int or a sequence of them
+    "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
+    return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
 
 @patch
 def _shuffled(self:ReplayBuffer, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)

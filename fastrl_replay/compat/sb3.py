@@ -20,7 +20,7 @@ from ..memory.core import ExperienceReplayException, Replay, Sampler, is_int, as
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
-from .cpprb import NumpySampler
+from .cpprb import NumpySampler, _SAME_SIZE
 
 # %% auto #0
 __all__ = ['SlotSampler', 'ReplayBuffer', 'PrioritizedReplayBufferSamples', 'PrioritizedReplayBuffer', 'PrioritizedDQN']
@@ -58,7 +58,6 @@ class SlotSampler(NumpySampler):
 register_kind(SlotSampler)  # checkpoints may name it
 
 # %% ../../nbs/13b_compat.sb3.ipynb #35ebca58
-_SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}
 _INPUTS = (('obs', 'observations'), ('next_obs', 'next_observations'), ('action', 'actions'), ('reward', 'rewards'), ('done', 'dones'))
 
 class ReplayBuffer(SB3ReplayBuffer):
@@ -91,6 +90,26 @@ class ReplayBuffer(SB3ReplayBuffer):
         reshaped = {'actions'} | ({'observations', 'next_observations'} if isinstance(observation_space, spaces.Discrete) else set())
         self._inputs = [(name, k, (n_envs, *self._specs[k][0]), n_envs * int(np.prod(self._specs[k][0])), k in reshaped) for name, k in _INPUTS]
         self.replay = self._new_replay(self._new_sampler())
+
+    replay = None  # the core memory, which the constructor makes
+
+    @property
+    def full(self) -> bool:
+        "Whether every slot holds a transition"
+        return self._full
+
+    @full.setter
+    def full(self, v:bool):
+        "Set, as SB3's code sets it; True counts the slots never written as transitions, of the zeros SB3's arrays hold there"
+        if v and self.replay is not None and len(self.replay) < self.replay.storage.max_sz: self._count_unwritten()
+        self._full = bool(v)
+
+    def _count_unwritten(self):
+        "Count the rows never written as written (zeros), keeping the write position"
+        st = self.replay.storage
+        p = st.pointer
+        self.replay.sampler.added(*st.advance(st.max_sz - p))
+        if p: st.advance(p)  # round the ring back to the write position: rows 0 .. p - 1 hold their transitions already
 
     def _stored_dtype(self, k, d:np.dtype) -> np.dtype:
         "The dtype of column `k`'s storage: `d`, or for unsigned ints torch cannot compute with, the signed type of their size (the same bytes)"
