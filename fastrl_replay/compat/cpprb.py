@@ -51,6 +51,7 @@ register_kind(NumpySampler)  # checkpoints may name it
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #c9f8a307
 _SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}  # their bytes, in columns torch computes with
+_NUMBERS = frozenset('biufc')
 _RESERVED = {'td_error': 'the replay core keeps TD errors there', 'weight': 'the prioritized sampler puts its weights there'}
 
 class MissingValues(ExperienceReplayException, KeyError):
@@ -154,22 +155,26 @@ def is_Nstep(self:ReplayBuffer) -> bool:
 @patch
 def _rows(self:ReplayBuffer, kwargs:dict) -> tuple[dict, int]:
     "The values of `kwargs` as arrays of shape (n, *shape) in their stored dtypes, and n; raise if they do not fit"
-    missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
-    if missing or extra:
-        raise (MissingValues if missing else ExperienceReplayException)(f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
+    if kwargs.keys() != self._cols.keys():
+        missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
+        raise (MissingValues if missing else ExperienceReplayException)(
+            f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
     rows = {}
-    for k, (shape, dtype, stored) in self._cols.items():
-        a = np.asarray(kwargs[k])
-        if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
-        try: a = a.reshape(-1, *shape)
-        except ValueError:
-            raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
-                                            f'got {a.shape}') from None
-        with np.errstate(invalid='ignore', over='ignore'): rows[k] = a.astype(dtype, copy=False).view(stored)
-    steps = {k: len(v) for k, v in rows.items()}
-    if len(set(steps.values())) > 1:
-        raise ExperienceReplayException(f'add: every value needs the same number of steps, got {steps}')
-    return rows, next(iter(steps.values()))
+    with np.errstate(invalid='ignore', over='ignore'):  # casts as NumPy's assignment casts, as cpprb's
+        for k, (shape, dtype, stored) in self._cols.items():
+            a = kwargs[k]
+            if type(a) is not np.ndarray: a = np.asarray(a)
+            if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
+            try: a = a.reshape(-1, *shape)
+            except ValueError:
+                raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
+                                                f'got {a.shape}') from None
+            if a.dtype != dtype: a = a.astype(dtype)
+            rows[k] = a if stored is dtype else a.view(stored)
+    n = len(a)
+    if any(len(v) != n for v in rows.values()):
+        raise ExperienceReplayException(f'add: every value needs the same number of steps, got { {k: len(v) for k, v in rows.items()} }')
+    return rows, n
 
 @patch
 def add(self:ReplayBuffer, **kwargs) -> int|None:

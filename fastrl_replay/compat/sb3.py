@@ -165,21 +165,21 @@ def _fit(self:ReplayBuffer, name:str, v, key:str, reshape:bool=False) -> np.ndar
         raise ExperienceReplayException(f'{name}: expected shape {target} (one value per environment), got {a.shape}') from None
     with np.errstate(invalid='ignore', over='ignore'): return a.astype(dtype, copy=False)
 
+_DICT, _FLAGS = {dict}, {bool, np.bool_}
+
 @patch
-def _timeouts(self:ReplayBuffer, infos) -> np.ndarray|None:
-    "`TimeLimit.truncated` of each environment: from a list of info dicts, or a gymnasium vector env's dict of arrays; None without `handle_timeout_termination`, which reads no infos"
-    if not self.handle_timeout_termination: return None  # the timeouts stay 0
+def _timeouts(self:ReplayBuffer, infos) -> np.ndarray|list:
+    "`TimeLimit.truncated` of each environment: from a list of info dicts, or a gymnasium vector env's dict of arrays"
+    if type(infos) is list and len(infos) == self.n_envs and set(map(type, infos)) == _DICT:
+        t = [i.get('TimeLimit.truncated', False) for i in infos]
+        if set(map(type, t)) <= _FLAGS: return t  # the common case: flags, written as they are
     if isinstance(infos, Mapping):  # a gymnasium vector env's infos: an array per key, and `_key` marks the environments that set it
         return self._fit('infos', np.logical_and(infos.get('TimeLimit.truncated', False), infos.get('_TimeLimit.truncated', True)), 'timeouts')
     if not isinstance(infos, (list, tuple)) or not all(isinstance(i, dict) for i in infos):
         raise ExperienceReplayException(f'infos: expected a list of {self.n_envs} dicts or a vector env\'s dict of arrays, got {type(infos).__name__}')
     return self._fit('infos', [i.get('TimeLimit.truncated', False) for i in infos], 'timeouts')
 
-def _ready(v, target:tuple, size:int, reshape:bool) -> np.ndarray|None:
-    "`v` as it is written when it is an array of numbers of shape `target` (or, with `reshape`, of its `size`); None otherwise"
-    if type(v) is not np.ndarray or v.dtype.kind not in 'biuf': return None
-    if v.shape == target: return v
-    return v.reshape(target) if reshape and v.size == size else None
+_NUMBERS = frozenset('biuf')
 
 @patch
 def add(self:ReplayBuffer,
@@ -190,14 +190,15 @@ def add(self:ReplayBuffer,
         done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
         infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
     "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-    vals = []
-    for v, (name, key, target, size, reshape) in zip((obs, next_obs, action, reward, done), self._inputs):
-        a = _ready(v, target, size, reshape)  # arrays of numbers of the right shape pass as they are
-        vals.append(self._fit(name, v, key, reshape) if a is None else a)
-    timeouts = self._timeouts(infos)
+    vals = [obs, next_obs, action, reward, done]
+    for j, (name, key, target, size, reshape) in enumerate(self._inputs):
+        v = vals[j]  # an array of numbers of the right shape is written as it is; anything else is checked and converted
+        if type(v) is not np.ndarray or v.dtype.kind not in _NUMBERS or v.shape != target:
+            vals[j] = v.reshape(target) if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size else self._fit(name, v, key, reshape)
+    timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
     st, views = self.replay.storage, self._slot_views
     slot = st.pointer % st.max_sz // self.n_envs
-    for view, v in zip(views, vals): view[slot] = v  # NumPy's assignment casts, as SB3's does
+    views[0][slot], views[1][slot], views[2][slot], views[3][slot], views[4][slot] = vals  # NumPy's assignment casts, as SB3's does
     if timeouts is not None: views[5][slot] = timeouts
     views[6][slot] = 0  # the TD error
     self.replay.sampler.added(*st.advance(self.n_envs))
