@@ -144,7 +144,7 @@ def test_constructor_add_and_cursor():
 def test_extra_add_needs_the_same_extras():
     memory = ReplayBuffer(stack_size=4, replay_capacity=5, batch_size=32)
     memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0, extra1=0, extra2=[0, 0])
-    with pytest.raises(ExperienceReplayException, match=r"add expects the extra elements \['extra1', 'extra2'\]; got \[\]"):
+    with pytest.raises(ExperienceReplayException, match=r"Add expects the extra elements \['extra1', 'extra2'\]; got \[\]"):
         memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0)
     with pytest.raises(ExperienceReplayException, match=r"got \['extra1', 'extra2', 'extra3'\]"):
         memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0, extra1=0, extra2=[0, 0], extra3=1)
@@ -409,7 +409,7 @@ def test_dopamine_constructor_and_add():
     memory = OutOfGraphReplayBuffer(SCREEN, 4, 5, 32, extra_storage_types=[ReplayElement('extra1', [], np.float32),
                                                                             ReplayElement('extra2', [2], np.int8)])
     memory.add(np.zeros(SCREEN), 0, 0, 0, 0, [0, 0])
-    with pytest.raises(ExperienceReplayException, match=r"add expects 2 extra elements \['extra1', 'extra2'\] after terminal, got 0"):
+    with pytest.raises(ExperienceReplayException, match=r"Add expects 2 extra elements \['extra1', 'extra2'\] after terminal, got 0"):
         memory.add(np.zeros(SCREEN), 0, 0, 0)
     with pytest.raises(ExperienceReplayException, match='priority: a OutOfGraphReplayBuffer samples uniformly'):
         memory.add(np.zeros(SCREEN), 0, 0, 0, 0, [0, 0], priority=1.)
@@ -419,7 +419,7 @@ def test_dopamine_constructor_and_add():
     pm = OutOfGraphPrioritizedReplayBuffer(SCREEN, 4, 100, 32, extra_storage_types=[ReplayElement('test_item', (), np.float32)])
     pm.add(np.zeros(SCREEN), 0, 0.0, 0, 0.0, priority=1.0)
     assert (pm.cursor(), pm.add_count) == (4, 4)
-    with pytest.raises(ExperienceReplayException, match='add expects 1 extra elements'): pm.add(np.zeros(SCREEN), 0, 0, 0, priority=1.0)
+    with pytest.raises(ExperienceReplayException, match='Add expects 1 extra elements'): pm.add(np.zeros(SCREEN), 0, 0, 0, priority=1.0)
 
 def test_dopamine_n_step_reward_and_stack():
     memory = OutOfGraphReplayBuffer(SCREEN, 4, 10, 32, update_horizon=5, gamma=1.0, seed=0)
@@ -589,7 +589,7 @@ BAD_REAGENT = [
     (dict(tag='x'), 'tag: dtype <U1 cannot be stored as int64 without loss'),
     (dict(priority=-1.), 'priority must be a finite number >= 0, got -1.0'),
     (dict(priority=[1., 2.]), 'priority: expected one number, got shape (2,)'),
-    (dict(other=1), "add expects the extra elements ['tag']; got ['other', 'tag']"),
+    (dict(other=1), "Add expects the extra elements ['tag']; got ['other', 'tag']"),
 ]
 
 @pytest.mark.parametrize('bad,msg', BAD_REAGENT, ids=[m[:30] for _, m in BAD_REAGENT])

@@ -75,7 +75,7 @@ def add_padded(self:PaddedFrameStorage,
     "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
     names = self.extra_names
     if sorted(extras) != sorted(names):
-        raise ExperienceReplayException(f'add expects the extra elements {sorted(names)}; got {sorted(extras)}')
+        raise ExperienceReplayException(f'Add expects the extra elements {sorted(names)}; got {sorted(extras)}')
     obs = _value('observation', observation, self.obs_shape, self.obs_dtype)
     act = _value('action', action, self.action_shape, self.action_dtype)
     rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
@@ -655,7 +655,7 @@ def add(self:OutOfGraphReplayBuffer,
         episode_end:bool=False): # The episode ended here without a terminal state (a time limit)
     "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
     names = self.extra_names
-    if len(args) != len(names): raise ExperienceReplayException(f'add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
+    if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
     self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
 
 @patch

@@ -23,6 +23,17 @@ EXPECTED_FAILURES = {
 # a test of subtests cannot be an expected failure (its passing subtests would make it pass): skipped, with the reason
 SKIPPED = {'cpprb/test_issue.py::TestIssue112::test_dtype_check':
            'declares float128 and complex256 (extended precision), which torch has not and the adapter refuses (its other 29 dtypes pass)'}
+_TERMINAL_NEXT = "expects the row after a terminal step as its next state; here it ends in a zero frame (documented)"
+EXPECTED_FAILURES.update({
+    'reagent/test_circular_replay_buffer_test.py::ReplayBufferTest::testSampleTransitionBatch': _TERMINAL_NEXT,
+    'reagent/test_circular_replay_buffer_test.py::ReplayBufferTest::testSampleTransitionBatchExtra': _TERMINAL_NEXT,
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testAddWithAndWithoutPriority':
+        'expects add without a priority to raise; here it defaults to the largest priority, as ReAgent documents',
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory':
+        "reads the private `sum_tree`; get_priority gives the same values (0 for padding)",
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices':
+        'expects an int index and int64 arrays to be refused; here any integer sequence is taken',
+})
 HARNESS = {'cpprb/test_LaBER.py::TestLaBER::': _MIXIN, 'cpprb/test_PyReplayBuffer.py::TestPrioritizedBase::': _MIXIN}
 
 def pytest_collection_modifyitems(config, items):
