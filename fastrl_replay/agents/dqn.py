@@ -24,6 +24,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
 from fastai.callback.progress import ProgressCallback
 from ..learner import LeanLearner
+from ..threads import TorchThreads
 from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
 
@@ -238,7 +239,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     replay_cb = replay_cb or _replay_cb(replay, trainer, len(dls.train), replay_kwargs,
                                         bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
-    cbs = [replay_cb, trainer, NoValidation()] + ([GradientClip(max_grad_norm)] if max_grad_norm is not None else [])
+    cbs = [replay_cb, trainer, NoValidation(), TorchThreads(1)] + ([GradientClip(max_grad_norm)] if max_grad_norm is not None else [])  # one thread: see `threads`
     learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
                         metrics=loop_metrics(), cbs=cbs)
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False

@@ -15,8 +15,10 @@ import numpy as np, torch
 from fastcore.basics import patch
 from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
-from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler, UniformSampler, MappedArrays, same_file, keepable, page_aligned_zeros,
-                                       Replay, ReplayMemory, NP_DTYPES, TORCH_DTYPES, lossless, dtype_name, batch_of, check_kind, is_int)
+from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
+from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
@@ -71,11 +73,6 @@ def _ready(c: _Col, v):
     if c.data is not None and v.untyped_storage().data_ptr() == c.data.untyped_storage().data_ptr(): v = v.clone()
     return v
 
-def _check_finite(v, k='td_error'):
-    "Raise unless the values `v` (tensor or array) are finite"
-    finite = np.isfinite(v).all() if isinstance(v, np.ndarray) else torch.isfinite(v).all()
-    if not bool(finite): raise ExperienceReplayException(f'{k!r} holds NaN or inf values')
-
 # %% ../../nbs/06a_memory.experience_replay.ipynb #64c8efd5
 class ColumnStorage(Storage):
     "Each column of the transitions in one preallocated array of `max_sz` rows, allocated from the first batch"
@@ -83,12 +80,15 @@ class ColumnStorage(Storage):
                  max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
                  device:str|torch.device|None=None, # Where the columns live (default: CPU)
                  storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False): # Open the column files already in `storage_dir` (a checkpoint over them)
+                 reuse_files:bool=False, # Open the column files already in `storage_dir` (a checkpoint over them)
+                 writer:Writer|None=None): # Where incoming rows go (default: round robin at the pointer)
         super().__init__(max_sz, device)
         if storage_dir is not None and self.device.type != 'cpu':
             raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; device must be the CPU, got {self.device}')
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
         self.pointer, self._len, self._cols, self.td_host, self._rows = 0, 0, None, None, None
+        self.writer, self.last_rows = writer, np.empty(0, np.int64)  # with a writer: the rows the last batch went to
+        if writer is not None: writer.attach(self)
 
     def settings(self) -> dict:
         return dict(max_sz=self.max_sz, device=str(self.device), storage_dir=None if self.files is None else str(self.files.path))
@@ -207,7 +207,7 @@ def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not lossless(v.dtype, c.dtype):
             raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
                                             f'{dtype_name(c.dtype)} without loss')
-        if c.key == 'td_error': _check_finite(v)
+        if c.key == 'td_error': check_finite(v, 'td_error')
         srcs.append(v)
     try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
     except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
@@ -225,6 +225,7 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
+    if self.writer is not None: return self._add_by_writer(batch)
     b = batch_of(batch)
     if self._cols is not None:
         if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
@@ -250,7 +251,7 @@ def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
             if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
             v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
         if v.dtype is not np_dtype or v.shape != shape: return None
-        if td_zero is not None and not (math.isfinite(v.item()) if v.size == 1 else np.isfinite(v).all()): return None
+        if td_zero is not None and not all_finite(v): return None
         vals.append(v); found += 1
     return vals if found == len(b) else None
 
@@ -267,6 +268,7 @@ def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
 def advance(self:ColumnStorage, n:int=1) -> tuple[int, int]:
     "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
     p = 0 if self.pointer == self.max_sz else self.pointer
+    if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
     if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
         raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
     self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
@@ -344,6 +346,7 @@ def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
 def state_dict(self:ColumnStorage) -> dict:
     "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
     res = dict(kind=type(self).__name__, max_sz=self.max_sz, pointer=self.pointer, len=self._len, columns=None)
+    if self.writer is not None: res.update(self.writer.state_dict())
     if self._cols is None: return res
     if self._rows is not None:
         res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset) for c in self._cols}
@@ -370,6 +373,9 @@ def check_state(self:ColumnStorage, state:dict) -> list[_Col]|None:
                 if tuple(d.shape) != (self.max_sz, *c.shape) or dtype_name(d.dtype) != dtype_name(c.dtype):
                     raise ExperienceReplayException(f'column {c.key!r}: expected ({self.max_sz}, {", ".join(map(str, c.shape))}) '
                                                     f'{dtype_name(c.dtype)}, got {tuple(d.shape)} {dtype_name(d.dtype)}')
+    if self.writer is not None:
+        if cols is not None: self.writer.check_columns(cols)
+        self.writer.check_state(state)
     return cols
 
 def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
@@ -394,6 +400,7 @@ def load_state_dict(self:ColumnStorage,
     "Restore what `state_dict` returned into a storage with the same `max_sz`"
     cols = self.check_state(state)
     self.pointer, self._len, self._cols, self.td_host = state['pointer'], state['len'], None, None
+    if self.writer is not None: self.writer.load_state_dict(state)
     if cols is None: return
     if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
     data = {c.key: state['columns'][c.key]['data'] for c in cols}
@@ -417,7 +424,7 @@ def _load_block(self:ColumnStorage, cols:list[_Col], rows, assign:bool):
 @patch
 def new_empty(self:ColumnStorage) -> ColumnStorage:
     "A storage with the same settings and no rows"
-    res = ColumnStorage(self.max_sz, self.device)
+    res = ColumnStorage(self.max_sz, self.device, writer=None if self.writer is None else self.writer.new_empty())
     res.reserve(self.reserved)
     return res
 
@@ -490,7 +497,7 @@ def _checked(c:_Col, v):
     "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
     if v.dtype != c.np_dtype and not lossless(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
-    if c.is_td: _check_finite(np.asarray(v))
+    if c.is_td: check_finite(v, 'td_error')
     return v
 
 def _one_shape_error(c:_Col, got:tuple):
@@ -502,6 +509,7 @@ def _one_shape_error(c:_Col, got:tuple):
 def add_row(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
     "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
     if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
+    if self.writer is not None: return self._add_row_by_writer(row)
     vals, found = [], 0
     for c in self._cols:  # every value checked before any is written
         v = row.get(c.key, _MISSING)
@@ -528,6 +536,50 @@ def row(self:ColumnStorage, i:int):
         raise ExperienceReplayException(f'row {i!r} is out of range for a memory of {self._len} rows')
     i = i + self._len if i < 0 else i
     return self._row_type(*(c.data[i] for c in self._cols))
+
+# %% ../../nbs/06a_memory.experience_replay.ipynb #119fedb9
+@patch
+def _add_by_writer(self:ColumnStorage, batch) -> tuple[int, int]:
+    "Check `batch` whole, then write each row where the writer puts it; the first row written and how many"
+    w = self.writer
+    b = w.prepare(batch_of(batch))
+    cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
+    n, srcs = self._check(b, cols)
+    self.last_rows = np.empty(0, np.int64)
+    if self._cols is None: self._allocate(cols)
+    if n <= 0: return 0, 0
+    dst = w.slots(n, self._len, b)
+    keep = np.flatnonzero(dst >= 0)
+    rows, last = np.unique(dst[keep][::-1], return_index=True)  # for a row written twice, the later source
+    src = keep[::-1][last]
+    for c, s in zip(self._cols, srcs):
+        if c.host: c.np[rows] = 0 if s is None else s[src]
+        else:
+            r = torch.from_numpy(rows).to(c.data.device)
+            c.data[r] = 0 if s is None else s[torch.from_numpy(src).to(s.device)].to(c.data.device)
+    if len(rows): self._len = max(self._len, int(rows[-1]) + 1)  # a writer fills rows 0, 1, ... before it evicts
+    self.pointer = self._len
+    w.wrote(rows, src, n)
+    if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
+    self.last_rows = np.sort(rows)
+    return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
+
+@patch
+def _add_row_by_writer(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
+    "Check one transition (values without a batch dimension) and add it as a batch of one"
+    b, found, optional = {}, 0, self.writer.optional
+    for c in self._cols:
+        v = row.get(c.key, _MISSING)
+        if v is _MISSING:
+            if c.is_td or c.key == optional: continue
+            b = None; break
+        v = _one(c, v); found += 1
+        b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
+    if b is None or found != len(row):
+        keys = row.keys()
+        raise ExperienceReplayException(f'the transition does not match the memory: missing '
+                                        f'{sorted(self._without_td - keys - {optional})}, extra {sorted(keys - self._with_td)}')
+    return self._add_by_writer(b)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #21e04725
 class ExperienceReplayCallback(Callback):
