@@ -150,3 +150,24 @@ def test_dopamine_get_range_and_observation_stack():
         with pytest.raises(ExperienceReplayException, match=msg): ob.get_range([], a, b)
     with pytest.raises(ExperienceReplayException, match='Index 1 has not been added.'):
         OutOfGraphReplayBuffer((2,), 4, 10, 32).get_range([], 1, 2)
+
+# --- the native memory: float input of a wider type, as every peer stores it ---------------------------------------------
+
+def test_blog_seed_path_float64_after_python_floats():
+    "Appending Python-float tuples types the columns float32; a float64 observation then rounds into them, as every peer stores it"
+    from fastrl_replay.memory.experience_replay import ExperienceReplay
+    er = ExperienceReplay(bs=2, max_sz=10, warmup_sz=1, seed=0)
+    er.append({'state': (0.1, 0.2, 0.3, 0.4), 'action': 1, 'reward': 1.0, 'done': False})
+    er.append({'state': np.zeros(4), 'action': 0, 'reward': np.float64(0.1), 'done': True})
+    er.append({'state': torch.full((4,), 1 / 3, dtype=torch.float64), 'action': 1, 'reward': 2.0, 'done': False})
+    er + {'state': np.full((2, 4), 0.7), 'action': np.array([0, 1]), 'reward': np.array([0.5, 0.25]), 'done': np.zeros(2, bool)}
+    m = er.memory
+    assert m['state'].dtype == m['reward'].dtype == torch.float32
+    assert m['state'][:, 0].tolist() == [np.float32(0.1), 0., np.float32(1 / 3), np.float32(0.7), np.float32(0.7)]
+    assert m['reward'].tolist() == [1., np.float32(0.1), 2., 0.5, 0.25]
+    # what loses integers or changes kind is still refused, and leaves the memory as it was
+    for bad, msg in (({'state': np.arange(4)}, 'dtype int64 cannot be stored as float32'),
+                     ({'state': np.zeros(4, np.complex128)}, 'dtype complex128 cannot be stored as float32'),
+                     ({'action': np.float64(1.)}, 'cannot be stored as int64')):
+        with pytest.raises(ExperienceReplayException, match=msg): er.append({'state': np.zeros(4), 'action': 1, 'reward': 1., 'done': False, **bad})
+    assert len(er) == 5

@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
-from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
+from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 
@@ -204,7 +204,7 @@ def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         s = tuple(v.shape)
         if not s or s[1:] != c.shape or (n >= 0 and s[0] != n): self._shape_error(b, c, v, n)
         n = s[0]
-        if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not lossless(v.dtype, c.dtype):
+        if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not storable(v.dtype, c.dtype):
             raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
                                             f'{dtype_name(c.dtype)} without loss')
         if c.key == 'td_error': check_finite(v, 'td_error')
@@ -496,7 +496,7 @@ def _one(c:_Col, v):
 def _checked(c:_Col, v):
     "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
-    if v.dtype != c.np_dtype and not lossless(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
+    if v.dtype != c.np_dtype and not storable(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
     if c.is_td: check_finite(v, 'td_error')
     return v
 
