@@ -91,6 +91,7 @@ class ReplayBuffer(SB3ReplayBuffer):
         self._stored = {k: self._stored_dtype(k, d) for k, (_, d) in self._specs.items()}
         reshaped = {'actions'} | ({'observations', 'next_observations'} if isinstance(observation_space, spaces.Discrete) else set())
         self._inputs = [(name, k, (n_envs, *self._specs[k][0]), n_envs * int(np.prod(self._specs[k][0])), k in reshaped) for name, k in _INPUTS]
+        self._targets = self._inputs[0][2], self._inputs[2][2], (n_envs,)  # the shapes of observations, actions, and rewards and dones
         self.replay = self._new_replay(self._new_sampler())
 
     replay = None  # the core memory, which the constructor makes
@@ -184,6 +185,13 @@ def _timeouts(self:ReplayBuffer, infos) -> np.ndarray|list:
 _NUMBERS = frozenset('biuf')
 
 @patch
+def _value(self:ReplayBuffer, j:int, v) -> np.ndarray:
+    "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
+    name, key, target, size, reshape = self._inputs[j]
+    if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
+    return self._fit(name, v, key, reshape)
+
+@patch
 def add(self:ReplayBuffer,
         obs:np.ndarray, # Observations, (n_envs, *obs_shape)
         next_obs:np.ndarray, # Next observations (the terminal ones where an episode ended)
@@ -192,17 +200,20 @@ def add(self:ReplayBuffer,
         done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
         infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
     "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-    vals = [obs, next_obs, action, reward, done]
-    for j, (name, key, target, size, reshape) in enumerate(self._inputs):
-        v = vals[j]  # an array of numbers of the right shape is written as it is; anything else is checked and converted
-        if type(v) is not np.ndarray or v.dtype.kind not in _NUMBERS or v.shape != target:
-            vals[j] = v.reshape(target) if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size else self._fit(name, v, key, reshape)
+    so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
+    nd = np.ndarray
+    if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
+    if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
+    if type(action) is not nd or action.shape != sa or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+    if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
+    if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
     timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
-    st, views = self.replay.storage, self._slot_views
+    st = self.replay.storage
+    o, no, a, r, d, t, td = self._slot_views
     slot = st.pointer % st.max_sz // self.n_envs
-    views[0][slot], views[1][slot], views[2][slot], views[3][slot], views[4][slot] = vals  # NumPy's assignment casts, as SB3's does
-    if timeouts is not None: views[5][slot] = timeouts
-    views[6][slot] = 0  # the TD error
+    o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
+    if timeouts is not None: t[slot] = timeouts
+    td[slot] = 0  # the TD error
     self.replay.sampler.added(*st.advance(self.n_envs))
     self.pos = slot + 1
     if self.pos == self.buffer_size: self.full, self.pos = True, 0
