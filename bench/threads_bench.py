@@ -31,7 +31,7 @@ def work(kind: str, threads: str) -> float:
     from fastrl_replay.data.synth import synth_replay_learner
     mem = ExperienceReplay(bs=64, max_sz=10_000, warmup_sz=500, seed=0)
     params = inspect.signature(ExperienceReplayCallback).parameters
-    cb = ExperienceReplayCallback(experience_replay=mem) if 'experience_replay' in params else ExperienceReplayCallback(mem)
+    cb = ExperienceReplayCallback(mem) if 'experience_replay' in params else ExperienceReplayCallback(mem)
     learn = synth_replay_learner(n_batches=500, bs=10, cbs=cb, seed=0)
     t = time.perf_counter()
     with learn.no_bar(), learn.no_logging(): learn.fit(4)

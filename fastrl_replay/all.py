@@ -4,6 +4,7 @@ from .errors import *
 from .memory.core import *
 from .memory.alloc import *
 from .memory.experience_replay import *
+from .callback import *
 from .memory.sumtree import *
 from .memory.prioritized import *
 from .memory.laber import *

@@ -114,8 +114,8 @@ def docs_url() -> str:
     return tomllib.loads((ROOT/'pyproject.toml').read_text())['project']['urls']['Documentation'].rstrip('/') + '/'
 
 def local_links(md: str, page: str) -> str:
-    "`md` with links to the published site (README.md's, which must work on GitHub) made relative, so the site works offline"
-    return re.sub(r'\]\(' + re.escape(docs_url()), '](' + '../' * page.count('/'), md)
+    "`md` with links to pages of the published site (README.md's, which must work on GitHub) made links to the pages' sources, which Sphinx resolves"
+    return re.sub(r'\]\(' + re.escape(docs_url()) + r'([^)#]*?)\.html', lambda m: '](' + '../' * page.count('/') + m.group(1) + '.ipynb', md)
 
 # ---- pages -------------------------------------------------------------------------------------------------------
 def frontmatter(cell) -> dict:

@@ -1,4 +1,4 @@
-"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly; and the fastai callback that trains a `Learner` on a memory.
+"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly. `ExperienceReplayCallback` (in `callback`) trains a `Learner` on a memory.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.experience_replay.html.md"""
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import math
 import numpy as np, torch
 from fastcore.basics import patch
-from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
@@ -21,7 +20,7 @@ from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
+__all__ = ['ColumnStorage', 'ExperienceReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -580,42 +579,3 @@ def _add_row_by_writer(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
         raise ExperienceReplayException(f'the transition does not match the memory: missing '
                                         f'{sorted(self._without_td - keys - {optional})}, extra {sorted(keys - self._with_td)}')
     return self._add_by_writer(b)
-
-# %% ../../nbs/06a_memory.experience_replay.ipynb #21e04725
-class ExperienceReplayCallback(Callback):
-    "Store each training batch in a replay memory and train on samples from it"
-    order, run_valid = -5, False
-    def __init__(self,
-                 bs:int=16, # Rows per replayed batch
-                 max_sz:int=200, # Capacity of the memory
-                 warmup_sz:int=100, # Rows stored before training starts
-                 memory:Mapping|None=None, # Transitions to start with
-                 experience_replay:ReplayMemory|None=None, # A ready memory to use instead of a new one
-                 **kwargs): # Passed on to `ExperienceReplay`: `device`, `generator`, `seed`
-        if experience_replay is None: experience_replay = ExperienceReplay(bs, max_sz, warmup_sz, memory, **kwargs)
-        elif memory is not None or kwargs:
-            raise ExperienceReplayException(f'a ready memory comes with its own settings and rows; got memory= or '
-                                            f'{sorted(kwargs)} too')
-        self.experience_replay = experience_replay
-
-    def before_fit(self): self.learn.fresh_xb, self.learn.replay_idxs, self.learn.td_error = None, None, None
-
-    def before_batch(self):
-        "Store the fresh transitions; cancel the batch during warm-up, otherwise swap in a replayed batch"
-        if len(self.xb) != 1 or len(self.yb):
-            raise ExperienceReplayException(f'ExperienceReplayCallback expects each batch to be a 1-tuple holding a BD of '
-                                            f'transitions, with no targets; got {len(self.xb)} inputs and {len(self.yb)} targets')
-        fresh = self.xb
-        self.experience_replay + fresh[0]
-        self.learn.fresh_xb, self.learn.replay_idxs, self.learn.td_error = fresh, None, None
-        try: batch, idxs = self.experience_replay.sample()
-        except WarmupNotReached: raise CancelBatchException() from None
-        batch = batch.to(next(iter(fresh[0].values())).device)
-        self.learn.xb, self.learn.yb, self.learn.replay_idxs = (batch,), (batch,), idxs
-
-    def after_batch(self):
-        "Write the learner's per-sample `td_error` back to the replayed rows"
-        td = getattr(self.learn, 'td_error', None)
-        if td is None or self.learn.replay_idxs is None: return
-        self.experience_replay.update_td(td.detach(), self.learn.replay_idxs)
-        self.learn.td_error = None
