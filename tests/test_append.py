@@ -65,7 +65,8 @@ def test_every_form_of_a_transition():
     (dict(steps(1)[0], action=2**63), "column 'action': the int 9223372036854775808 cannot be stored as int64"),
     (dict(steps(1)[0], done=1), "column 'done': the int 1 cannot be stored as bool"),
     (dict(steps(1)[0], state=np.zeros(5, np.float32)), "column 'state': expected shape (4,) for one transition, got (5,)"),
-    (dict(steps(1)[0], state=np.zeros(4, np.float64)), "column 'state': dtype float64 cannot be stored as float32"),
+    (dict(steps(1)[0], state=np.zeros(4, np.int64)), "column 'state': dtype int64 cannot be stored as float32"),  # floats round; ints must fit
+    (dict(steps(1)[0], state=np.zeros(4, np.complex128)), "column 'state': dtype complex128 cannot be stored as float32"),
     (dict(steps(1)[0], reward=(1.0, 2.0)), "column 'reward': expected shape () for one transition, got (2,)"),
     ({k: v for k, v in steps(1)[0].items() if k != 'done'}, "missing ['done'], extra []"),
     (dict(steps(1)[0], td_error=float('nan')), "'td_error' holds NaN"),

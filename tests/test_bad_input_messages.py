@@ -21,7 +21,7 @@ ER_BATCHES = [({k: v for k, v in B.items() if k != 'reward'}, "batch columns do 
               ({**B, 'bonus': torch.zeros(5, 1)}, "missing [], extra ['bonus']"),
               ({**B, 'state': torch.zeros(5, 3)}, "column 'state': expected shape (n, 4), got (5, 3)"),
               ({**B, 'reward': torch.zeros(4, 1)}, "columns must share their batch size, got rows per column"),
-              ({**B, 'state': B['state'].double()}, "column 'state': dtype float64 cannot be stored as float32 without loss"),
+              ({**B, 'state': B['state'].long()}, "column 'state': dtype int64 cannot be stored as float32 without loss"),
               ({**B, 'td_error': torch.full((5, 1), float('nan'))}, "'td_error' holds NaN or inf values"),
               ((B, B), 'a batch is a BD, a dict of tensors or a 1-tuple holding one; got a tuple of 2 elements'),
               ([B], 'a batch is a BD, a dict of tensors or a 1-tuple holding one; got list')]

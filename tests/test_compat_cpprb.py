@@ -379,7 +379,7 @@ def test_bad_input_raises_names_it_and_changes_nothing():
     (dict(size=4, env_dict={}), 'env_dict must name at least one value'),
     (dict(size=4, env_dict={'a': {'shpae': 3}}), "env_dict['a']: expected the keys 'shape' and 'dtype', got also ['shpae']"),
     (dict(size=4, env_dict={'a': {'shape': (0, 2)}}), "'shape' must be a positive int or a tuple of them, got (0, 2)"),
-    (dict(size=4, env_dict={'a': {'dtype': np.uint64}}), "env_dict['a']: dtype uint64 cannot be stored"),
+    (dict(size=4, env_dict={'a': {'dtype': np.longdouble}}), "env_dict['a']: dtype float128 cannot be stored"),
     (dict(size=4, env_dict={'td_error': {}}), "the name 'td_error' is reserved"),
     (dict(size=4, env_dict={'a': {}}, next_of='b'), "next_of: ['b'] are not in env_dict ['a']"),
     (dict(size=4, env_dict={'a': {}, 'next_a': {}}, next_of='a'), "next_of='a' adds 'next_a': env_dict must not name it too"),

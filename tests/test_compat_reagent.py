@@ -144,7 +144,7 @@ def test_constructor_add_and_cursor():
 def test_extra_add_needs_the_same_extras():
     memory = ReplayBuffer(stack_size=4, replay_capacity=5, batch_size=32)
     memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0, extra1=0, extra2=[0, 0])
-    with pytest.raises(ExperienceReplayException, match=r"add expects the extra elements \['extra1', 'extra2'\]; got \[\]"):
+    with pytest.raises(ExperienceReplayException, match=r"Add expects the extra elements \['extra1', 'extra2'\]; got \[\]"):
         memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0)
     with pytest.raises(ExperienceReplayException, match=r"got \['extra1', 'extra2', 'extra3'\]"):
         memory.add(observation=np.zeros(SCREEN), action=0, reward=0, terminal=0, extra1=0, extra2=[0, 0], extra3=1)
@@ -154,7 +154,7 @@ def test_extra_add_needs_the_same_extras():
 
 def test_low_capacity():
     for S, C, n in ((10, 10, 1), (5, 10, 10)):
-        with pytest.raises(ExperienceReplayException, match='there is not enough capacity to cover update_horizon and stack_size'):
+        with pytest.raises(ExperienceReplayException, match='There is not enough capacity to cover update_horizon and stack_size'):
             ReplayBuffer(stack_size=S, replay_capacity=C, batch_size=32, update_horizon=n, gamma=1.0)
         with pytest.raises(ExperienceReplayException, match='not enough capacity'):
             OutOfGraphReplayBuffer(SCREEN, S, C, 32, update_horizon=n, gamma=1.0)
@@ -409,7 +409,7 @@ def test_dopamine_constructor_and_add():
     memory = OutOfGraphReplayBuffer(SCREEN, 4, 5, 32, extra_storage_types=[ReplayElement('extra1', [], np.float32),
                                                                             ReplayElement('extra2', [2], np.int8)])
     memory.add(np.zeros(SCREEN), 0, 0, 0, 0, [0, 0])
-    with pytest.raises(ExperienceReplayException, match=r"add expects 2 extra elements \['extra1', 'extra2'\] after terminal, got 0"):
+    with pytest.raises(ExperienceReplayException, match=r"Add expects 2 extra elements \['extra1', 'extra2'\] after terminal, got 0"):
         memory.add(np.zeros(SCREEN), 0, 0, 0)
     with pytest.raises(ExperienceReplayException, match='priority: a OutOfGraphReplayBuffer samples uniformly'):
         memory.add(np.zeros(SCREEN), 0, 0, 0, 0, [0, 0], priority=1.)
@@ -419,7 +419,7 @@ def test_dopamine_constructor_and_add():
     pm = OutOfGraphPrioritizedReplayBuffer(SCREEN, 4, 100, 32, extra_storage_types=[ReplayElement('test_item', (), np.float32)])
     pm.add(np.zeros(SCREEN), 0, 0.0, 0, 0.0, priority=1.0)
     assert (pm.cursor(), pm.add_count) == (4, 4)
-    with pytest.raises(ExperienceReplayException, match='add expects 1 extra elements'): pm.add(np.zeros(SCREEN), 0, 0, 0, priority=1.0)
+    with pytest.raises(ExperienceReplayException, match='Add expects 1 extra elements'): pm.add(np.zeros(SCREEN), 0, 0, 0, priority=1.0)
 
 def test_dopamine_n_step_reward_and_stack():
     memory = OutOfGraphReplayBuffer(SCREEN, 4, 10, 32, update_horizon=5, gamma=1.0, seed=0)
@@ -547,11 +547,17 @@ def _add_one(m):
 
 def test_checkpoint_refusals(tmp_path):
     memory = _filled(SAVED[0])
-    with pytest.raises(ExperienceReplayException, match=r'save\(checkpoint_dir, iteration_number\) is not supported'): memory.save(tmp_path, 5)
+    with pytest.raises(ExperienceReplayException, match=r'save\(checkpoint_dir, iteration_number\) an int >= 0; got -1'): memory.save(tmp_path, -1)
     assert not any(tmp_path.iterdir())
     memory.save(tmp_path/'m')
-    with pytest.raises(ExperienceReplayException, match=r'load\(checkpoint_dir, suffix\), restoring in place, is not supported'):
-        memory.load(tmp_path/'m', '3')
+    with pytest.raises(FileNotFoundError, match='no checkpoint at'): memory.load(tmp_path/'m', '3')
+    memory.save(tmp_path/'its', 5)  # ReAgent's and Dopamine's form: a directory per iteration
+    assert [p.name for p in (tmp_path/'its').iterdir()] == ['ckpt.5']
+    twin = _filled(SAVED[0], adds=5)
+    assert twin.add_count != memory.add_count
+    twin.load(tmp_path/'its', 5)  # in place
+    for x, y in zip(_snapshot(twin), _snapshot(memory)): np.testing.assert_equal(x, y)
+    assert twin.sample_index_batch(8).tolist() == memory.sample_index_batch(8).tolist()
     with pytest.raises(ExperienceReplayException, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
         PrioritizedReplayBuffer.load(tmp_path/'m')
     with pytest.raises(ExperienceReplayException, match='the buffer has no columns yet'): ReplayBuffer().save(tmp_path/'e')
@@ -583,7 +589,7 @@ BAD_REAGENT = [
     (dict(tag='x'), 'tag: dtype <U1 cannot be stored as int64 without loss'),
     (dict(priority=-1.), 'priority must be a finite number >= 0, got -1.0'),
     (dict(priority=[1., 2.]), 'priority: expected one number, got shape (2,)'),
-    (dict(other=1), "add expects the extra elements ['tag']; got ['other', 'tag']"),
+    (dict(other=1), "Add expects the extra elements ['tag']; got ['other', 'tag']"),
 ]
 
 @pytest.mark.parametrize('bad,msg', BAD_REAGENT, ids=[m[:30] for _, m in BAD_REAGENT])

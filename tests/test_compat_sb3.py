@@ -128,7 +128,8 @@ def test_bad_input_raises_names_it_and_changes_nothing():
            (good[:2] + (np.zeros(3),) + good[3:], 'action: expected shape (2, 1) (one value per environment), got (3,)'),
            (good[:3] + (np.zeros(3),) + good[4:], 'reward: expected shape (2,) (one value per environment), got (3,)'),
            (good[:4] + (np.array(['a', 'b']),) + good[5:], 'done: expected numbers'),
-           (good[:5] + ({},), 'infos: expected a list of 2 dicts, got dict'),
+           (good[:5] + ('x',), "infos: expected a list of 2 dicts or a vector env's dict of arrays, got str"),
+           (good[:5] + ({'TimeLimit.truncated': np.array([True, False, True])},), 'infos: expected shape (2,) (one value per environment), got (3,)'),
            (good[:5] + ([{}, {}, {}],), 'infos: expected shape (2,) (one value per environment), got (3,)')]
     for args, msg in bad:
         with pytest.raises(ExperienceReplayException) as e: ours.add(*args)

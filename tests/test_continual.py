@@ -61,7 +61,7 @@ def _snapshot(mem):
 @pytest.mark.parametrize('bad, msg', [
     ({'x': torch.zeros(3, 2)}, "column 'x': expected shape (n, 1)"),
     ({'y': torch.zeros(3, 1)}, 'missing'),
-    ({'x': torch.zeros(3, 1, dtype=torch.float64)}, 'float64 cannot be stored as float32'),
+    ({'x': torch.zeros(3, 1, dtype=torch.int64)}, 'int64 cannot be stored as float32'),
     ({'x': torch.zeros(3, 1), 'td_error': torch.full((3, 1), float('nan'))}, 'NaN'),
 ])
 def test_bad_batches_leave_the_memory_unchanged(make, bad, msg):

@@ -16,10 +16,11 @@ from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
+from ..memory import laber
 from ..nstep import nstep_returns
 
 # %% auto #0
-__all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer']
+__all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer', 'LaBERmean', 'LaBERlazy', 'LaBERmax']
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #21b5c257
 class NumpySampler(Sampler):
@@ -58,8 +59,13 @@ class NumpySampler(Sampler):
 register_kind(NumpySampler)  # checkpoints may name it
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #c9f8a307
-_WIDER = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
+_SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}  # their bytes, in columns torch computes with
+_NUMBERS = frozenset('biufc')
 _RESERVED = {'td_error': 'the replay core keeps TD errors there', 'weight': 'the prioritized sampler puts its weights there'}
+
+class MissingValues(ExperienceReplayException, KeyError):
+    "`add` was not given a value it needs: a `KeyError`, as cpprb raises, and the library's exception"
+    __str__ = ExperienceReplayException.__str__  # the message, not KeyError's quoted key
 
 def _names(v, what:str) -> list[str]:
     "`v`, a name or a sequence of names, as a list (None: empty)"
@@ -80,9 +86,9 @@ def _column_spec(name:str, defs, default_dtype) -> tuple[tuple, np.dtype, np.dty
         raise ExperienceReplayException(f"env_dict[{name!r}]: 'shape' must be a positive int or a tuple of them, got {defs.get('shape')!r}")
     try: dtype = np.dtype(defs.get('dtype', default_dtype))
     except TypeError as e: raise ExperienceReplayException(f"env_dict[{name!r}]: 'dtype' is not a NumPy dtype: {e}") from None
-    stored = dtype if dtype in TORCH_DTYPES else _WIDER.get(dtype)
+    stored = dtype if dtype in TORCH_DTYPES else _SAME_SIZE.get(dtype)
     if stored is None: raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of "
-                                                       f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _WIDER})}")
+                                                       f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _SAME_SIZE})}")
     return tuple(int(s) for s in shape), dtype, stored
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #ed8703d5
@@ -157,22 +163,26 @@ def is_Nstep(self:ReplayBuffer) -> bool:
 @patch
 def _rows(self:ReplayBuffer, kwargs:dict) -> tuple[dict, int]:
     "The values of `kwargs` as arrays of shape (n, *shape) in their stored dtypes, and n; raise if they do not fit"
-    missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
-    if missing or extra:
-        raise ExperienceReplayException(f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
+    if kwargs.keys() != self._cols.keys():
+        missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
+        raise (MissingValues if missing else ExperienceReplayException)(
+            f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
     rows = {}
-    for k, (shape, dtype, stored) in self._cols.items():
-        a = np.asarray(kwargs[k])
-        if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
-        try: a = a.reshape(-1, *shape)
-        except ValueError:
-            raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
-                                            f'got {a.shape}') from None
-        with np.errstate(invalid='ignore', over='ignore'): rows[k] = a.astype(dtype, copy=False).astype(stored, copy=False)
-    steps = {k: len(v) for k, v in rows.items()}
-    if len(set(steps.values())) > 1:
-        raise ExperienceReplayException(f'add: every value needs the same number of steps, got {steps}')
-    return rows, next(iter(steps.values()))
+    with np.errstate(invalid='ignore', over='ignore'):  # casts as NumPy's assignment casts, as cpprb's
+        for k, (shape, dtype, stored) in self._cols.items():
+            a = kwargs[k]
+            if type(a) is not np.ndarray: a = np.asarray(a)
+            if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
+            try: a = a.reshape(-1, *shape)
+            except ValueError:
+                raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
+                                                f'got {a.shape}') from None
+            if a.dtype != dtype: a = a.astype(dtype)
+            rows[k] = a if stored is dtype else a.view(stored)
+    n = len(a)
+    if any(len(v) != n for v in rows.values()):
+        raise ExperienceReplayException(f'add: every value needs the same number of steps, got { {k: len(v) for k, v in rows.items()} }')
+    return rows, n
 
 @patch
 def add(self:ReplayBuffer, **kwargs) -> int|None:
@@ -209,7 +219,7 @@ def _check_stored(self:ReplayBuffer):
 @patch
 def _out(self:ReplayBuffer, batch) -> dict:
     "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
-    return {k: batch[k].numpy().astype(dtype, copy=False) for k, (_, dtype, _) in self._cols.items()}
+    return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
 
 @patch
 def sample(self:ReplayBuffer,
@@ -217,6 +227,12 @@ def sample(self:ReplayBuffer,
     "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
     self._check_stored()
     return self._out(self.replay.sample(batch_size)[0])
+
+@patch
+def _encode_sample(self:ReplayBuffer,
+                   idx): # Indexes of stored transitions: an int or a sequence of them
+    "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
+    return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
 
 @patch
 def _shuffled(self:ReplayBuffer, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
@@ -245,6 +261,34 @@ def clear(self:ReplayBuffer):
 def _renewed_sampler(self:ReplayBuffer) -> Sampler:
     "A sampler for an emptied buffer, drawing from the same generator"
     return self._new_sampler().share_generator(self.replay.sampler)
+
+# %% ../../nbs/13a_compat.cpprb.ipynb #a1c0e5f2
+_FORMAT = 1  # the version of the files `save_transitions` writes
+
+@patch
+def save_transitions(self:ReplayBuffer,
+                     file, # A path (`.npz` is appended if missing) or a writable binary file
+                     *, safe:bool=True): # Kept for cpprb's signature: the file always holds every transition whole
+    "Write every stored transition to a compressed `.npz` of plain arrays"
+    data = {f'data.{k}': v for k, v in self.get_all_transitions().items()}
+    np.savez_compressed(file, version=np.int64(_FORMAT), Nstep=np.bool_(self.is_Nstep()), **data)
+
+@patch
+def load_transitions(self:ReplayBuffer,
+                     file): # A path or a readable binary file that `save_transitions` wrote
+    "Add the transitions of a file that `save_transitions` wrote, as they were stored; a file that does not fit adds nothing"
+    try:
+        with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
+    except ValueError as e:
+        raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that save_transitions wrote '
+                                        f'(files that need pickle, as cpprb\'s own, are not read): {e}') from None
+    version, nstep = d.pop('version', None), d.pop('Nstep', None)
+    if version is None or nstep is None or version.shape != () or int(version) != _FORMAT:
+        raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an Nstep flag, got version {version!r}')
+    if bool(nstep) != self.is_Nstep(): raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
+    if bad := [k for k in d if not k.startswith('data.')]: raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
+    rows, n = self._rows({k[5:]: v for k, v in d.items()})
+    if n: self._write(rows, None)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #887d77de
 @patch
@@ -336,6 +380,14 @@ def _checked_priorities(self:PrioritizedReplayBuffer, priorities, n:int, what:st
     if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
     return p
 
+def _whole(v, what:str):
+    "`v` with float values taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
+    a = np.asarray(v)
+    if a.dtype.kind != 'f': return v
+    if not np.isfinite(a).all() or (a != np.round(a)).any():
+        raise ExperienceReplayException(f'{what}: expected whole numbers, got {a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')
+    return a.astype(np.int64)
+
 @patch
 def _leaf(self:PrioritizedReplayBuffer, p:np.ndarray) -> np.ndarray:
     "(p + eps)^alpha in float32, as cpprb's segment tree holds it"
@@ -381,7 +433,7 @@ def update_priorities(self:PrioritizedReplayBuffer,
                       indexes, # Indexes, as `sample` returned them
                       priorities): # One priority p >= 0 per index
     "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
-    i = as_idxs(indexes, len(self.replay), name='indexes').numpy()
+    i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
     p = self._checked_priorities(priorities, len(i))
     if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
     if not len(i): return
@@ -398,3 +450,15 @@ def clear(self:PrioritizedReplayBuffer):
     "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
     ReplayBuffer.clear(self)
     self._max_p, self._unchanged[:] = np.float32(1.), True
+
+# %% ../../nbs/13a_compat.cpprb.ipynb #b1aa0002
+class _CpprbLaBER:
+    "cpprb's surface of a LaBER helper: `idx`, the positions of the large batch"
+    @property
+    def idx(self) -> np.ndarray:
+        "The positions of the large batch, `0 .. m * batch_size - 1`"
+        return np.arange(self.m * self.batch_size)
+
+class LaBERmean(_CpprbLaBER, laber.LaBERmean): "cpprb's `LaBERmean`: weights mean(p) / p_i"
+class LaBERlazy(_CpprbLaBER, laber.LaBERlazy): "cpprb's `LaBERlazy`: weights 1 / p_i"
+class LaBERmax(_CpprbLaBER, laber.LaBERmax): "cpprb's `LaBERmax`: weights (1 / p_i) over their largest in the kept batch"

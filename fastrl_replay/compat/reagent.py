@@ -8,10 +8,12 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/compat.reagent.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from functools import lru_cache
-import keyword
+import keyword, shutil
+from functools import partial
+from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
-from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy
+from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
 from ..memory.checks import cast_exactly, as_idxs
 from ..memory.core import UniformSampler, Replay
 from ..memory.circular import FrameStorage, ReplayElement
@@ -70,7 +72,7 @@ def add_padded(self:PaddedFrameStorage,
     "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
     names = self.extra_names
     if sorted(extras) != sorted(names):
-        raise ExperienceReplayException(f'add expects the extra elements {sorted(names)}; got {sorted(extras)}')
+        raise ExperienceReplayException(f'Add expects the extra elements {sorted(names)}; got {sorted(extras)}')
     obs = _value('observation', observation, self.obs_shape, self.obs_dtype)
     act = _value('action', action, self.action_shape, self.action_dtype)
     rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
@@ -128,6 +130,7 @@ class PaddedReplay(Replay):
     "A `Replay` over a `PaddedFrameStorage` with ReAgent's and Dopamine's settings, indices and validity: what their buffers share"
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
+    checkpoint_duration, keep_every = 4, None  # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
     def __init__(self,
                  stack_size:int, # Frames per state
                  replay_capacity:int, # Rows kept, padding included
@@ -141,8 +144,8 @@ class PaddedReplay(Replay):
         check_number('gamma', gamma)
         if gamma > 1: raise ExperienceReplayException(f'gamma must be in [0, 1], got {gamma!r}')
         if replay_capacity < update_horizon + stack_size:
-            raise ExperienceReplayException(f'replay_capacity must be at least update_horizon + stack_size = {update_horizon + stack_size} '
-                                            f'(there is not enough capacity to cover update_horizon and stack_size), got {replay_capacity}')
+            raise ExperienceReplayException(f'There is not enough capacity to cover update_horizon and stack_size: replay_capacity must be '
+                                            f'at least update_horizon + stack_size = {update_horizon + stack_size}, got {replay_capacity}')
         if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
         self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = stack_size, replay_capacity, update_horizon, float(gamma)
         self.bs, self.warmup_sz, self._draws = batch_size, min(batch_size, replay_capacity), (generator, seed)
@@ -333,24 +336,46 @@ def load_state_dict(self:PaddedReplay, state:dict, assign:bool=False):
     for k, v in compat.items(): setattr(self, k, np.dtype(v) if k.endswith('dtype') else v)
     self._revalidate()
 
+def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
+
 @patch
 def save(self:PaddedReplay,
-         path, # The checkpoint directory (made or replaced)
-         durable:bool=True): # Wait until every file is on the disk
-    "Write a checkpoint of the buffer to the directory `path`, atomically"
-    if not isinstance(durable, bool):
-        raise ExperienceReplayException(f'save(path, durable) writes one checkpoint directory and durable is a bool, got {durable!r}; '
-                                        "the form save(checkpoint_dir, iteration_number) is not supported: save each iteration to its own directory")
+         path, # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per iteration
+         durable:bool|int=True): # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
+    "Write a checkpoint to the directory `path`, atomically; `save(checkpoint_dir, iteration_number)` writes `checkpoint_dir/ckpt.<iteration_number>` and removes the one `checkpoint_duration` iterations older, unless `keep_every` spares it"
     self._ready('save')
-    return Replay.save(self, path, durable)
+    if isinstance(durable, bool): return Replay.save(self, path, durable)
+    if not is_int(durable) or durable < 0:
+        raise ExperienceReplayException(f'save(path, durable) takes a bool, or save(checkpoint_dir, iteration_number) an int >= 0; got {durable!r}')
+    res = Replay.save(self, _ckpt(path, durable), True)
+    stale = durable - self.checkpoint_duration
+    if stale >= 0 and not (self.keep_every is not None and stale % self.keep_every == 0): shutil.rmtree(_ckpt(path, stale), ignore_errors=True)
+    return res
 
-@patch(cls_method=True)
-def load(cls:PaddedReplay, path, suffix=None) -> PaddedReplay:
-    "The buffer saved in the directory `path`, which must be a `cls`"
-    if suffix is not None:
-        raise ExperienceReplayException(f'load(path) returns the buffer saved in the directory path, got a suffix {suffix!r}; '
-                                        'the form load(checkpoint_dir, suffix), restoring in place, is not supported')
-    return load_memory(path, cls)
+def _load_new(cls, path, suffix=None) -> PaddedReplay:
+    "The buffer saved in the directory `path` (or, with `suffix`, in `path/ckpt.<suffix>`), which must be a `cls`"
+    return load_memory(path if suffix is None else _ckpt(path, suffix), cls)
+
+def _load_into(self:PaddedReplay, checkpoint_dir, suffix=None):
+    "Restore the buffer saved in `checkpoint_dir/ckpt.<suffix>` (or, without `suffix`, in `checkpoint_dir`) into this one; a checkpoint that does not fit changes nothing"
+    path = Path(checkpoint_dir) if suffix is None else _ckpt(checkpoint_dir, suffix)
+    if not path.exists(): raise FileNotFoundError(f'no checkpoint at {path}')
+    saved = load_memory(path, type(self))
+    fresh = self.storage is None
+    if fresh:  # a ReAgent buffer not yet added to takes the saved one's columns
+        st = saved.storage
+        self._build((st.obs_shape, st.obs_dtype), (st.action_shape, st.action_dtype), (st.reward_shape, st.reward_dtype),
+                    [e for e in st.extras if e.name != _PAD])
+    try: self.load_state_dict(saved.state_dict())
+    except BaseException:
+        if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
+        raise
+
+class _Load:
+    "`load` of a buffer class returns the buffer saved at a path; `load` of a buffer restores one into it, as ReAgent's and Dopamine's `load(checkpoint_dir, suffix)`"
+    def __get__(self, obj, cls): return partial(_load_new, cls) if obj is None else partial(_load_into, obj)
+
+PaddedReplay.load = _Load()
 
 # %% ../../nbs/13c_compat.reagent.ipynb #12133925
 def _window(st:FrameStorage, rows:np.ndarray, S:int, n:int) -> np.ndarray:
@@ -627,7 +652,7 @@ def add(self:OutOfGraphReplayBuffer,
         episode_end:bool=False): # The episode ended here without a terminal state (a time limit)
     "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
     names = self.extra_names
-    if len(args) != len(names): raise ExperienceReplayException(f'add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
+    if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
     self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
 
 @patch
@@ -657,6 +682,31 @@ def sample_transition_batch(self:OutOfGraphReplayBuffer,
                             indices=None): # Indices to build instead; each must be a valid transition
     "A named tuple of NumPy arrays, as `get_transition_elements` describes them"
     return self._batch(self._resolve(batch_size, indices))
+
+# %% ../../nbs/13c_compat.reagent.ipynb #c1aa0002
+@patch
+def get_range(self:OutOfGraphReplayBuffer,
+              array, # An array laid out as the ring: one row per index
+              start_index:int, # The first index (may be negative: it wraps)
+              end_index:int): # One past the last index (may pass the ring's end: it wraps)
+    "Rows `start_index .. end_index - 1` of `array`, wrapping around the ring, as Dopamine's `get_range`"
+    C = self.replay_capacity
+    if not (is_int(start_index) and is_int(end_index)) or end_index <= start_index:
+        raise ExperienceReplayException(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
+    if end_index < 0 or start_index >= C:
+        raise ExperienceReplayException(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
+    if not self.is_full() and end_index > self.cursor():
+        raise ExperienceReplayException(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
+    a = np.asarray(array)
+    if start_index % C < end_index % C: return a[start_index:end_index]
+    return a[np.arange(start_index, end_index) % C]
+
+@patch
+def get_observation_stack(self:OutOfGraphReplayBuffer,
+                          index:int): # The index of the stack's last observation
+    "The stack of observations ending at `index`, read from the ring as Dopamine reads it: `(*observation_shape, stack_size)`"
+    self._ready('get_observation_stack')
+    return np.moveaxis(self.get_range(self.storage.obs, index - self.stack_size + 1, index + 1), 0, -1)
 
 # %% ../../nbs/13c_compat.reagent.ipynb #62ca719d
 class OutOfGraphPrioritizedReplayBuffer(OutOfGraphReplayBuffer):

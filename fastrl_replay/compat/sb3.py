@@ -6,6 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/compat.sb3.html.md"""
 
 # %% ../../nbs/13b_compat.sb3.ipynb #60547f8c
 from __future__ import annotations
+from collections.abc import Mapping
 from typing import Any
 import numpy as np, torch
 import torch.nn.functional as F
@@ -21,7 +22,7 @@ from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
-from .cpprb import NumpySampler, _WIDER
+from .cpprb import NumpySampler, _SAME_SIZE
 
 # %% auto #0
 __all__ = ['SlotSampler', 'ReplayBuffer', 'PrioritizedReplayBufferSamples', 'PrioritizedReplayBuffer', 'PrioritizedDQN']
@@ -59,6 +60,8 @@ class SlotSampler(NumpySampler):
 register_kind(SlotSampler)  # checkpoints may name it
 
 # %% ../../nbs/13b_compat.sb3.ipynb #35ebca58
+_INPUTS = (('obs', 'observations'), ('next_obs', 'next_observations'), ('action', 'actions'), ('reward', 'rewards'), ('done', 'dones'))
+
 class ReplayBuffer(SB3ReplayBuffer):
     "SB3's `ReplayBuffer` on the replay core: one step of each environment per `add`, `ReplayBufferSamples` from `sample`"
     def __init__(self,
@@ -86,16 +89,45 @@ class ReplayBuffer(SB3ReplayBuffer):
                            actions=((self.action_dim,), np.dtype(self._maybe_cast_dtype(action_space.dtype))),
                            rewards=f32, dones=f32, timeouts=f32)
         self._stored = {k: self._stored_dtype(k, d) for k, (_, d) in self._specs.items()}
+        reshaped = {'actions'} | ({'observations', 'next_observations'} if isinstance(observation_space, spaces.Discrete) else set())
+        self._inputs = [(name, k, (n_envs, *self._specs[k][0]), n_envs * int(np.prod(self._specs[k][0])), k in reshaped) for name, k in _INPUTS]
+        self._targets = self._inputs[0][2], self._inputs[2][2], (n_envs,)  # the shapes of observations, actions, and rewards and dones
         self.replay = self._new_replay(self._new_sampler())
 
+    replay = None  # the core memory, which the constructor makes
+
+    @property
+    def full(self) -> bool:
+        "Whether every slot holds a transition"
+        return self._full
+
+    @full.setter
+    def full(self, v:bool):
+        "Set, as SB3's code sets it; True counts the slots never written as transitions, of the zeros SB3's arrays hold there"
+        if v and self.replay is not None and len(self.replay) < self.replay.storage.max_sz: self._count_unwritten()
+        self._full = bool(v)
+
+    def _count_unwritten(self):
+        "Count the rows never written as written (zeros), keeping the write position"
+        st = self.replay.storage
+        p = st.pointer
+        self.replay.sampler.added(*st.advance(st.max_sz - p))
+        if p: st.advance(p)  # round the ring back to the write position: rows 0 .. p - 1 hold their transitions already
+
     def _stored_dtype(self, k, d:np.dtype) -> np.dtype:
-        res = d if d in TORCH_DTYPES else _WIDER.get(d)
-        if res is None: raise ExperienceReplayException(f'{k}: dtype {d} cannot be stored')
+        "The dtype of column `k`'s storage: `d`, or for unsigned ints torch cannot compute with, the signed type of their size (the same bytes)"
+        res = d if d in TORCH_DTYPES else _SAME_SIZE.get(d)
+        if res is None: raise ExperienceReplayException(f'{k}: dtype {d} cannot be stored; use one of '
+                                                        f'{sorted({str(t) for t in TORCH_DTYPES} | {str(t) for t in _SAME_SIZE})}')
         return res
 
     def _new_sampler(self, torch_seed:int|None=None) -> Sampler:
         "A sampler for this buffer (`torch_seed` seeds a torch generator whose state is about to be loaded)"
         return SlotSampler(self.n_envs, self.optimize_memory_usage, self.seed)
+
+    def _draw_envs(self, n:int) -> np.ndarray:
+        "`n` environments for the slots `_get_samples` is given, drawn as SB3 draws them"
+        return self.replay.sampler.envs(n)
 
     def __repr__(self):
         return (f'{type(self).__name__}(buffer_size={self.buffer_size}, n_envs={self.n_envs}, size={self.size()}, pos={self.pos}, '
@@ -112,7 +144,10 @@ def _new_replay(self:ReplayBuffer, sampler:Sampler) -> Replay:
 
 @patch
 def _take_views(self:ReplayBuffer, replay:Replay):
-    self._views = {k: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape) for k, (shape, _) in self._specs.items()}
+    "SB3's arrays as views of the storage's columns, in the space's dtype (unsigned ints read the bytes of their signed column)"
+    col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
+    self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
+    self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'], col('td_error', (1,)))
 
 def _view(k):
     def get(self): return self._views[k]
@@ -124,22 +159,37 @@ for _k in ('observations', 'next_observations', 'actions', 'rewards', 'dones', '
 # %% ../../nbs/13b_compat.sb3.ipynb #a3ad7da2
 @patch
 def _fit(self:ReplayBuffer, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
-    "`v` as `(n_envs, *shape)` in column `key`'s stored dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
+    "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
     shape, dtype = self._specs[key]
     a, target = np.asarray(v), (self.n_envs, *shape)
     if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{name}: expected numbers, got an array of {a.dtype}')
     try: a = a.reshape(target) if reshape else np.broadcast_to(a, target)
     except ValueError:
         raise ExperienceReplayException(f'{name}: expected shape {target} (one value per environment), got {a.shape}') from None
-    with np.errstate(invalid='ignore', over='ignore'): return a.astype(dtype, copy=False).astype(self._stored[key], copy=False)
+    with np.errstate(invalid='ignore', over='ignore'): return a.astype(dtype, copy=False)
+
+_DICT, _FLAGS = {dict}, {bool, np.bool_}
 
 @patch
-def _timeouts(self:ReplayBuffer, infos) -> np.ndarray:
-    "`TimeLimit.truncated` of each environment's info (0 without `handle_timeout_termination`)"
+def _timeouts(self:ReplayBuffer, infos) -> np.ndarray|list:
+    "`TimeLimit.truncated` of each environment: from a list of info dicts, or a gymnasium vector env's dict of arrays"
+    if type(infos) is list and len(infos) == self.n_envs and set(map(type, infos)) == _DICT:
+        t = [i.get('TimeLimit.truncated', False) for i in infos]
+        if set(map(type, t)) <= _FLAGS: return t  # the common case: flags, written as they are
+    if isinstance(infos, Mapping):  # a gymnasium vector env's infos: an array per key, and `_key` marks the environments that set it
+        return self._fit('infos', np.logical_and(infos.get('TimeLimit.truncated', False), infos.get('_TimeLimit.truncated', True)), 'timeouts')
     if not isinstance(infos, (list, tuple)) or not all(isinstance(i, dict) for i in infos):
-        raise ExperienceReplayException(f'infos: expected a list of {self.n_envs} dicts, got {type(infos).__name__}')
-    if not self.handle_timeout_termination: return np.zeros(self.n_envs, np.float32)
+        raise ExperienceReplayException(f'infos: expected a list of {self.n_envs} dicts or a vector env\'s dict of arrays, got {type(infos).__name__}')
     return self._fit('infos', [i.get('TimeLimit.truncated', False) for i in infos], 'timeouts')
+
+_NUMBERS = frozenset('biuf')
+
+@patch
+def _value(self:ReplayBuffer, j:int, v) -> np.ndarray:
+    "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
+    name, key, target, size, reshape = self._inputs[j]
+    if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
+    return self._fit(name, v, key, reshape)
 
 @patch
 def add(self:ReplayBuffer,
@@ -148,22 +198,31 @@ def add(self:ReplayBuffer,
         action:np.ndarray, # Actions, reshaped to (n_envs, action_dim)
         reward:np.ndarray, # Rewards, (n_envs,)
         done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
-        infos:list[dict[str, Any]]): # One info dict per environment
-    "Add one step of each environment"
-    discrete = isinstance(self.observation_space, spaces.Discrete)
-    rows = dict(observations=self._fit('obs', obs, 'observations', discrete),
-                next_observations=self._fit('next_obs', next_obs, 'next_observations', discrete),
-                actions=self._fit('action', action, 'actions', reshape=True),
-                rewards=self._fit('reward', reward, 'rewards'), dones=self._fit('done', done, 'dones'), timeouts=self._timeouts(infos))
-    self.replay + rows
-    self.pos += 1
+        infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
+    "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
+    so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
+    nd = np.ndarray
+    if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
+    if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
+    if type(action) is not nd or action.shape != sa or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+    if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
+    if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
+    timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
+    st = self.replay.storage
+    o, no, a, r, d, t, td = self._slot_views
+    slot = st.pointer % st.max_sz // self.n_envs
+    o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
+    if timeouts is not None: t[slot] = timeouts
+    td[slot] = 0  # the TD error
+    self.replay.sampler.added(*st.advance(self.n_envs))
+    self.pos = slot + 1
     if self.pos == self.buffer_size: self.full, self.pos = True, 0
 
 # %% ../../nbs/13b_compat.sb3.ipynb #7cc1881a
 @patch
 def _samples(self:ReplayBuffer, batch, env:VecNormalize|None) -> ReplayBufferSamples:
     "SB3's samples from gathered rows"
-    v = {k: batch[k].numpy().astype(dtype, copy=False) for k, (_, dtype) in self._specs.items()}
+    v = {k: batch[k].numpy().view(dtype) for k, (_, dtype) in self._specs.items()}
     data = (self._normalize_obs(v['observations'], env), v['actions'], self._normalize_obs(v['next_observations'], env),
             (v['dones'] * (1 - v['timeouts'])).reshape(-1, 1), self._normalize_reward(v['rewards'].reshape(-1, 1), env))
     return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
@@ -180,8 +239,9 @@ def sample(self:ReplayBuffer,
 @patch
 def _get_samples(self:ReplayBuffer, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
     "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
-    rows = np.asarray(batch_inds) * self.n_envs + self.replay.sampler.envs(len(batch_inds))
-    return self._samples(self.replay.storage.gather(as_idxs(rows, len(self.replay), name='batch_inds')), env)
+    slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
+    rows = slots * self.n_envs + self._draw_envs(len(slots))
+    return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64, copy=False))), env)
 
 # %% ../../nbs/13b_compat.sb3.ipynb #ce48f837
 @patch
@@ -233,6 +293,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _new_sampler(self, torch_seed:int|None=None) -> Sampler:
         return PrioritizedSampler(**self._per, seed=self.seed if torch_seed is None else torch_seed)
+
+    def _draw_envs(self, n:int) -> np.ndarray:
+        "`n` environments for the slots `_get_samples` is given, drawn from the sampler's torch generator"
+        return torch.randint(self.n_envs, (n,), generator=self.replay.sampler.generator).numpy()
 
 # %% ../../nbs/13b_compat.sb3.ipynb #9f007be4
 @patch

@@ -83,6 +83,12 @@ def lossless(src, dst) -> bool:
     if key not in _LOSSLESS: _LOSSLESS[key] = _fits(src, dst)
     return _LOSSLESS[key]
 
+def _is_float(d) -> bool: return d.is_floating_point if isinstance(d, torch.dtype) else np.dtype(d).kind == 'f'
+
+def storable(src, dst) -> bool:
+    "Whether a column of dtype `dst` takes values of dtype `src`: every value exactly, or floats rounded into a float column (float64 into float32, as every peer stores them); never what loses integers or changes kind"
+    return lossless(src, dst) or (_is_float(src) and _is_float(dst))
+
 _FMAX = {}
 
 def _exact_scalar(v:np.ndarray, dtype:np.dtype) -> np.ndarray|None:

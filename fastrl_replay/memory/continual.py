@@ -8,7 +8,6 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.continual.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
-from fastcore.basics import patch
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
 from .checks import batch_of
@@ -161,71 +160,63 @@ class TaskShares(Writer):
         self.stamp[rows] = self.clock + src
         self.clock += n
 
-# %% ../../nbs/06g_memory.continual.ipynb #a79c3585
-@patch
-def prepare(self:TaskShares, b:Mapping) -> Mapping:
-    "`b` with the current `task` for every row where it has no task column; raise on a task column that holds no task ids"
-    if self.task_key not in b:
-        n = next((v.shape[0] for v in b.values() if getattr(v, 'ndim', 0)), None)
-        if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
-    else:
-        tv = to_numpy(b[self.task_key])
-        if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
-            raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
-                                            f'values {tv.reshape(-1)[:5].tolist()}')
-    return b
+    def prepare(self, b:Mapping) -> Mapping:
+        "`b` with the current `task` for every row where it has no task column; raise on a task column that holds no task ids"
+        if self.task_key not in b:
+            n = next((v.shape[0] for v in b.values() if getattr(v, 'ndim', 0)), None)
+            if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
+        else:
+            tv = to_numpy(b[self.task_key])
+            if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
+                raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
+                                                f'values {tv.reshape(-1)[:5].tolist()}')
+        return b
 
-@patch
-def check_columns(self:TaskShares, cols:list) -> list:
-    "Raise unless the task column is there, (n, 1) int64"
-    c = next((c for c in cols if c.key == self.task_key), None)
-    if c is None: raise ExperienceReplayException(f'the state has no task column {self.task_key!r}')
-    if c.shape != (1,) or c.dtype != torch.int64:
-        raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
-                                        f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
-    return cols
+    def check_columns(self, cols:list) -> list:
+        "Raise unless the task column is there, (n, 1) int64"
+        c = next((c for c in cols if c.key == self.task_key), None)
+        if c is None: raise ExperienceReplayException(f'the state has no task column {self.task_key!r}')
+        if c.shape != (1,) or c.dtype != torch.int64:
+            raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
+                                            f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
+        return cols
 
-# %% ../../nbs/06g_memory.continual.ipynb #4f0b39fb
-@patch
-def slots(self:TaskShares, n:int, length:int, b:Mapping) -> np.ndarray:
-    max_sz = self.storage.max_sz
-    new = to_numpy(b[self.task_key]).reshape(-1).astype(np.int64)
-    dst = np.full(n, -1, np.int64)
-    free = min(max_sz - length, n)
-    dst[:free] = length + np.arange(free)
-    if free == n: return dst
-    owner = np.concatenate([self.tasks(), new[:free]])  # the full memory as it stands before each evicting row
-    stamps = np.concatenate([self.stamp[:length], self.clock + np.arange(free)])
-    ids, cnt = np.unique(owner, return_counts=True)
-    counts = dict(zip(ids.tolist(), cnt.tolist()))
-    for j in range(free, n):
-        t = int(new[j])
-        share = max_sz // (len(counts) + (t not in counts))
-        v = t if counts.get(t, 0) >= share else max(counts, key=lambda x: (counts[x], -x))
-        mine = np.flatnonzero(owner == v)
-        row = mine[np.argmin(stamps[mine])]
-        dst[j], owner[row], stamps[row] = row, t, self.clock + j
-        counts[v] -= 1
-        if not counts[v]: del counts[v]
-        counts[t] = counts.get(t, 0) + 1
-    return dst
+    def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
+        max_sz = self.storage.max_sz
+        new = to_numpy(b[self.task_key]).reshape(-1).astype(np.int64)
+        dst = np.full(n, -1, np.int64)
+        free = min(max_sz - length, n)
+        dst[:free] = length + np.arange(free)
+        if free == n: return dst
+        owner = np.concatenate([self.tasks(), new[:free]])  # the full memory as it stands before each evicting row
+        stamps = np.concatenate([self.stamp[:length], self.clock + np.arange(free)])
+        ids, cnt = np.unique(owner, return_counts=True)
+        counts = dict(zip(ids.tolist(), cnt.tolist()))
+        for j in range(free, n):
+            t = int(new[j])
+            share = max_sz // (len(counts) + (t not in counts))
+            v = t if counts.get(t, 0) >= share else max(counts, key=lambda x: (counts[x], -x))
+            mine = np.flatnonzero(owner == v)
+            row = mine[np.argmin(stamps[mine])]
+            dst[j], owner[row], stamps[row] = row, t, self.clock + j
+            counts[v] -= 1
+            if not counts[v]: del counts[v]
+            counts[t] = counts.get(t, 0) + 1
+        return dst
+
+    def state_dict(self) -> dict: return {'stamp': self.stamp.copy(), 'clock': self.clock, 'task': self.task}
+
+    def check_state(self, state:dict):
+        st, max_sz = state.get('stamp'), self.storage.max_sz
+        if st is None or tuple(st.shape) != (max_sz,):
+            raise ExperienceReplayException(f'the state holds write times of shape {None if st is None else tuple(st.shape)}, '
+                                            f'this storage needs ({max_sz},)')
+
+    def load_state_dict(self, state:dict):
+        self.stamp[:] = np.asarray(state['stamp'])
+        self.clock, self.task = int(state['clock']), state['task']
 
 # %% ../../nbs/06g_memory.continual.ipynb #a87853ec
-@patch
-def state_dict(self:TaskShares) -> dict: return {'stamp': self.stamp.copy(), 'clock': self.clock, 'task': self.task}
-
-@patch
-def check_state(self:TaskShares, state:dict):
-    st, max_sz = state.get('stamp'), self.storage.max_sz
-    if st is None or tuple(st.shape) != (max_sz,):
-        raise ExperienceReplayException(f'the state holds write times of shape {None if st is None else tuple(st.shape)}, '
-                                        f'this storage needs ({max_sz},)')
-
-@patch
-def load_state_dict(self:TaskShares, state:dict):
-    self.stamp[:] = np.asarray(state['stamp'])
-    self.clock, self.task = int(state['clock']), state['task']
-
 class TaskStorage(ColumnStorage):
     "Columns holding a share of rows per task: a `ColumnStorage` written by `TaskShares`"
     def __init__(self,

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np, torch
 import copy, dataclasses, importlib, re
 from pathlib import Path
-from fastcore.basics import ifnone, patch
+from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
                                   new_generator)
@@ -281,29 +281,85 @@ class Replay:
         return (f'{type(self).__name__}(bs={self.bs}, max_sz={self.max_sz}, warmup_sz={self.warmup_sz}, '
                 f'len={len(self)}, pointer={self.storage.pointer})')
 
+    def __add__(self, other) -> Replay:
+        "Write the rows of `other` at the write position, in place, and return the memory"
+        start, n = self.storage.add(other)
+        if n: self.sampler.added(start, n)
+        return self
+
+    def append(self,
+               transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
+        "Add one transition in place and return the memory"
+        start, n = self.storage.add_row(as_transition(transition, self.fields))
+        if n: self.sampler.added(start, n)
+        return self
+
+    def row(self, i:int):
+        "Row `i` in storage order, as a named tuple of its values"
+        return self.storage.row(i)
+
+    def __radd__(self, other):
+        raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
+                                        '(so `0 + er` and `sum([er, ...])` are not)')
+
+    def sample(self,
+               bs:int|None=None # Rows to draw (default: `self.bs`)
+              ) -> tuple[BD, torch.Tensor]:
+        "A batch of `bs` rows drawn by the sampler, and their storage indices"
+        bs = ifnone(bs, self.bs)
+        check_positive(bs)
+        if len(self) < max(self.warmup_sz, 1):
+            raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
+        return self.sampler.sample(bs)
+
+    def update_td(self,
+                  td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
+                  idxs): # n storage indices, as `sample` returned them
+        "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
+        self.sampler.update_td(td_errors, idxs)
+
+    def __getitem__(self, idx) -> Replay:
+        "A new memory of the same kind holding the rows `idx` selects, in storage order"
+        rows, positions = self.storage.select(idx)
+        new = copy.copy(self)
+        new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
+        new.sampler.attach(new.storage)
+        new + rows
+        new.sampler.copy_rows(self.sampler, positions)
+        return new
+
+    def state_dict(self) -> dict:
+        "Everything that restores this memory into one made with the same settings"
+        return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
+                'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
+
+    def load_state_dict(self,
+                        state:dict, # What `state_dict` returned
+                        assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
+        "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
+        check_kind(self, state)
+        self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
+        self.storage.load_state_dict(state['storage'], assign=assign)
+        self.sampler.load_state_dict(state['sampler'])
+        self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
+
+    def settings(self) -> dict:
+        "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"
+        return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
+                    storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
+                    sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
+
+    @classmethod
+    def from_parts(cls, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
+        "A memory of class `cls` joining `storage` and `sampler`"
+        self = cls.__new__(cls)
+        Replay.__init__(self, storage, sampler, bs, warmup_sz)
+        if fields is not None: self.fields = tuple(fields)
+        return self
+
 own_kind(Replay)  # the plain join is a kind too
 
 # %% ../../nbs/06_memory.core.ipynb #e636832d
-@patch
-def __add__(self:Replay, other) -> Replay:
-    "Write the rows of `other` at the write position, in place, and return the memory"
-    start, n = self.storage.add(other)
-    if n: self.sampler.added(start, n)
-    return self
-
-@patch
-def append(self:Replay,
-           transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
-    "Add one transition in place and return the memory"
-    start, n = self.storage.add_row(as_transition(transition, self.fields))
-    if n: self.sampler.added(start, n)
-    return self
-
-@patch
-def row(self:Replay, i:int):
-    "Row `i` in storage order, as a named tuple of its values"
-    return self.storage.row(i)
-
 def as_transition(t, fields:tuple|None=None) -> Mapping:
     "One transition as a dict of its values"
     if type(t) is dict or isinstance(t, Mapping): return t
@@ -314,76 +370,6 @@ def as_transition(t, fields:tuple|None=None) -> Mapping:
         return dict(zip(fields, t))
     raise ExperienceReplayException(f'one transition is a dict, a named tuple, a dataclass, or a tuple when the memory was made with '
                                     f'fields=(...) naming its elements; got {type(t).__name__}')
-
-@patch
-def __radd__(self:Replay, other):
-    raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
-                                    '(so `0 + er` and `sum([er, ...])` are not)')
-
-# %% ../../nbs/06_memory.core.ipynb #071ea84f
-@patch
-def sample(self:Replay,
-           bs:int|None=None # Rows to draw (default: `self.bs`)
-          ) -> tuple[BD, torch.Tensor]:
-    "A batch of `bs` rows drawn by the sampler, and their storage indices"
-    bs = ifnone(bs, self.bs)
-    check_positive(bs)
-    if len(self) < max(self.warmup_sz, 1):
-        raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
-    return self.sampler.sample(bs)
-
-@patch
-def update_td(self:Replay,
-              td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-              idxs): # n storage indices, as `sample` returned them
-    "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
-    self.sampler.update_td(td_errors, idxs)
-
-# %% ../../nbs/06_memory.core.ipynb #ecad28ef
-@patch
-def __getitem__(self:Replay, idx) -> Replay:
-    "A new memory of the same kind holding the rows `idx` selects, in storage order"
-    rows, positions = self.storage.select(idx)
-    new = copy.copy(self)
-    new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
-    new.sampler.attach(new.storage)
-    new + rows
-    new.sampler.copy_rows(self.sampler, positions)
-    return new
-
-# %% ../../nbs/06_memory.core.ipynb #14c8cecc
-@patch
-def state_dict(self:Replay) -> dict:
-    "Everything that restores this memory into one made with the same settings"
-    return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
-            'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
-
-@patch
-def load_state_dict(self:Replay,
-                    state:dict, # What `state_dict` returned
-                    assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
-    "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
-    check_kind(self, state)
-    self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
-    self.storage.load_state_dict(state['storage'], assign=assign)
-    self.sampler.load_state_dict(state['sampler'])
-    self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
-
-# %% ../../nbs/06_memory.core.ipynb #37992e97
-@patch
-def settings(self:Replay) -> dict:
-    "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"
-    return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
-                storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
-                sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
-
-@patch(cls_method=True)
-def from_parts(cls:Replay, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
-    "A memory of class `cls` joining `storage` and `sampler`"
-    self = cls.__new__(cls)
-    Replay.__init__(self, storage, sampler, bs, warmup_sz)
-    if fields is not None: self.fields = tuple(fields)
-    return self
 
 # %% ../../nbs/06_memory.core.ipynb #3df18c64
 def forward_attrs(cls, part:str, names:str):

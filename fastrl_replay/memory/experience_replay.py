@@ -15,7 +15,7 @@ import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
-from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
+from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 
@@ -175,10 +175,10 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None, rows:np
 def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
     "A zeroed `(max_sz, row_bytes)` block of bytes holding every column's values of a row side by side; sets each column's `offset` and `inner_strides`"
     off = 0
-    for c in sorted(cols, key=lambda c: -c.np_dtype.alignment):  # widest alignment first: every value stays aligned
+    for c in sorted(cols, key=lambda c: -c.np_dtype.itemsize):  # widest first: every value lies at a multiple of its size, as torch's strides need
         _place(c, off)
         off += _nbytes(c)
-    align = max(c.np_dtype.alignment for c in cols)
+    align = max(c.np_dtype.itemsize for c in cols)  # a complex value's size is twice its alignment
     return page_aligned_zeros((max_sz, -(-off // align) * align))
 
 def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
@@ -203,7 +203,7 @@ def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         s = tuple(v.shape)
         if not s or s[1:] != c.shape or (n >= 0 and s[0] != n): self._shape_error(b, c, v, n)
         n = s[0]
-        if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not lossless(v.dtype, c.dtype):
+        if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not storable(v.dtype, c.dtype):
             raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
                                             f'{dtype_name(c.dtype)} without loss')
         if c.key == 'td_error': check_finite(v, 'td_error')
@@ -263,6 +263,17 @@ def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
     if self.files is not None: self.files.wrote(self._row_bytes)
     return p, 1
 
+@patch
+def advance(self:ColumnStorage, n:int=1) -> tuple[int, int]:
+    "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
+    p = 0 if self.pointer == self.max_sz else self.pointer
+    if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
+    if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
+        raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
+    self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+    if self.files is not None: self.files.wrote(n * self._row_bytes)
+    return p, n
+
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
     row = {}
@@ -305,7 +316,7 @@ def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
     "The rows at storage indices `idxs`, as a `BD`"
     if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
     i = idxs.numpy()
-    if self._rows is not None:  # one gather of whole rows, which reads each row's values from neighbouring cache lines
+    if self._rows is not None and len(i):  # one gather of whole rows, which reads each row's values from neighbouring cache lines
         r = self._rows.take(i, axis=0)
         return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
                         for c in self._cols})
@@ -484,7 +495,7 @@ def _one(c:_Col, v):
 def _checked(c:_Col, v):
     "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
-    if v.dtype != c.np_dtype and not lossless(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
+    if v.dtype != c.np_dtype and not storable(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
     if c.is_td: check_finite(v, 'td_error')
     return v
 

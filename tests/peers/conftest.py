@@ -1,0 +1,46 @@
+"""The peers' own test suites, vendored with their licences, run against the adapters: `make peers` (or `pytest -m peers`).
+
+Each test that still fails here is listed below with its reason, and in the adapter's notebook; it is marked as an expected
+failure (strict: one that starts to pass fails the run, so the lists stay true)."""
+import pytest
+
+_PICKLE = "loads cpprb's own v1 files, which pickle a dict; load_transitions reads plain arrays only, and refuses them"
+_MIXIN = "a mixin base class that cpprb runs only through its subclasses (unittest); under pytest it fails on cpprb's own code too"
+EXPECTED_FAILURES = {
+    'cpprb/test_HighLevelAPI.py::TestCreateBuffer::test_class': 'create_buffer is not provided: it makes cpprb classes',
+    'cpprb/test_v8.py::TestCreateBuffer::test_create': 'create_buffer is not provided: it makes cpprb classes',
+    'cpprb/test_features.py::TestMemmap::test_memmap': 'mmap_prefix names a directory of .npy files, not a prefix of .dat files',
+    'cpprb/test_issue.py::TestIssue43::test_buffer_size': 'reads 1000 indexes of an empty buffer, which cpprb returns uninitialized; here an index beyond the stored transitions raises',
+    'cpprb/test_issue.py::TestIssue128::test_read_only_priority': "passes `priority=`, a name not in env_dict, which cpprb ignores and the adapter refuses",
+    'cpprb/test_issue.py::TestIssue137::test_next_obs': "pins cpprb 11's n-step next values at an episode's end; here they are those of the window's last step",
+    'cpprb/test_issue.py::TestIssue137::test_Nstep_discounts_with_done': "pins cpprb 11's n-step done inside a window; here a done ends the window",
+    **{f'cpprb/test_save_load.py::TestReplayBuffer::{t}': _PICKLE for t in (
+        'test_basic', 'test_fulled_unsafe_next_of', 'test_incompatible_stack_compress', 'test_incompatible_unsafe_next_of',
+        'test_incompatible_unsafe_stack_compress', 'test_load_Nstep', 'test_load_to_filled_buffer', 'test_next_of',
+        'test_next_of_stack_compress', 'test_smaller_buffer', 'test_stack_compress', 'test_unsafe_fulled_next_of_stack_compress',
+        'test_unsafe_next_of', 'test_unsafe_next_of_already_filled', 'test_unsafe_next_of_stack_compress')},
+}
+# a test of subtests cannot be an expected failure (its passing subtests would make it pass): skipped, with the reason
+SKIPPED = {'cpprb/test_issue.py::TestIssue112::test_dtype_check':
+           'declares float128 and complex256 (extended precision), which torch has not and the adapter refuses (its other 29 dtypes pass)'}
+_TERMINAL_NEXT = "expects the row after a terminal step as its next state; here it ends in a zero frame (documented)"
+EXPECTED_FAILURES.update({
+    'reagent/test_circular_replay_buffer_test.py::ReplayBufferTest::testSampleTransitionBatch': _TERMINAL_NEXT,
+    'reagent/test_circular_replay_buffer_test.py::ReplayBufferTest::testSampleTransitionBatchExtra': _TERMINAL_NEXT,
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testAddWithAndWithoutPriority':
+        'expects add without a priority to raise; here it defaults to the largest priority, as ReAgent documents',
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory':
+        "reads the private `sum_tree`; get_priority gives the same values (0 for padding)",
+    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices':
+        'expects an int index and int64 arrays to be refused; here any integer sequence is taken',
+})
+HARNESS = {'cpprb/test_LaBER.py::TestLaBER::': _MIXIN, 'cpprb/test_PyReplayBuffer.py::TestPrioritizedBase::': _MIXIN}
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if '/tests/peers/' not in str(item.fspath): continue
+        item.add_marker(pytest.mark.peers)
+        key = item.nodeid.split('tests/peers/', 1)[-1]
+        if key in EXPECTED_FAILURES: item.add_marker(pytest.mark.xfail(reason=EXPECTED_FAILURES[key], strict=True))
+        elif key in SKIPPED: item.add_marker(pytest.mark.skip(reason=SKIPPED[key]))
+        elif reason := next((r for k, r in HARNESS.items() if key.startswith(k)), None): item.add_marker(pytest.mark.skip(reason=reason))
