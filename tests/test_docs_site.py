@@ -266,7 +266,7 @@ def test_plotly_figures(site, base_url, browser):
         html = (site/page).read_text()
         # script tags, not code that mentions them (highlighted code escapes its `<`)
         srcs = re.findall(r'<script\b[^>]*\bsrc="([^"]*plotly[^"]*)"', html)
-        assert [s.split('?')[0].rsplit('/', 1)[-1] for s in srcs] == ['plotly.min.js'], (page, srcs)
+        assert [s.split('?')[0].rsplit('/', 1)[-1] for s in srcs] == ['plotly.min.js', 'plotly-fit.js'], (page, srcs)  # and what fits figures to the column
         assert not any(len(s) > 500_000 and 'plotly' in s for s in re.findall(r'<script\b[^>]*>(.*?)</script>', html, re.S)), \
             f'{page} inlines its own plotly.js'
         if 'plotly-graph-div' not in html: continue
