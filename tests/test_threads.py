@@ -14,7 +14,7 @@ def test_dqn_learner_fits_on_one_thread_and_restores_the_setting():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        learn, seen = dqn_learner('CartPole-v1', steps_per_epoch=40, warmup_sz=16, bs=8, hidden=(8,), seed=0), Seen()
+        learn, seen = dqn_learner('CartPole-v1', steps_per_epoch=40, replay=dict(warmup_sz=16, bs=8), net=dict(hidden=(8,)), seed=0), Seen()
         with learn.no_bar(), learn.no_logging(): learn.fit(1, cbs=seen)
         assert seen.seen == {1} and torch.get_num_threads() == 2
         assert sum(isinstance(cb, TorchThreads) for cb in learn.cbs) == 1
