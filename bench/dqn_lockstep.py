@@ -108,13 +108,13 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
                 for pg in self.opt.opt.param_groups: pg['eps'] = eps
         def after_batch(self):
             tr = self.learn.dqn_trainer
-            if self.learn.experience_replay.batch.idxs is None or tr.n_updates % z['gradient_steps']: return
+            if self.learn.experience_replay.batch is None or tr.n_updates % z['gradient_steps']: return
             m = mem.memory
             record['bursts'].append(dict(
                 n=len(mem), obs=m['state'].numpy().copy(), next_obs=m['next_state'].numpy().copy(),
                 act=m['action'].numpy()[:, 0].copy(), rew=m['reward'].numpy()[:, 0].copy(), term=m['terminated'].numpy()[:, 0].astype(np.float32),
                 online=[p.detach().clone() for p in self.learn.model.parameters()],
-                target=[p.detach().clone() for p in tr.target.parameters()]))
+                target=[p.detach().clone() for p in tr.dqn_loss.target.parameters()]))
     learn.add_cb(Record())
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])
     return learn
