@@ -11,7 +11,7 @@ import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, is_int
-from .checks import batch_of
+from .checks import batch_of, batch_td, row_td, TD_KEY
 from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
 from .persist import register_kind
@@ -31,7 +31,7 @@ class _PolicyStorage(ColumnStorage):
         b = batch_of(batch)
         cols = self._cols if self._cols is not None else self._schema(b)
         n, srcs = self._check(b, cols)
-        self.last_rows = np.empty(0, np.int64)
+        self.last_rows = self.last_src = np.empty(0, np.int64)
         if self._cols is None: self._allocate(cols)
         if n <= 0: return 0, 0
         dst = self._destinations(b, n)
@@ -47,7 +47,7 @@ class _PolicyStorage(ColumnStorage):
         self.pointer = self._len
         self._wrote(rows, src, n)
         if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
-        self.last_rows = np.sort(rows)
+        self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them) and the incoming row each holds
         return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
 
     def _wrote(self, rows:np.ndarray, src:np.ndarray, n:int):
@@ -60,16 +60,16 @@ class _PolicyStorage(ColumnStorage):
         for c in self._cols:
             v = row.get(c.key, _MISSING)
             if v is _MISSING:
-                if c.is_td or c.key == self._optional: continue
+                if c.key == self._optional: continue
                 b = None; break
             v = _one(c, v); found += 1
             b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
         if b is None or found != len(row):
             keys = row.keys()
             raise ExperienceReplayException(f'the transition does not match the memory: missing '
-                                            f'{sorted(self._without_td - keys - {self._optional})}, extra {sorted(keys - self._with_td)}')
+                                            f'{sorted(self._keys - keys - {self._optional})}, extra {sorted(keys - self._keys)}')
         return self.add(b)
-    _optional = None  # a column a batch may leave out, besides `td_error`
+    _optional = None  # a column a batch may leave out
 
     def new_empty(self):
         res = type(self)(**{k: v for k, v in self.settings().items() if k != 'storage_dir'})
@@ -135,16 +135,27 @@ class _WrittenRows:
         starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
         for s, e in zip(starts, list(starts[1:]) + [len(rows)]): self.sampler.added(int(rows[s]), int(e - s))
 
+    def _wrote_td(self, td:torch.Tensor|None):
+        "Hand the TD errors that came with the batch to the sampler, at the rows the storage kept them in"
+        st = self.storage
+        if td is not None and len(st.last_rows): self.sampler.take_td(torch.from_numpy(st.last_rows), td[st.last_src])
+
     def __add__(self, other):
         "Write the rows of `other` where the storage's policy puts them, in place, and return the memory"
-        self.storage.add(other)
-        self._notify()
+        b, td = batch_of(other), None
+        if TD_KEY in b:
+            rest = {k: v for k, v in b.items() if k != TD_KEY}
+            b, td = rest, batch_td(b[TD_KEY], rest)
+        self.storage.add(b)
+        self._notify(); self._wrote_td(td)
         return self
 
     def append(self, transition):
         "Add one transition in place and return the memory"
-        self.storage.add_row(as_transition(transition, self.fields))
-        self._notify()
+        t, td = as_transition(transition, self.fields), None
+        if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
+        self.storage.add_row(t)
+        self._notify(); self._wrote_td(td)
         return self
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:
@@ -169,10 +180,6 @@ class ReservoirReplay(_WrittenRows, Replay):
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
-    @property
-    def memory(self) -> BD|None: return self.storage.memory
-    @property
-    def keys(self) -> list[str]: return self.storage.keys
 
 forward_attrs(ReservoirReplay, 'storage', 'seen')
 for _c in (ReservoirStorage, ReservoirReplay): register_kind(_c)
@@ -310,7 +317,9 @@ class TaskBalancedSampler(UniformSampler):
             raise ExperienceReplayException(f'a TaskBalancedSampler samples a TaskStorage, got a {type(storage).__name__}')
         super().attach(storage)
 
-    def added(self, start:int, n:int): self._index = None  # the rows of a task changed
+    def added(self, start:int, n:int):
+        super().added(start, n)
+        self._index = None  # the rows of a task changed
 
     def draw(self, n:int) -> torch.Tensor:
         if not self.balance: return super().draw(n)
@@ -349,10 +358,6 @@ class TaskBalancedReplay(_WrittenRows, Replay):
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
-    @property
-    def memory(self) -> BD|None: return self.storage.memory
-    @property
-    def keys(self) -> list[str]: return self.storage.keys
     def counts(self) -> dict:
         "Rows stored per task"
         return self.storage.counts()
