@@ -14,16 +14,13 @@ from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
-from .errors import ExperienceReplayException, is_int
+from .errors import ExperienceReplayException, CheckpointError, is_int, check_positive
+_all_ = ['CheckpointError']  # defined in `errors`
 from .memory.core import Replay
 from .memory.persist import load_memory, atomic_dir, last_complete
 
 # %% auto #0
-__all__ = ['CheckpointError', 'rng_states', 'set_rng_states', 'write_checkpoint', 'read_checkpoint', 'CheckpointCallback']
-
-# %% ../nbs/12_checkpoint.ipynb #2b64b4d9
-class CheckpointError(ValueError):
-    "A checkpoint that is missing or damaged, or that does not fit the learner it is loaded into"
+__all__ = ['rng_states', 'set_rng_states', 'write_checkpoint', 'read_checkpoint', 'CheckpointCallback', 'CheckpointError']
 
 # %% ../nbs/12_checkpoint.ipynb #42a1201d
 _TAGS = ('__tensor__', '__array__', '__scalar__', '__tuple__', '__items__')
@@ -145,7 +142,7 @@ class CheckpointCallback(Callback):
                  path:str|Path, # The checkpoint's folder, replaced at each save
                  every:int|None=None, # Environment steps between checkpoints (None: only at the end of fit)
                  resume:bool=False): # Restore the run from `path` when fit starts, and carry on from where it stopped
-        if every is not None and (not is_int(every) or every < 1): raise ValueError(f'every must be a positive int or None, got {every!r}')
+        check_positive(every, 'every', none_ok=True)
         self.path, self.every = Path(path), every
         self.saved = read_checkpoint(self.path) if resume else None  # a missing or damaged checkpoint is refused here
         self.resumed_elapsed, self.last = 0., None  # seconds the run had trained before it was resumed; the last position saved

@@ -6,19 +6,18 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #57dcf57c
 from __future__ import annotations
-import argparse, html, json, time, warnings
+import argparse, dataclasses, html, json, math, time
 from pathlib import Path
 from fastcore.basics import ifnone
 import numpy as np, torch
-with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
-    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
-    from fastai.callback.core import Callback
-    from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
-    from fastrl_replay.agents.dqn import dqn_learner, evaluate, dqn_defaults
-    from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError
-    from fastrl_replay.data.synth import synth_replay_learner
-    from fastrl_replay.plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
-                                     figures_to_html)
+from .errors import check_positive
+from fastai.callback.core import Callback
+from .memory.experience_replay import ExperienceReplayCallback
+from .agents.dqn import dqn_learner, evaluate, dqn_defaults
+from .checkpoint import CheckpointCallback, CheckpointError
+from .data.synth import synth_replay_learner
+from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
+                                 figures_to_html)
 
 # %% auto #0
 __all__ = ['run_demo', 'run_train', 'resume_train', 'main']
@@ -82,8 +81,7 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
     steps, replay_size, lr = ifnone(steps, d.pop('steps')), ifnone(replay_size, d.pop('max_sz')), ifnone(lr, d.pop('lr'))
     kwargs = d | kwargs
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
-    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-        raise ValueError(f'checkpoint_every must be a positive int or None, got {checkpoint_every!r}')
+    check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
                     checkpoint_every=checkpoint_every, learner=kwargs)
     learn, run = _learner(settings), None
@@ -135,18 +133,76 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     figs = [plot_returns(loop.returns), plot_losses(learn.recorder)]
     if fleet is None: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
     if s['replay'] != 'uniform' and fleet is None: figs += [plot_priorities(mem), plot_sample_counts(mem)]
-    (run/'report.html').write_text(_report(metrics, figs))
+    (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
     return dict(metrics, report=str(run/'report.html'))
 
 # %% ../nbs/90_cli.ipynb #70c0effe
-def _report(metrics:dict, figs) -> str:
-    "An offline HTML report: a title, the metrics and the figures, with plotly.js inlined once"
-    rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>' for k, v in metrics.items()
-                   if k != 'eval_returns')
-    head = (f'<h1>DQN on {html.escape(metrics["env"])}, seed {metrics["seed"]}, {html.escape(metrics["replay"])} replay</h1>'
-            f'<p>Greedy return over {len(metrics["eval_returns"])} episodes: {metrics["eval_mean"]:.1f} &plusmn; '
-            f'{metrics["eval_std"]:.1f}</p><table>{rows}</table>')
-    return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
+_CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;max-width:1100px;margin:2rem auto;padding:0 1rem;color:#222;line-height:1.45}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+.sub{color:#666;margin-top:0} .cols{display:flex;flex-wrap:wrap;gap:2rem} .cols>div{flex:1 1 320px}
+table{border-collapse:collapse;font-size:.92rem} th,td{padding:.25rem .7rem;border-bottom:1px solid #eee;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .note{color:#666;font-size:.85rem}
+.plotly-graph-div{max-width:100%}"""
+
+_LABELS = dict(env='environment', steps='environment steps', seed='seed', replay='replay', replay_size='replay memory capacity',
+               lr='learning rate', checkpoint_every='checkpoint every (environment steps)')
+
+def _fmt(v) -> str:
+    "`v` as the report shows it: floats rounded, integers with thousands separators, `—` for a value that does not exist"
+    if v is None or (isinstance(v, float) and math.isnan(v)): return '—'
+    if isinstance(v, bool): return 'yes' if v else 'no'
+    if isinstance(v, int): return f'{v:,}'
+    if isinstance(v, float):
+        a = abs(v)
+        return '0' if a == 0 else f'{v:,.0f}' if a >= 100 else f'{v:.2f}' if a >= 1 else f'{v:.3f}' if a >= 0.01 else f'{v:g}'
+    if isinstance(v, (list, tuple)): return ', '.join(_fmt(o) for o in v)
+    return str(v)
+
+def _flat(d:dict, prefix='') -> dict:
+    "Nested settings (dicts and dataclasses) as one level of `a.b` keys"
+    if dataclasses.is_dataclass(d) and not isinstance(d, type): d = dataclasses.asdict(d)
+    res = {}
+    for k, v in d.items():
+        if isinstance(v, dict) or (dataclasses.is_dataclass(v) and not isinstance(v, type)): res.update(_flat(v, f'{prefix}{k}.'))
+        else: res[prefix + k] = v
+    return res
+
+def _rows(pairs) -> str:
+    "Table rows of (label, value) pairs"
+    return ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>' for k, v in pairs)
+
+def _epoch_table(recorder) -> tuple[list, list]:
+    "The column names and rows of the recorder's epoch table (epoch and time left out)"
+    names = [n for n in recorder.metric_names if n not in ('epoch', 'time')]
+    return names, [[i + 1, *[v.item() if hasattr(v, 'item') else v for v in vals]] for i, vals in enumerate(recorder.values)]
+
+def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
+    "An offline HTML report: title, settings, results and epochs in readable units, then the figures, with plotly.js inlined once"
+    m, e = metrics, html.escape
+    title = f'DQN on {m["env"]}: seed {m["seed"]}, {m["replay"]} replay'
+    results = [(f'greedy return, {len(m["eval_returns"])} episodes', f'{m["eval_mean"]:.1f} ± {m["eval_std"]:.1f}'),
+               ('environment steps', m['env_steps']), ('episodes', m['episodes']), ('training time', f'{m["wall_s"]:.1f} s'),
+               ('speed', f'{m["env_steps_per_s"]:,.0f} environment steps/s'), ('memory rows', f'{m["memory_rows"]:,} of {m["replay_size"]:,}')]
+    shown = {'env', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
+             'memory_rows', 'replay_size', 'lr'}
+    results += [(k.replace('_', ' '), v) for k, v in m.items() if k not in shown]  # e.g. a run on Ray: actors, shards, rows lost
+    flat = _flat(settings)
+    names, rows = epochs
+    head = ''.join(f'<th>{e(n.replace("_", " "))}</th>' for n in ['epoch', *names])
+    body = ''.join('<tr>' + ''.join(f'<td class="n">{e(_fmt(v))}</td>' for v in r) + '</tr>' for r in rows)
+    page = (f'<h1>{e(title)}</h1><p class="sub">fastrl_replay {e(_version())}, {time.strftime("%Y-%m-%d %H:%M")}</p>'
+            f'<div class="cols"><div><h2>Results</h2><table>{_rows(results)}</table></div>'
+            f'<div><h2>Settings</h2><table>{_rows((_LABELS.get(k, k.replace("_", " ")), v) for k, v in flat.items())}</table></div></div>'
+            f'<h2>Epochs</h2><table><tr>{head}</tr>{body}</table>'
+            '<p class="note">— : no value yet. While the memory warms up no batch trains, so an epoch of warm-up has no loss; '
+            'the return is the mean of the last 100 finished episodes.</p><h2>Figures</h2>')
+    doc = figures_to_html(figs, include_plotlyjs=True, show=False)
+    doc = doc.replace('<meta charset="utf-8" />', f'<meta charset="utf-8" /><title>{e(title)}</title><style>{_CSS}</style>', 1)
+    return doc.replace('<body>', '<body>\n' + page, 1)
+
+def _version() -> str:
+    from fastrl_replay import __version__
+    return __version__
 
 # %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):

@@ -17,8 +17,8 @@ from fastcore.basics import ifnone
 from fastai.callback.core import Callback
 from fastai.optimizer import OptimWrapper
 from .core import BD
-from .errors import ExperienceReplayException, WarmupNotReached, check_positive
-from .memory.checks import batch_of
+from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
+from .memory.checks import batch_of, td_vector
 from .memory.core import Replay
 from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
@@ -199,7 +199,7 @@ def init_ray(address:str|None=None, # A running cluster to join ('auto', 'ray://
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays, ready to travel"
     b = batch_of(batch)
-    return {k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in b.items()}
+    return {k: to_numpy(v) for k, v in b.items()}
 
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
@@ -231,7 +231,7 @@ class RayReplay:
         else:
             actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0, **(shard_options or {}))
             self.shards = [actor.remote(*a) for a in args]
-        self.generator = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ())))
+        self.generator = torch.Generator().manual_seed(draw_seed(seed))
         self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
         self.n_samples, self.n_batches, self.n_retried, self.td_lost = 0, 0, 0, 0
 
@@ -333,10 +333,8 @@ def _update_td(self:RayReplay,
                td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                keys): # n keys, as `sample` returned them
     "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from"
-    td = td_errors.detach().float().cpu().numpy() if isinstance(td_errors, torch.Tensor) else np.asarray(td_errors, np.float32)
-    k = keys.cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-    td = td.reshape(-1) if td.ndim == 2 and td.shape[1] == 1 else td
-    if td.shape != k.shape: raise ExperienceReplayException(f'td_errors: expected shape ({len(k)},) or ({len(k)}, 1) for {len(k)} keys, got {td_errors.shape}')
+    k = to_numpy(keys)
+    td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
     shard, inc, rows = decode_keys(k)
     parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
     if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard

@@ -6,17 +6,24 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/errors.html.md"""
 
 # %% ../nbs/01_errors.ipynb #6bbc270a
 from __future__ import annotations
+import math
 import numpy as np, torch
 from fastcore.basics import ifnone
 
 # %% auto #0
-__all__ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['ReplayError', 'ExperienceReplayException', 'CheckpointError', 'WarmupNotReached', 'NoValidTransitions']
 
 # %% ../nbs/01_errors.ipynb #86ab8ded
-class ExperienceReplayException(ValueError):
+class ReplayError(Exception):
+    "The base of every error the library raises on purpose"
+
+class ExperienceReplayException(ReplayError, ValueError):
     "A batch, index or setting that does not fit the memory; the memory is left exactly as it was"
 
-class WarmupNotReached(Exception):
+class CheckpointError(ReplayError, ValueError):
+    "A checkpoint that is missing or damaged, or that does not fit the learner it is loaded into"
+
+class WarmupNotReached(ReplayError):
     "Raised by `sample` while the memory holds fewer than `warmup_sz` rows"
 
 class NoValidTransitions(WarmupNotReached, RuntimeError):
@@ -27,9 +34,14 @@ def is_int(v) -> bool:
     "Whether `v` is a Python or NumPy integer (bools are not)"
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
-def check_positive(v, name:str='bs'):
-    "Raise unless `v` is an int >= 1"
-    if not is_int(v) or v < 1: raise ExperienceReplayException(f'{name} must be a positive int, got {v!r}')
+def check_positive(v, name:str='bs', none_ok:bool=False):
+    "Raise unless `v` is an int >= 1 (or None, with `none_ok`)"
+    if none_ok and v is None: return
+    if not is_int(v) or v < 1: raise ExperienceReplayException(f"{name} must be a positive int{' or None' if none_ok else ''}, got {v!r}")
+
+def check_nonneg(v, name:str):
+    "Raise unless `v` is an int >= 0"
+    if not is_int(v) or v < 0: raise ExperienceReplayException(f'{name} must be an int >= 0, got {v!r}')
 
 def check_number(name:str, v, lo:float=0., lo_open:bool=False):
     "Raise unless `v` is a finite real number >= `lo` (> `lo` with `lo_open`)"
@@ -37,17 +49,47 @@ def check_number(name:str, v, lo:float=0., lo_open:bool=False):
     if not ok or v < lo or (lo_open and v == lo):
         raise ExperienceReplayException(f"{name} must be a finite number {'>' if lo_open else '>='} {lo:g}, got {v!r}")
 
+def check_probability(v, name:str):
+    "Raise unless `v` is a real number in [0, 1]"
+    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and 0 <= v <= 1
+    if not ok: raise ExperienceReplayException(f'{name} must be in [0, 1], got {v!r}')
+
+def check_choice(v, name:str, choices:tuple):
+    "Raise unless `v` is one of `choices`, naming them"
+    if v not in choices:
+        names = [repr(c) for c in choices]
+        raise ExperienceReplayException(f"{name} must be {' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}, got {v!r}")
+
+def all_finite(v) -> bool:
+    "Whether every value of `v` (a number, tensor or array) is finite"
+    if isinstance(v, torch.Tensor): return bool(torch.isfinite(v).all())
+    v = np.asarray(v)
+    if v.dtype.kind not in 'fc': return True
+    return math.isfinite(v.item()) if v.size == 1 and v.dtype.kind == 'f' else bool(np.isfinite(v).all())
+
+def check_finite(v, name:str):
+    "Raise unless every value of `v` (a number, tensor or array) is finite"
+    if not all_finite(v): raise ExperienceReplayException(f'{name!r} holds NaN or inf values')
+
+def to_numpy(x) -> np.ndarray:
+    "`x` as a NumPy array: a tensor detached and moved to the host, anything else through `np.asarray`"
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
 def dtype_name(d) -> str:
     "A torch or NumPy dtype as a short name"
     return str(d).replace('torch.', '')
 
+def draw_seed(seed:int|None=None) -> int:
+    "`seed`, or (None) a seed drawn from torch's global RNG, so `torch.manual_seed` fixes it"
+    return seed if seed is not None else int(torch.randint(2**62, ()))
+
 def new_generator(generator:torch.Generator|None=None, seed:int|None=None, device=None) -> torch.Generator:
-    "`generator`, checked to be on `device`, or a new one there seeded with `seed` (default: a draw from torch's global RNG)"
+    "`generator`, checked to be on `device`, or a new one there seeded with `seed` (default: `draw_seed()`)"
     device = torch.device(ifnone(device, 'cpu'))
     if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
     if generator is None:
         generator = torch.Generator(device)
-        generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, ())))
+        generator.manual_seed(draw_seed(seed))
     elif generator.device.type != device.type:
         raise ExperienceReplayException(f'generator is on {generator.device}, sampling draws on {device}')
     return generator

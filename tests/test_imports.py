@@ -34,3 +34,12 @@ def test_the_plots_import_no_memory():
         print(sorted(m for m in sys.modules if m.startswith(('fastrl_replay.memory.', 'fastrl_replay.agents', 'fastrl_replay.data'))))
     ''')
     assert out == "[]", out  # the plots read memories, they do not import them (their checks come from `errors`)
+
+def test_importing_the_library_prints_no_warning():
+    "fastai's `torch.jit.script` FutureWarning is hidden where the package first imports fastai, with the default filters"
+    r = subprocess.run([sys.executable, '-c', 'import fastrl_replay.all, fastrl_replay.cli, fastrl_replay.plots'],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == '' and r.stdout == '', r.stderr
+    r = subprocess.run([sys.executable, '-c', 'import fastrl_replay, warnings; warnings.simplefilter("error"); import torch.jit; torch.jit.script(lambda x: x)'],
+                       capture_output=True, text=True, timeout=300)
+    assert 'torch.jit.script` is deprecated' in r.stderr  # the warning is still raised outside the package's own import

@@ -1,4 +1,5 @@
 "The plots: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
+import re
 import numpy as np, pytest, torch
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -152,6 +153,21 @@ def test_priority_plots():
 def test_setup_plotly_outside_ipython():
     before = pio.renderers.default
     try:
-        assert setup_plotly() is None  # no IPython running here: only the renderer is set
-        assert pio.renderers.default == 'notebook_connected'
+        assert setup_plotly() is None  # no IPython running here: nothing to set
+        assert pio.renderers.default == before
+    finally: pio.renderers.default = before
+
+def test_setup_plotly_in_a_notebook_works_offline():
+    "In a notebook kernel, plotly.js comes once, inline, with the first figure; no figure loads anything from a CDN"
+    from execnb.shell import CaptureShell
+    before = pio.renderers.default
+    try:
+        sh = CaptureShell()
+        sh.run("from fastrl_replay.plots import setup_plotly, plot_returns\nsetup_plotly()")
+        outs = [sh.run(f"plot_returns([1., 2., {i}])") for i in range(3)]
+        htmls = [''.join(o['data'].get('text/html', '')) for out in outs for o in out if 'data' in o]
+        bundles = [h for h in htmls if len(h) > 1_000_000 and 'plotly.js' in h]
+        assert len(bundles) == 1 and bundles[0] in ''.join(htmls[:2]), [len(h) for h in htmls]
+        assert sum(h.count('Plotly.newPlot(') for h in htmls) == 3
+        assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
     finally: pio.renderers.default = before

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from ..errors import ExperienceReplayException, is_int, check_number
+from ..errors import ExperienceReplayException, is_int, check_number, check_positive
 from ..memory.checks import as_idxs, TORCH_DTYPES
 from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
@@ -96,8 +96,7 @@ class ReplayBuffer:
                  Nstep:dict|None=None, # {'size': n, 'gamma': 0.99, 'rew': names summed over n steps, 'next': names taken n - 1 steps later}
                  mmap_prefix:str|Path|None=None, # Keep the columns in memory-mapped files in this directory instead of RAM
                  seed:int|None=None): # Seed of the sampler's generator (default: NumPy's global generator, as cpprb)
-        ok = is_int(size) or (isinstance(size, (float, np.floating)) and float(size).is_integer())
-        if not ok or size < 1: raise ExperienceReplayException(f'size must be a positive int, got {size!r}')
+        check_positive(int(size) if isinstance(size, (float, np.floating)) and float(size).is_integer() else size, 'size')
         self._size, self.seed, self._dir = int(size), seed, None if mmap_prefix is None else Path(mmap_prefix)
         self.env_dict = dict(env_dict or {})
         if not self.env_dict: raise ExperienceReplayException('env_dict must name at least one value, got none')
@@ -253,7 +252,7 @@ def _check_nstep(self:ReplayBuffer, Nstep) -> dict:
     if not isinstance(Nstep, Mapping) or 'size' not in Nstep:
         raise ExperienceReplayException(f"Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and 'next', got {Nstep!r}")
     n, gamma = Nstep['size'], Nstep.get('gamma', 0.99)
-    if not is_int(n) or n < 1: raise ExperienceReplayException(f"Nstep['size'] must be a positive int, got {n!r}")
+    check_positive(n, "Nstep['size']")
     check_number("Nstep['gamma']", gamma)
     rew, nxt = _names(Nstep.get('rew'), "Nstep['rew']"), _names(Nstep.get('next'), "Nstep['next']")
     if missing := [k for k in ['done', *rew, *nxt] if k not in self._cols]:

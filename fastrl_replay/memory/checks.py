@@ -11,7 +11,7 @@ import numpy as np, torch
 import dataclasses
 from fastcore.basics import ifnone
 from ..core import BD
-from ..errors import ExperienceReplayException, dtype_name
+from ..errors import ExperienceReplayException, dtype_name, check_finite
 
 # %% auto #0
 __all__ = []
@@ -120,8 +120,12 @@ def batch_of(other) -> Mapping:
         raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {got}')
     return other
 
-def _check_finite(v, name):
-    if not bool(torch.isfinite(v).all()): raise ExperienceReplayException(f'{name!r} holds NaN or inf values')
+def td_vector(td, n:int, of:str='indices'):
+    "TD errors of shape `(n,)` or `(n, 1)`, a tensor or an array, as shape `(n,)`; raise on any other shape"
+    if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
+    if tuple(td.shape) != (n,):
+        raise ExperienceReplayException(f'td_errors: expected shape ({n},) or ({n}, 1) for {n} {of}, got {tuple(td.shape)}')
+    return td
 
 TD_KEY, TD_DTYPE = 'td_error', torch.float32  # the column a batch may bring TD errors in; the dtype samplers keep them in
 
@@ -133,14 +137,11 @@ def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Te
     if not isinstance(td, torch.Tensor):
         raise ExperienceReplayException(f'td_errors: expected a tensor, array or list, got {type(td_errors).__name__}')
     td = td.as_subclass(torch.Tensor)
-    if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
-    if td.shape != idxs.shape:
-        raise ExperienceReplayException(f'td_errors: expected shape ({len(idxs)},) or ({len(idxs)}, 1) '
-                                        f'for {len(idxs)} indices, got {tuple(td.shape)}')
+    td = td_vector(td, len(idxs))
     if not (td.is_floating_point() or lossless(td.dtype, TD_DTYPE)):
         raise ExperienceReplayException(f'td_errors: expected a float dtype, got {dtype_name(td.dtype)}')
     td = td.detach().to(device, TD_DTYPE)
-    _check_finite(td, 'td_errors')  # after the cast, which can overflow
+    check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
 def _td_tensor(v, what:str) -> torch.Tensor:
@@ -152,7 +153,7 @@ def _td_tensor(v, what:str) -> torch.Tensor:
     v = v.detach().as_subclass(torch.Tensor)
     if not (v.is_floating_point() or lossless(v.dtype, TD_DTYPE)):
         raise ExperienceReplayException(f'column {TD_KEY!r}: dtype {dtype_name(v.dtype)} cannot be stored as float32 without loss')
-    _check_finite(v, TD_KEY)
+    check_finite(v, TD_KEY)
     return v.to('cpu', TD_DTYPE, copy=True)  # a copy: the values may be a view of the memory's own TD errors
 
 def batch_td(v, rest:Mapping) -> torch.Tensor:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 import numpy as np, torch
-import copy, dataclasses
+import copy, dataclasses, importlib, re
+from pathlib import Path
 from fastcore.basics import ifnone, patch
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
@@ -19,13 +20,41 @@ from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['Storage', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'kind_name',
-           'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay',
+           'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+
+# %% ../../nbs/06_memory.core.ipynb #960ca4dc
+KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
+
+def kind_name(cls:type) -> str:
+    "A class's name with its module, which tells apart classes of the same name"
+    return f'{cls.__module__}.{cls.__qualname__}'
+
+_PKG = 'fastrl_replay'
+
+def own_kind(cls:type):
+    "Register `cls` under its kind name if this package defines it"
+    if cls.__module__.split('.')[0] == _PKG and '<locals>' not in cls.__qualname__: KINDS[kind_name(cls)] = cls
+
+def find_kind(name) -> type|None:
+    "The class registered as `name`, importing its module first if that is a module of this package; else None"
+    if not isinstance(name, str): return None
+    cls = KINDS.get(name)
+    if cls is not None or not re.fullmatch(rf'{_PKG}(\.[A-Za-z][A-Za-z0-9_]*)+', name): return cls
+    mod = name.rsplit('.', 1)[0]
+    try: spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError): return None
+    home = Path(importlib.import_module(_PKG).__file__).resolve().parent
+    if spec is None or spec.origin is None or not Path(spec.origin).resolve().is_relative_to(home):
+        return None
+    importlib.import_module(mod)  # defining its classes registers them
+    return KINDS.get(name)
 
 # %% ../../nbs/06_memory.core.ipynb #7355d67e
 class Storage:
     "Rows of transitions in a ring of `max_sz`: what `Replay` and the samplers ask of a storage"
     always_valid = True  # every stored row can be sampled; False: `valid` says which can
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self, max_sz:int, device=None):
         check_positive(max_sz, 'max_sz')
         self.max_sz, self.device, self.reserved = int(max_sz), torch.device(ifnone(device, 'cpu')), {}
@@ -82,6 +111,7 @@ class Storage:
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  generator:torch.Generator|None=None, # Random generator, on the device the sampler draws on
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
@@ -205,6 +235,7 @@ class ReplayMemory(Protocol):
 # %% ../../nbs/06_memory.core.ipynb #1db017b4
 class Replay:
     "A replay memory made of a storage and a sampler: `+` adds, `sample` draws, `update_td` writes TD errors back"
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  storage:Storage, # Keeps the rows
                  sampler:Sampler|None=None, # Picks the rows of a sample (default: `UniformSampler()`)
@@ -245,6 +276,8 @@ class Replay:
     def __repr__(self):
         return (f'{type(self).__name__}(bs={self.bs}, max_sz={self.max_sz}, warmup_sz={self.warmup_sz}, '
                 f'len={len(self)}, pointer={self.storage.pointer})')
+
+own_kind(Replay)  # the plain join is a kind too
 
 # %% ../../nbs/06_memory.core.ipynb #e636832d
 @patch
@@ -359,10 +392,6 @@ def settings(self:Replay) -> dict:
     return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
                 storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
                 sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
-
-def kind_name(cls:type) -> str:
-    "A class's name with its module, which tells apart classes of the same name"
-    return f'{cls.__module__}.{cls.__qualname__}'
 
 @patch(cls_method=True)
 def from_parts(cls:Replay, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:

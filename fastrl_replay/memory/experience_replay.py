@@ -15,7 +15,7 @@ import numpy as np, torch
 from fastcore.basics import patch
 from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
-from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int
+from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Sampler, UniformSampler, Replay, ReplayMemory

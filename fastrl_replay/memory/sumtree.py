@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numpy as np, torch, numba
 from fastcore.basics import patch
-from ..errors import is_int, dtype_name
+from ..errors import is_int, dtype_name, check_positive, check_choice
 
 
 # %% auto #0
@@ -102,12 +102,12 @@ class SumTree:
                  capacity:int, # Number of leaves, all starting at 0
                  device:str|torch.device|None=None, # Where the trees live and the work happens (default: CPU)
                  backend:str|None=None): # 'numba' (compiled loops, CPU only) or 'torch' (one step per level); default: numba on CPU
-        if not is_int(capacity) or capacity < 1: raise ValueError(f'capacity must be a positive int, got {capacity!r}')
+        check_positive(capacity, 'capacity')
         self.capacity, self.size = int(capacity), _pow2(int(capacity))
         self.depth = self.size.bit_length() - 1  # levels between the leaves and the root
         self.device = torch.device(device if device is not None else 'cpu')
         self.backend = backend if backend is not None else 'numba' if self.device.type == 'cpu' else 'torch'
-        if self.backend not in ('numba', 'torch'): raise ValueError(f"backend must be 'numba' or 'torch', got {backend!r}")
+        check_choice(self.backend, 'backend', ('numba', 'torch'))
         if self.backend == 'numba' and self.device.type != 'cpu':
             raise ValueError(f"backend 'numba' runs on the CPU only, got device {self.device}")
         self.sum_tree = torch.zeros(2 * self.size, dtype=torch.float64, device=self.device)
@@ -279,7 +279,7 @@ def _find(self:SumTree, q:torch.Tensor) -> torch.Tensor:
 @patch
 def _masses(self:SumTree, n, generator, check) -> torch.Tensor:
     "`n` uniform draws in `[0, 1)` from `generator`, after checking `n`, the generator's device and the tree's mass"
-    if not is_int(n) or n < 1: raise ValueError(f'n must be a positive int, got {n!r}')
+    check_positive(n, 'n')
     if generator is not None and generator.device.type != self.device.type:
         raise ValueError(f'generator is on {generator.device}, the tree on {self.device}')
     if check and not self.total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is nothing to sample')
