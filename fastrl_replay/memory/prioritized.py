@@ -177,7 +177,7 @@ def _flush(self:PrioritizedSampler):
 # %% ../../nbs/06c_memory.prioritized.ipynb #13b5b146
 @patch
 def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
-    "`n` rows drawn in proportion to their priority, on `tree_device`"
+    "`n` rows drawn in proportion to their priority, on `tree_device`, stamped as sampled now (so a late update to a row overwritten since is told apart)"
     t = self.tree
     if self._gated:
         self._flush()
@@ -185,8 +185,13 @@ def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
         if not t.total > 0 and not st.valid(np.arange(len(st))).any():
             raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
     draw = t.stratified_sample if self.stratified else t.sample
-    try: return draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
+    try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
     except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
+    if self._host: _nb_stamp(idxs.numpy(), self._sampled_np, self._counts_np, self.clock)
+    else:
+        self.sampled_at[idxs] = self.clock
+        self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+    return idxs
 
 @patch
 def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
@@ -196,14 +201,9 @@ def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
     rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
     batch = st.gather(rows)
     if self._host:
-        i = idxs.numpy()
-        w = t.weights(i, self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
-        _nb_stamp(i, self._sampled_np, self._counts_np, self.clock)
+        w = t.weights(idxs.numpy(), self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
         batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
-    else:
-        batch['weight'] = self.weights(idxs)
-        self.sampled_at[idxs] = self.clock
-        self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+    else: batch['weight'] = self.weights(idxs)
     self.n_samples += 1
     return batch, rows
 
