@@ -12,8 +12,8 @@ from fastcore.basics import ifnone
 import numpy as np, torch
 from .errors import check_positive
 from fastai.callback.core import Callback
-from .memory.experience_replay import ExperienceReplayCallback
-from .agents.dqn import dqn_learner, evaluate, dqn_defaults
+from .callback import ExperienceReplayCallback
+from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
 from .checkpoint import CheckpointCallback, CheckpointError
 from .data.synth import synth_replay_learner
 from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
@@ -37,7 +37,7 @@ def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
     if quiet:
         with learn.no_bar(), learn.no_logging(): learn.fit(epochs)
     else: learn.fit(epochs)
-    mem = cb.experience_replay
+    mem = cb.memory
     td = mem.memory['td_error'].abs()
     metrics = dict(epochs=epochs, seed=seed, wall_s=round(time.perf_counter() - start, 3),
                    batches_cancelled=counts['cancelled'], batches_trained=counts['trained'],
@@ -74,12 +74,16 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
               replay:str='uniform', # 'uniform', 'per' or 'laber'
               quiet:bool=False, # Hide fastai's progress bar and table
               checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
-              **kwargs # Passed on to `dqn_learner`
+              learner:dict|None=None, # `dqn_learner`'s other settings, grouped as its arguments (`net`, `explore`, `replay`, `optim`, `gamma`, ...); `ray` trains on Ray
+              ray:dict|None=None # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
              ) -> dict:
     "Train a DQN with experience replay, evaluate it greedily and write its report"
     d = dqn_defaults(env)  # the settings chosen for `env`; those given here take their place
-    steps, replay_size, lr = ifnone(steps, d.pop('steps')), ifnone(replay_size, d.pop('max_sz')), ifnone(lr, d.pop('lr'))
-    kwargs = d | kwargs
+    steps = ifnone(steps, d.pop('steps'))
+    replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', ReplaySettings.max_sz))
+    lr = ifnone(lr, d.get('optim', {}).get('lr', OptimSettings.lr))
+    given = dict(learner or {}) | ({} if ray is None else dict(ray=ray))
+    kwargs = {k: d[k] | v if isinstance(v, dict) and isinstance(d.get(k), dict) else v for k, v in (d | given).items()}
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
     check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
@@ -106,10 +110,15 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
 
 # %% ../nbs/90_cli.ipynb #3483a9d1
 def _learner(s:dict):
-    "The `dqn_learner` of run settings `s`"
+    "The DQN learner of run settings `s`: `dqn_learner`'s, or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
     torch.set_num_threads(1)  # a small network trains fastest on one thread
-    return dqn_learner(s['env'], steps_per_epoch=s['steps'] // 10, max_sz=s['replay_size'], seed=s['seed'], lr=s['lr'],
-                       replay=s['replay'], **s['learner'])
+    kw = dict(s['learner'])
+    replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
+    optim = dict(kw.pop('optim', {}), lr=s['lr'])
+    if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
+        from fastrl_replay.agents.dqn_ray import dqn_ray_learner as build
+    else: build = dqn_learner
+    return build(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'], replay=replay, optim=optim, **kw)
 
 def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
     "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
@@ -121,18 +130,18 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
     returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
-    loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.experience_replay
+    stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
-                   eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
-    fleet = getattr(learn, 'fleet', None)  # collectors and replay shards on Ray
-    if fleet is not None: metrics.update(_fleet_report(learn))
+                   eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
+                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+    fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
+    if fleet: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = [plot_returns(loop.returns), plot_losses(learn.recorder)]
-    if fleet is None: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
-    if s['replay'] != 'uniform' and fleet is None: figs += [plot_priorities(mem), plot_sample_counts(mem)]
+    figs = [plot_returns(stats.returns), plot_losses(learn.recorder)]
+    if not fleet: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
+    if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
     (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
     return dict(metrics, report=str(run/'report.html'))
 
@@ -271,13 +280,13 @@ def _positive(s):
 
 # %% ../nbs/90_cli.ipynb #3064da6d
 def _ray_args(parser, args) -> dict:
-    "`dqn_learner`'s Ray settings from `--actors`, `--shards` and `--address`"
+    "The Ray settings (`dqn_ray_learner`'s `ray`) from `--actors`, `--shards` and `--address`"
     if not args.actors:
         if args.shards or args.address: parser.error('--shards and --address need --actors N')
         return {}
     if args.checkpoint_every or args.resume:
         parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards checkpoint themselves')
-    return dict(actors=args.actors, shards=args.shards or 1, ray_kwargs=dict(address=args.address))
+    return dict(ray=dict(actors=args.actors, shards=args.shards or 1, address=args.address))
 
 def _fleet_report(learn) -> dict:
     "The metrics of a run on Ray: actors, shards, environment steps per actor, rows per shard, rows lost; the actors are stopped"

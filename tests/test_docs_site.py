@@ -120,6 +120,12 @@ def test_api_details():
     assert 'window:int=100,\n)' in out and '# Episodes' not in out.split('|')[0]  # the signature without the comments the table shows
     assert docs.api_details('### not_a_symbol', ['not_a_symbol']) == '### not_a_symbol'
 
+def test_local_links():
+    "Links to the published site (the README's) become links to the page sources, which Sphinx makes relative links"
+    url = docs.docs_url()
+    assert docs.local_links(f'[DQN]({url}agents.dqn.html) and [x](https://example.org/a.html)', 'index') == '[DQN](agents.dqn.ipynb) and [x](https://example.org/a.html)'
+    assert docs.local_links(f'[1]({url}tutorials/dqn_cartpole.html#x)', 'tutorials/per_laber') == '[1](../tutorials/dqn_cartpole.ipynb#x)'
+
 def test_distinct_titles():
     pages = [(n, {'cells': [{'cell_type': 'markdown', 'source': f'# {t}\n\n> x'}]}) for n, t in
              [('memory.persist', 'Checkpoints'), ('checkpoint', 'Checkpoints'), ('forgetting', 'Forgetting'), ('tutorials/forgetting', 'Forgetting'), ('core', 'Core')]]

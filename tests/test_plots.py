@@ -4,7 +4,8 @@ import numpy as np, pytest, torch
 import plotly.graph_objects as go
 import plotly.io as pio
 from fastrl_replay.memory.core import ExperienceReplayException
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.plots import (get_steps, plot_replay_stats, plot_losses, plot_returns, figures_to_html, plot_priorities,
                                  plot_sample_counts, setup_plotly)
@@ -138,7 +139,7 @@ def test_training_plots():
 
 def test_priority_plots():
     mem = PrioritizedExperienceReplay(bs=5, max_sz=30, warmup_sz=11, seed=0)
-    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(experience_replay=mem))
+    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(mem))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     fig = plot_priorities(mem, bins=7)
     assert fig.layout.xaxis.title.text == 'priority' and fig.data[0].nbinsx == 7 and fig.layout.yaxis.type == 'log'
