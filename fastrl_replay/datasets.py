@@ -57,14 +57,16 @@ def _frame_df(st:FrameStorage) -> pd.DataFrame:
     finals = [st.finals[k % len(st.finals)].copy() if k >= 0 else None for k in st.final_key[rows]]
     cols = dict(observation=_cells(st.obs[rows]), action=_cells(st.action[rows]), reward=_cells(st.reward[rows]),
                 terminal=st.terminal[rows], truncated=st.truncated[rows], final_observation=finals,
-                episode_id=st.episode[rows], env_id=st.env[rows], td_error=st.td[rows])
+                episode_id=st.episode[rows], env_id=st.env[rows])
     cols.update({k: _cells(v[rows]) for k, v in st.extra.items()})
     return pd.DataFrame(cols, index=pd.Index(rows, name='row'))
 
 @patch
 def to_df(self:Replay) -> pd.DataFrame:
-    "The stored rows as a pandas DataFrame, oldest first, indexed by storage row: to look at, not to train on"
-    return storage_df(self.storage)
+    "The stored rows as a pandas DataFrame, oldest first, indexed by storage row, with the TD errors the sampler keeps: to look at, not to train on"
+    df = storage_df(self.storage)
+    if len(df.columns): df['td_error'] = _host(self.sampler.td_errors)[df.index.to_numpy()]
+    return df
 
 # %% ../nbs/11_datasets.ipynb #00e1e17c
 def _scalars(name:str, a:np.ndarray) -> np.ndarray:

@@ -647,3 +647,16 @@ def test_library_sample_and_batch_add():
     assert '_padding' not in b and b['state'].shape == (4, 2, 2) and b['weight'].shape == (4, 1)
     assert memory.valid_mask()[idxs.numpy()].all()
     with pytest.raises(ExperienceReplayException, match='written one step at a time'): memory + {'state': np.zeros((1, 2))}
+
+
+def test_td_updates_of_indices_from_sample_index_batch_are_guarded_against_overwrites():
+    "Indices handed out by `sample_index_batch` are stamped as sampled: an update that arrives after their rows were overwritten is dropped"
+    buf = PrioritizedReplayBuffer(1, 6, 4, seed=0)
+    for t in range(6): buf.add(np.full((1,), t, np.float32), 0, 1., False)
+    idx = buf.sample_index_batch(4)
+    for t in range(6, 6 + 6): buf.add(np.full((1,), t, np.float32), 0, 1., False)  # the ring turns over: every row is new
+    buf.update_td(torch.full((4,), 5.), idx)
+    assert buf.sampler.n_stale == 4 and (buf.td_errors == 0).all()
+    idx = buf.sample_index_batch(4)
+    buf.update_td(torch.full((4,), 5.), idx)  # not overwritten since: applied
+    assert buf.sampler.n_stale == 4 and (buf.td_errors[idx] == 5.).all()

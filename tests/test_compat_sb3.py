@@ -237,7 +237,7 @@ def test_prioritized_dqn_writes_the_td_errors_back_and_is_reproducible():
     buf = a.replay_buffer
     assert isinstance(buf, PrioritizedReplayBuffer) and buf.replay.sampler.n_samples == a._n_updates == 500
     rows = buf.replay.sampler.sample_counts.nonzero()[:, 0]
-    td = buf.replay.storage.memory['td_error'][rows, 0].double()
+    td = buf.replay.memory['td_error'][rows, 0].double()
     assert (td != 0).all()
     torch.testing.assert_close(buf.replay.sampler.get_priority(rows), (td.abs() + 1e-6) ** 0.7, rtol=1e-12, atol=0)
     unseen = torch.ones(600, dtype=torch.bool); unseen[rows] = False

@@ -83,7 +83,7 @@ def test_to_df_frame_memory():
     df = cb.to_df()
     assert df.index.tolist() == [2, 3, 0, 1]
     assert list(df.columns) == ['observation', 'action', 'reward', 'terminal', 'truncated', 'final_observation',
-                                'episode_id', 'env_id', 'td_error', 'legal']
+                                'episode_id', 'env_id', 'legal', 'td_error']  # the TD errors, which the sampler keeps, last
     assert [o.tolist() for o in df['observation']] == [[2, 20], [3, 30], [4, 40], [5, 50]]
     assert df['action'].tolist() == [0, 1, 0, 1] and df['reward'].tolist() == [2., 3., 4., 5.]
     assert df['truncated'].tolist() == [False, False, True, False] and df['terminal'].tolist() == [False] * 4

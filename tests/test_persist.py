@@ -397,6 +397,21 @@ def test_version_1_checkpoints_with_an_array_per_column_still_load(tmp_path):
     assert torch.equal(twin.sample()[1], m.sample()[1])
 
 
+@pytest.mark.parametrize('name', ['columns_uniform', 'columns_per', 'frames_uniform', 'frames_per'])
+def test_checkpoints_whose_storage_kept_the_td_errors_still_load(name):
+    "Checkpoints written when the storage kept the TD errors (a `td_error` column, a frame storage's `td` array) load: the TD errors go to the sampler"
+    data = Path(__file__).parent/'data'/'td_in_storage'
+    want = json.loads((data/'expected.json').read_text())[name]
+    m = load_memory(data/name)
+    np.testing.assert_array_equal(m.td_errors.numpy(), np.array(want['td'], np.float32))
+    assert 'td_error' not in (m.storage.keys if name.startswith('columns') else ())
+    b, idxs = m.sample()  # the same draw and weights as the memory that was saved
+    assert idxs.tolist() == want['idxs']
+    if want['weight'] is not None: np.testing.assert_array_equal(b['weight'][:, 0].numpy(), np.array(want['weight'], np.float32))
+    m.update_td(torch.full((len(idxs),), 9.), idxs)
+    assert (m.td_errors[idxs] == 9.).all()
+
+
 def test_a_kind_whose_module_is_not_imported_loads(tmp_path):
     "Loading imports the library module a checkpoint's kind names, and only a library module"
     import subprocess, sys, textwrap

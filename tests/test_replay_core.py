@@ -139,4 +139,4 @@ def test_a_sampler_written_outside_plugs_into_the_callback():
     learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(mem))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     assert len(mem) == 30 and (learn.experience_replay.batch.idxs % 2 == 0).all()
-    assert mem.storage.memory['td_error'][learn.experience_replay.batch.idxs].abs().sum() > 0
+    assert mem.td_errors[learn.experience_replay.batch.idxs].abs().sum() > 0

@@ -23,7 +23,7 @@ STORAGES, SAMPLERS = ('column', 'frame'), ('uniform', 'prioritized', 'laber')
 PRIO = dict(alpha=1., eps=1e-3, beta=0.5, beta_steps=0, weight_norm='memory')  # the same settings over both storages
 LABER = dict(m=4, variant='mean', eps=0.5)
 U64 = lambda *v: np.array(v, dtype=np.ulonglong)
-COLUMN_KEYS = {'step', 'x', 'td_error'}
+COLUMN_KEYS = {'step', 'x'}  # the sampler keeps the TD errors: a sample holds the rows
 FRAME_KEYS = {'state', 'action', 'reward', 'next_state', 'discount', 'terminated', 'truncated', 'horizon', 'env_id', 'episode_id'}
 
 def keys_of(b) -> list:
@@ -135,9 +135,7 @@ class Twin:
         return np.array([r['td_error'] for r in self.ring.rows], np.float32)
 
     def actual_td(self) -> np.ndarray:
-        st_ = self.mem.storage
-        if self.pair.frames: return st_.td[:len(st_)]
-        return np.zeros(0, np.float32) if st_.memory is None else st_.memory['td_error'][:, 0].numpy()
+        return self.mem.td_errors.numpy()
 
     def check_state(self):
         m, n = self.mem, len(self.ring)
@@ -159,7 +157,7 @@ class Twin:
             s = torch.tensor(keys, dtype=torch.int64)
             assert b['step'][:, 0].tolist() == keys
             assert torch.equal(b['x'], torch.stack([s * 0.5, -s * 1.0], 1).float())
-            np.testing.assert_array_equal(b['td_error'][:, 0].numpy(), self.expected_td()[rows])
+            np.testing.assert_array_equal(self.mem.sampler.td_errors[rows].numpy(), self.expected_td()[rows])
             return
         assert set(b.keys()) == FRAME_KEYS | extra
         trs = {k: self.naive.transition(k) for k in set(keys)}

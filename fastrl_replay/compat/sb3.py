@@ -147,7 +147,7 @@ def _take_views(self:ReplayBuffer, replay:Replay):
     "SB3's arrays as views of the storage's columns, in the space's dtype (unsigned ints read the bytes of their signed column)"
     col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
     self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
-    self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'], col('td_error', (1,)))
+    self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
 
 def _view(k):
     def get(self): return self._views[k]
@@ -209,11 +209,10 @@ def add(self:ReplayBuffer,
     if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
     timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
     st = self.replay.storage
-    o, no, a, r, d, t, td = self._slot_views
+    o, no, a, r, d, t = self._slot_views
     slot = st.pointer % st.max_sz // self.n_envs
     o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
     if timeouts is not None: t[slot] = timeouts
-    td[slot] = 0  # the TD error
     self.replay.sampler.added(*st.advance(self.n_envs))
     self.pos = slot + 1
     if self.pos == self.buffer_size: self.full, self.pos = True, 0

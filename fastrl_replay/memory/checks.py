@@ -133,20 +133,52 @@ def td_vector(td, n:int, of:str='indices'):
         raise ExperienceReplayException(f'td_errors: expected shape ({n},) or ({n}, 1) for {n} {of}, got {tuple(td.shape)}')
     return td
 
-def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
-    "Checked indices and TD errors, as tensors on the storage's device in its TD dtype; raise on bad input"
-    idxs = as_idxs(idxs, len(storage), storage.device)
+TD_KEY, TD_DTYPE = 'td_error', torch.float32  # the column a batch may bring TD errors in; the dtype samplers keep them in
+
+def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
+    "Checked indices of a memory of `n_rows` rows and TD errors, as tensors on `device`, the TD errors float32; raise on bad input"
+    idxs = as_idxs(idxs, n_rows, device)
     if isinstance(td_errors, (list, tuple)): td_errors = torch.as_tensor(td_errors)
     td = torch.from_numpy(np.asarray(td_errors)) if isinstance(td_errors, np.ndarray) else td_errors
     if not isinstance(td, torch.Tensor):
         raise ExperienceReplayException(f'td_errors: expected a tensor, array or list, got {type(td_errors).__name__}')
     td = td.as_subclass(torch.Tensor)
     td = td_vector(td, len(idxs))
-    if not (td.is_floating_point() or lossless(td.dtype, torch.float32)):
+    if not (td.is_floating_point() or lossless(td.dtype, TD_DTYPE)):
         raise ExperienceReplayException(f'td_errors: expected a float dtype, got {dtype_name(td.dtype)}')
-    td = td.detach().to(storage.device, storage.td_dtype)
+    td = td.detach().to(device, TD_DTYPE)
     check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
+
+def _td_tensor(v, what:str) -> torch.Tensor:
+    "The TD errors `v` that come with rows, as a float32 tensor on the CPU; raise unless they are real numbers that fit float32"
+    if isinstance(v, np.ndarray) and v.dtype != object: v = torch.from_numpy(np.ascontiguousarray(v, v.dtype.newbyteorder('=')))
+    elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)): v = torch.tensor([float(v)])
+    if not isinstance(v, torch.Tensor):
+        raise ExperienceReplayException(f'column {TD_KEY!r}: expected a tensor with a leading batch dimension, got {type(v).__name__}')
+    v = v.detach().as_subclass(torch.Tensor)
+    if not (v.is_floating_point() or lossless(v.dtype, TD_DTYPE)):
+        raise ExperienceReplayException(f'column {TD_KEY!r}: dtype {dtype_name(v.dtype)} cannot be stored as float32 without loss')
+    check_finite(v, TD_KEY)
+    return v.to('cpu', TD_DTYPE, copy=True)  # a copy: the values may be a view of the memory's own TD errors
+
+def batch_td(v, rest:Mapping) -> torch.Tensor:
+    "The `td_error` column `v` of a batch whose other columns are `rest`, checked: (n,) float32 TD errors on the CPU"
+    td = _td_tensor(v, 'batch')
+    n = next((x.shape[0] for x in rest.values() if getattr(x, 'ndim', 0)), td.shape[0] if td.ndim else None)
+    if td.ndim != 2 or td.shape[1] != 1:
+        raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(td.shape)} {dtype_name(td.dtype)}")
+    if td.shape[0] != n:
+        raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
+                                        f'{ {k: (x.shape[0] if getattr(x, "ndim", 0) else None) for k, x in {**rest, TD_KEY: td}.items()} }')
+    return td[:, 0]
+
+def row_td(v) -> torch.Tensor:
+    "The `td_error` value of one transition, checked: a (1,) float32 tensor"
+    td = _td_tensor(v, 'row')
+    if td.numel() != 1 or td.ndim > 1:
+        raise ExperienceReplayException(f"column 'td_error': expected one value for one transition, got shape {tuple(td.shape)}")
+    return td.reshape(1)
 
 # %% ../../nbs/06h_memory.checks.ipynb #3df18c64
 def check_kind(part, state:dict):

@@ -89,7 +89,6 @@ class FrameStorage(Storage):
     def __len__(self): return min(self.add_count, self.max_sz)
     @property
     def pointer(self) -> int: return self.add_count % self.max_sz
-    td_host = property(lambda self: self.td, doc='The TD errors, written in place')
 
     def __repr__(self):
         return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, stack_size={self.stack_size}, '
@@ -114,9 +113,8 @@ def _allocate(self:FrameStorage):
     self.prev, self.next = new('prev', (C,), np.int64, -1), new('next', (C,), np.int64, -1)  # serials of the neighbour steps
     self.env, self.episode = new('env', (C,), np.int32), new('episode', (C,), np.int64)
     self.final_key = new('final_key', (C,), np.int64, -1)  # truncated steps: key of their true final observation
-    self.td = new('td', (C,), np.float32)
     self.extra = {e.name: new(f'extra_{e.name}', (C, *e.shape), e.type) for e in self.extras}
-    self._step_bytes = sum(a.nbytes for a in (self.obs, self.action, self.reward, self.td, *self.extra.values())) // C + 42
+    self._step_bytes = sum(a.nbytes for a in (self.obs, self.action, self.reward, *self.extra.values())) // C + 42
     self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
     self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
 
@@ -183,7 +181,7 @@ def add(self:CircularReplayBuffer,
     "Write one step at the cursor; the next observation is the one the same environment adds next"
     row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
                                 next_observation=next_observation, env_id=env_id, **kwargs)
-    if self.prioritized: self.sampler.added(row, 1)  # the uniform sampler keeps nothing per row
+    self.sampler.added(row, 1)
 
 CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
 CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
@@ -281,7 +279,7 @@ def _write(self:FrameStorage, obs, a, r, term, trunc, nxt, ex, env):
     if prev > s - C: self.next[prev % C] = s  # still stored: link it forward
     self.obs[i], self.action[i], self.reward[i] = obs, a, r
     self.terminal[i], self.truncated[i] = term, trunc
-    self.prev[i], self.next[i], self.env[i], self.episode[i], self.td[i] = prev, -1, env, stream[2], 0.
+    self.prev[i], self.next[i], self.env[i], self.episode[i] = prev, -1, env, stream[2]
     self.final_key[i] = self._put_final(nxt) if nxt is not None else -1
     for e, v in zip(self.extras, ex): self.extra[e.name][i] = v
     stream[0], stream[1] = s, term or trunc
@@ -465,11 +463,6 @@ def gather(self:FrameStorage, idxs:torch.Tensor) -> BD:
         raise ExperienceReplayException(f'indices {rows[~plan["valid"]][:5].tolist()} are not valid transitions')
     return self._build(rows, plan)
 
-@patch
-def write_td(self:FrameStorage, idxs:torch.Tensor, td:torch.Tensor): self.td[idxs.numpy()] = td.numpy()
-@patch
-def read_td(self:FrameStorage, idxs:torch.Tensor) -> torch.Tensor: return torch.from_numpy(self.td[idxs.numpy()])
-
 # %% ../../nbs/06e_memory.circular.ipynb #14ac70cb
 @patch
 def valid_mask(self:CircularReplayBuffer) -> np.ndarray:
@@ -499,7 +492,7 @@ def sample_transition_batch(self:CircularReplayBuffer,
     return b
 
 # %% ../../nbs/06e_memory.circular.ipynb #b88678a6
-_FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode final_key td'.split()
+_FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode final_key'.split()
 
 @patch
 def state_dict(self:FrameStorage) -> dict:
@@ -523,6 +516,16 @@ def check_state(self:FrameStorage, state:dict):
         if v is None or v.shape != a.shape or v.dtype != a.dtype:
             raise ExperienceReplayException(f'array {k!r}: expected {a.shape} {a.dtype}, got '
                                             f'{"nothing" if v is None else f"{v.shape} {v.dtype}"}')
+
+@patch
+def split_td(self:FrameStorage, state:dict) -> tuple[dict, torch.Tensor|None]:
+    "`state` without the `td` array a checkpoint from when the storage kept TD errors holds, and that array (checked first)"
+    if not isinstance(state, dict) or 'td' not in (state.get('arrays') or {}): return state, None
+    arrays = dict(state['arrays'])
+    td = arrays.pop('td')
+    if tuple(getattr(td, 'shape', ())) != (self.max_sz,) or np.dtype(getattr(td, 'dtype', object)).kind != 'f':
+        raise ExperienceReplayException(f"array 'td': expected ({self.max_sz},) float, got {getattr(td, 'shape', None)} {getattr(td, 'dtype', type(td).__name__)}")
+    return {**state, 'arrays': arrays}, torch.as_tensor(np.asarray(td)).to(torch.float32, copy=True)
 
 @patch
 def load_state_dict(self:FrameStorage,
@@ -585,8 +588,3 @@ def set_priority(self:CircularReplayBuffer, indices, priorities):
 def get_priority(self:CircularReplayBuffer, indices) -> torch.Tensor:
     "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
     return self._prioritized('get_priority').get_priority(as_idxs(indices, len(self), 'cpu'))
-
-@patch(as_prop=True)
-def td_errors(self:CircularReplayBuffer) -> torch.Tensor:
-    "The last TD error of each stored step (0 until one is written)"
-    return torch.from_numpy(self.storage.td[:self.size])

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np, torch
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
-from .checks import batch_of
+from .checks import batch_of, batch_td, row_td, TD_KEY
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
 import fastrl_replay.memory.persist  # `save` and `load` for these memories too
@@ -87,16 +87,27 @@ class _WrittenRows:
         starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
         for s, e in zip(starts, list(starts[1:]) + [len(rows)]): self.sampler.added(int(rows[s]), int(e - s))
 
+    def _wrote_td(self, td:torch.Tensor|None):
+        "Hand the TD errors that came with the batch to the sampler, at the rows the storage kept them in"
+        st = self.storage
+        if td is not None and len(st.last_rows): self.sampler.take_td(torch.from_numpy(st.last_rows), td[st.last_src])
+
     def __add__(self, other):
         "Write the rows of `other` where the storage's policy puts them, in place, and return the memory"
-        self.storage.add(other)
-        self._notify()
+        b, td = batch_of(other), None
+        if TD_KEY in b:
+            rest = {k: v for k, v in b.items() if k != TD_KEY}
+            b, td = rest, batch_td(b[TD_KEY], rest)
+        self.storage.add(b)
+        self._notify(); self._wrote_td(td)
         return self
 
     def append(self, transition):
         "Add one transition in place and return the memory"
-        self.storage.add_row(as_transition(transition, self.fields))
-        self._notify()
+        t, td = as_transition(transition, self.fields), None
+        if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
+        self.storage.add_row(t)
+        self._notify(); self._wrote_td(td)
         return self
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:
@@ -121,10 +132,6 @@ class ReservoirReplay(_WrittenRows, Replay):
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
-    @property
-    def memory(self) -> BD|None: return self.storage.memory
-    @property
-    def keys(self) -> list[str]: return self.storage.keys
 
 forward_attrs(ReservoirReplay, 'storage', 'seen')  # read only
 
@@ -265,7 +272,9 @@ class TaskBalancedSampler(UniformSampler):
             raise ExperienceReplayException(f'a TaskBalancedSampler samples a TaskStorage, got a {type(storage).__name__}')
         super().attach(storage)
 
-    def added(self, start:int, n:int): self._index = None  # the rows of a task changed
+    def added(self, start:int, n:int):
+        super().added(start, n)
+        self._index = None  # the rows of a task changed
 
     def draw(self, n:int) -> torch.Tensor:
         if not self.balance: return super().draw(n)
@@ -304,10 +313,6 @@ class TaskBalancedReplay(_WrittenRows, Replay):
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
-    @property
-    def memory(self) -> BD|None: return self.storage.memory
-    @property
-    def keys(self) -> list[str]: return self.storage.keys
     def counts(self) -> dict:
         "Rows stored per task"
         return self.storage.counts()

@@ -15,7 +15,7 @@ from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
                                   new_generator)
-from .checks import as_idxs, last_wins, td_rows, check_kind
+from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td
 from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
@@ -67,15 +67,6 @@ class Storage:
     def gather(self, idxs:torch.Tensor) -> BD:
         "The rows at storage indices `idxs`, as a `BD`"
         raise NotImplementedError
-    def write_td(self, idxs:torch.Tensor, td:torch.Tensor):
-        "Write checked TD errors `td` at distinct rows `idxs`"
-        raise NotImplementedError
-    def read_td(self, idxs:torch.Tensor) -> torch.Tensor:
-        "The TD errors at rows `idxs`"
-        raise NotImplementedError
-    td_dtype = torch.float32  # the dtype of the TD errors the storage keeps
-    td_host = None  # the TD errors as a 1-d NumPy array written in place, where they live in host memory
-
     def valid(self, rows:np.ndarray) -> np.ndarray:
         "Whether each of `rows` can be gathered now"
         return (rows >= 0) & (rows < len(self))
@@ -109,6 +100,9 @@ class Storage:
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
+    def split_td(self, state:dict) -> tuple[dict, torch.Tensor|None]:
+        "`state` without the TD errors a checkpoint from when storages kept them holds, and those TD errors (None if it holds none)"
+        return state, None
     def load_state_dict(self, state:dict, assign:bool=False):
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
@@ -161,13 +155,27 @@ class Sampler:
         return storage.device
 
     def attach(self, storage:Storage):
-        "Use `storage`: make the generator where the draws happen and keep any per-row state"
+        "Use `storage`: make the generator where the draws happen and keep the per-row state, the TD errors among it"
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
+        self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
+        self._td_host = self._td.numpy() if self._td.device.type == 'cpu' else None  # written in place by compiled code
+
+    @property
+    def td_errors(self) -> torch.Tensor:
+        "The TD error last written back to each of the `max_sz` rows (0 since the row was written): float32, on the storage's device"
+        return self._td
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written"
+        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0"
+        td, end = self._td_host if self._td_host is not None else self._td, start + n
+        if end <= len(td): td[start:end] = 0
+        else: td[start:] = 0; td[:end - len(td)] = 0
+
+    def take_td(self, rows:torch.Tensor, td:torch.Tensor):
+        "Checked TD errors `td` that came with the rows just written at storage rows `rows`, one each"
+        self._td[rows.to(self._td.device)] = td.to(self._td.device, TD_DTYPE)
 
     def draw(self, n:int) -> torch.Tensor:
         "`n` storage indices to sample"
@@ -179,13 +187,15 @@ class Sampler:
         return self.storage.gather(idxs), idxs
 
     def update_td(self, td_errors, idxs):
-        "Write `td_errors` at storage rows `idxs`, in place; for a repeated index the last write wins"
-        st = self.storage
-        if st.td_host is not None:
-            arrays = td_arrays(st, td_errors, idxs)
-            if arrays is not None: return put_in_order(st.td_host, *arrays)
-        idxs, td = td_rows(st, td_errors, idxs)
-        if len(idxs): st.write_td(*last_wins(idxs, td))
+        "Keep `td_errors` as the TD errors of storage rows `idxs`; for a repeated index the last write wins"
+        n, dev = len(self.storage), self._td.device
+        if self._td_host is not None:
+            arrays = td_arrays(n, dev, td_errors, idxs)
+            if arrays is not None: return put_in_order(self._td_host, *arrays)
+        idxs, td = td_rows(n, dev, td_errors, idxs)
+        if len(idxs):
+            idxs, td = last_wins(idxs, td)
+            self._td[idxs] = td
 
     def settings(self) -> dict:
         "The constructor arguments that make a sampler like this one (the generator aside)"
@@ -203,15 +213,26 @@ class Sampler:
         return self
 
     def copy_rows(self, src:Sampler, rows:torch.Tensor):
-        "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ..."
+        "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ...: the TD errors, and more in a subclass"
+        self._td[:len(rows)] = src.td_errors[rows.to(src.td_errors.device)].to(self._td.device)
 
-    def state_dict(self) -> dict: return {'kind': type(self).__name__, 'generator': self.generator.get_state()}
+    def state_dict(self) -> dict: return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone()}
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
+        td = state.get('td')  # a checkpoint from when storages kept the TD errors has none here
+        if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
+            raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
+                                            f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps ({len(self._td)},) float32')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
+        self._load_td(state)
+    def _load_td(self, state:dict):
+        "The TD errors of a checked state (none: every row's starts at 0)"
+        td = state.get('td')
+        if td is None: self._td.zero_()
+        else: self._td.copy_(torch.as_tensor(td))
 
 # %% ../../nbs/06_memory.core.ipynb #24d682ac
 class UniformSampler(Sampler):
@@ -276,6 +297,19 @@ class Replay:
     def generator(self) -> torch.Generator: return self.sampler.generator
     @property
     def pointer(self) -> int: return self.storage.pointer
+    @property
+    def memory(self) -> BD|None:
+        "The stored rows in storage order, with the TD errors the sampler keeps as a `td_error` column: a `BD` of views (None before the first batch)"
+        m = self.storage.memory
+        return None if m is None else BD._new({**m, TD_KEY: self.sampler.td_errors[:len(self), None]})
+    @property
+    def keys(self) -> list[str]:
+        "The columns of the memory, `td_error` included"
+        return [*self.storage.keys, TD_KEY] if self.storage.keys else []
+    @property
+    def td_errors(self) -> torch.Tensor:
+        "The TD error of each stored row, in storage order, as the sampler keeps them (a view)"
+        return self.sampler.td_errors[:len(self)]
 
     def __repr__(self):
         return (f'{type(self).__name__}(bs={self.bs}, max_sz={self.max_sz}, warmup_sz={self.warmup_sz}, '
@@ -283,15 +317,32 @@ class Replay:
 
     def __add__(self, other) -> Replay:
         "Write the rows of `other` at the write position, in place, and return the memory"
-        start, n = self.storage.add(other)
+        b = batch_of(other)
+        if TD_KEY in b: return self._add_with_td(b)
+        start, n = self.storage.add(b)
         if n: self.sampler.added(start, n)
+        return self
+
+    def _add_with_td(self, b:Mapping) -> Replay:
+        "Add a batch that brings a `td_error` column: the rows to the storage, the TD errors (checked first) to the sampler"
+        rest = {k: v for k, v in b.items() if k != TD_KEY}
+        td = batch_td(b[TD_KEY], rest)
+        start, n = self.storage.add(rest)
+        if n:
+            self.sampler.added(start, n)
+            self.sampler.take_td(torch.arange(start, start + n).remainder_(self.max_sz), td[len(td) - n:])
         return self
 
     def append(self,
                transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
         "Add one transition in place and return the memory"
-        start, n = self.storage.add_row(as_transition(transition, self.fields))
-        if n: self.sampler.added(start, n)
+        t = as_transition(transition, self.fields)
+        td = None
+        if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
+        start, n = self.storage.add_row(t)
+        if n:
+            self.sampler.added(start, n)
+            if td is not None: self.sampler.take_td(torch.tensor([start]), td)
         return self
 
     def row(self, i:int):
@@ -338,9 +389,11 @@ class Replay:
                         assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
         "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
         check_kind(self, state)
-        self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
-        self.storage.load_state_dict(state['storage'], assign=assign)
-        self.sampler.load_state_dict(state['sampler'])
+        storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
+        sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
+        self.storage.check_state(storage); self.sampler.check_state(sampler)
+        self.storage.load_state_dict(storage, assign=assign)
+        self.sampler.load_state_dict(sampler)
         self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
     def settings(self) -> dict:

@@ -55,7 +55,6 @@ class _Col:
         info = np.iinfo(self.np_dtype) if self.np_dtype is not None and self.np_dtype.kind in 'iu' else None
         self.lo, self.hi = (int(info.min), int(info.max)) if info is not None else (None, None)  # an int's check: two comparisons
         self.np_scalar = self.np_dtype.type if self.np_dtype is not None else None  # e.g. np.float32: one value of the column
-        self.is_td = self.key == 'td_error'
 
 _MISSING = object()
 
@@ -85,8 +84,8 @@ class ColumnStorage(Storage):
         if storage_dir is not None and self.device.type != 'cpu':
             raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; device must be the CPU, got {self.device}')
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        self.pointer, self._len, self._cols, self.td_host, self._rows = 0, 0, None, None, None
-        self.writer, self.last_rows = writer, np.empty(0, np.int64)  # with a writer: the rows the last batch went to
+        self.pointer, self._len, self._cols, self._rows = 0, 0, None, None
+        self.writer, self.last_rows, self.last_src = writer, np.empty(0, np.int64), np.empty(0, np.int64)  # with a writer: the rows the last batch went to, and the incoming row each holds
         if writer is not None: writer.attach(self)
 
     def settings(self) -> dict:
@@ -102,11 +101,8 @@ class ColumnStorage(Storage):
 
     @property
     def keys(self) -> list[str]:
-        "The columns, `td_error` included"
+        "The columns"
         return [] if self._cols is None else [c.key for c in self._cols]
-
-    @property
-    def td_dtype(self) -> torch.dtype: return torch.float32 if self._cols is None else self._td.dtype
 
     def column(self, key:str) -> torch.Tensor:
         "Column `key` over all `max_sz` rows, those not yet written included: a view that writes go through"
@@ -126,11 +122,6 @@ def _schema(self:ColumnStorage, b:Mapping) -> list[_Col]:
         v = _column(k, v, keep_numpy=True)
         if v.ndim == 0: raise ExperienceReplayException(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
         cols.append(self._col(k, tuple(v.shape[1:]), _torch_dtype(k, v.dtype)))
-    td = next((c for c in cols if c.key == 'td_error'), None)
-    if td is None: cols.append(self._col('td_error', (1,), torch.float32))
-    elif td.shape != (1,) or not td.dtype.is_floating_point:
-        raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, "
-                                        f'got (n, {", ".join(map(str, td.shape))}) {dtype_name(td.dtype)}')
     return cols
 
 @patch
@@ -160,15 +151,11 @@ def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None, rows:np
         if c.host: c.data = torch.from_numpy(c.np)
         else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
     self._cols = cols
-    self._td = next(c for c in cols if c.key == 'td_error')
-    if self._td.host and self._td.dtype in (torch.float32, torch.float64): self.td_host = self._td.np[:, 0]  # compiled writes
     self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
     self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
-    self._with_td = frozenset(c.key for c in cols)
-    self._without_td = self._with_td - {'td_error'}
+    self._keys = frozenset(c.key for c in cols)
     host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
-    self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape), np.zeros((1, *c.shape), c.np_dtype) if c.is_td else None)
-                        for c in cols] if host else None
+    self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
     self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
                        for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
 
@@ -190,15 +177,15 @@ def _place(c:_Col, offset:int):
 # %% ../../nbs/06a_memory.experience_replay.ipynb #06cc7c03
 @patch
 def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
-    "Rows in `b`, and its columns in storage order, ready to copy (None for a missing `td_error`); raise if `b` does not fit"
+    "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
     keys = b.keys()
-    if cols is self._cols and keys != self._with_td and keys != self._without_td:
-        missing, extra = sorted(self._without_td - keys), sorted(keys - self._with_td)
+    if cols is self._cols and keys != self._keys:
+        missing, extra = sorted(self._keys - keys), sorted(keys - self._keys)
         raise ExperienceReplayException(f'batch columns do not match the memory: missing {missing}, extra {extra}')
     n, srcs = -1, []
     for c in cols:
         v = b.get(c.key, _MISSING)
-        if v is _MISSING: srcs.append(None); continue
+        if v is _MISSING: srcs.append(None); continue  # a column a subclass lets a batch leave out
         if type(v) is not torch.Tensor: v = _column(c.key, v, keep_numpy=True)
         s = tuple(v.shape)
         if not s or s[1:] != c.shape or (n >= 0 and s[0] != n): self._shape_error(b, c, v, n)
@@ -206,7 +193,6 @@ def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not storable(v.dtype, c.dtype):
             raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
                                             f'{dtype_name(c.dtype)} without loss')
-        if c.key == 'td_error': check_finite(v, 'td_error')
         srcs.append(v)
     try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
     except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
@@ -241,16 +227,13 @@ def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
     "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
     if self._exact_spec is None: return None
     vals, found = [], 0
-    for k, np_dtype, dtype, shape, td_zero in self._exact_spec:
+    for k, np_dtype, dtype, shape in self._exact_spec:
         v = b.get(k)
-        if v is None:
-            if td_zero is None: return None
-            vals.append(td_zero); continue  # a TD error starts at 0
+        if v is None: return None
         if type(v) is not np.ndarray:
             if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
             v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
         if v.dtype is not np_dtype or v.shape != shape: return None
-        if td_zero is not None and not all_finite(v): return None
         vals.append(v); found += 1
     return vals if found == len(b) else None
 
@@ -302,7 +285,7 @@ def _write(self:ColumnStorage, srcs:list, n:int) -> tuple[int, int]:
         srcs = [s.copy() if c.host and s is not None and np.may_share_memory(s, c.np) else s for c, s in zip(self._cols, srcs)]
     for c, src in zip(self._cols, srcs):
         dst = c.np if c.host else c.data
-        if whole: dst[p:end] = 0 if src is None else src  # a missing td_error starts at 0
+        if whole: dst[p:end] = 0 if src is None else src  # a column left out starts at 0
         else:
             for d0, d1, s0, s1 in segs: dst[d0:d1] = 0 if src is None else src[s0:s1]
     self.pointer = end if end <= self.max_sz else end - self.max_sz
@@ -322,11 +305,6 @@ def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
                         for c in self._cols})
     return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                     for c in self._cols})
-
-@patch
-def write_td(self:ColumnStorage, idxs:torch.Tensor, td:torch.Tensor): self._td.data[idxs, 0] = td
-@patch
-def read_td(self:ColumnStorage, idxs:torch.Tensor) -> torch.Tensor: return self._td.data[idxs, 0]
 
 @patch
 def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
@@ -398,7 +376,7 @@ def load_state_dict(self:ColumnStorage,
                     assign:bool=False): # Keep the state's host arrays as the columns instead of copying them (as torch's `assign`)
     "Restore what `state_dict` returned into a storage with the same `max_sz`"
     cols = self.check_state(state)
-    self.pointer, self._len, self._cols, self.td_host = state['pointer'], state['len'], None, None
+    self.pointer, self._len, self._cols = state['pointer'], state['len'], None
     if self.writer is not None: self.writer.load_state_dict(state)
     if cols is None: return
     if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
@@ -419,6 +397,23 @@ def _load_block(self:ColumnStorage, cols:list[_Col], rows, assign:bool):
     self._allocate(cols)  # a packed storage places the columns anew
     if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
     for c in cols: c.data.copy_(torch.from_numpy(src[c.key]))
+
+@patch
+def split_td(self:ColumnStorage, state:dict) -> tuple[dict, torch.Tensor|None]:
+    "`state` without the `td_error` column a checkpoint from when the storage kept TD errors holds, and that column's values (checked first)"
+    if not isinstance(state, dict) or 'td_error' not in (state.get('columns') or {}): return state, None
+    self.check_state(state)  # the old column is checked with the others
+    spec, cols = state['columns']['td_error'], dict(state['columns'])
+    del cols['td_error']
+    if tuple(spec['shape']) != (1,) or not getattr(torch, spec['dtype']).is_floating_point:
+        raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(spec['shape'])} {spec['dtype']}")
+    if state.get('rows') is not None:
+        rows = state['rows'].numpy() if isinstance(state['rows'], torch.Tensor) else np.asarray(state['rows'])
+        dt = np.dtype(NP_DTYPES[getattr(torch, spec['dtype'])])
+        td = np.ndarray((self.max_sz,), dt, rows, spec['offset'], (rows.strides[0],))
+    else: td = spec['data']
+    td = torch.as_tensor(np.asarray(td) if not isinstance(td, torch.Tensor) else td).reshape(-1).to(torch.float32, copy=True)
+    return {**state, 'columns': cols}, td
 
 @patch
 def new_empty(self:ColumnStorage) -> ColumnStorage:
@@ -447,16 +442,6 @@ class ExperienceReplay(Replay):
         super().__init__(ColumnStorage(max_sz, device, storage_dir), sampler, bs, warmup_sz, memory)
         if fields is not None: self.fields = tuple(fields)
 
-    @property
-    def memory(self) -> BD|None:
-        "The stored rows in storage order, as a `BD` of views (None before the first batch)"
-        return self.storage.memory
-
-    @property
-    def keys(self) -> list[str]:
-        "The columns of the memory, `td_error` included"
-        return self.storage.keys
-
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
     "Value `v` of a first transition as an array that types its column: Python floats as float32, ints as int64"
@@ -474,14 +459,13 @@ def _one(c:_Col, v):
     t = type(v)
     if t is np.ndarray or t is c.np_scalar: return _checked(c, v)  # the common cases first
     if t is float or t is int or t is bool:  # a Python number: converted as torch.tensor would convert it
-        if c.shape and not (c.is_td and c.shape == (1,)):
+        if c.shape:
             raise ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got a {t.__name__}')
         k = c.np_dtype.kind
         if t is bool: ok = k == 'b'
         elif t is int: ok = k in 'fc' or (k in 'iu' and c.lo <= v <= c.hi)
         else: ok = k in 'fc'
         if not ok: raise _kind_error(c, f'the {t.__name__} {v!r}')
-        if c.is_td and not math.isfinite(v): raise ExperienceReplayException(f"'td_error' holds NaN or inf values")
         return v
     if isinstance(v, torch.Tensor): v = v.detach().cpu().numpy()
     elif not isinstance(v, (np.ndarray, np.generic)):  # tuples and lists of numbers: converted like Python numbers
@@ -496,7 +480,6 @@ def _checked(c:_Col, v):
     "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
     if v.dtype != c.np_dtype and not storable(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
-    if c.is_td: check_finite(v, 'td_error')
     return v
 
 def _one_shape_error(c:_Col, got:tuple):
@@ -512,14 +495,12 @@ def add_row(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
     vals, found = [], 0
     for c in self._cols:  # every value checked before any is written
         v = row.get(c.key, _MISSING)
-        if v is _MISSING:
-            if not c.is_td: vals = None; break
-            vals.append(0)  # a TD error starts at 0
-        else: vals.append(_one(c, v)); found += 1
+        if v is _MISSING: vals = None; break
+        vals.append(_one(c, v)); found += 1
     if vals is None or found != len(row):
         keys = row.keys()
-        raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._without_td - keys)}, '
-                                        f'extra {sorted(keys - self._with_td)}')
+        raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
+                                        f'extra {sorted(keys - self._keys)}')
     p = 0 if self.pointer == self.max_sz else self.pointer
     for c, v in zip(self._cols, vals):
         if c.host: c.np[p] = v
@@ -544,7 +525,7 @@ def _add_by_writer(self:ColumnStorage, batch) -> tuple[int, int]:
     b = w.prepare(batch_of(batch))
     cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
     n, srcs = self._check(b, cols)
-    self.last_rows = np.empty(0, np.int64)
+    self.last_rows = self.last_src = np.empty(0, np.int64)
     if self._cols is None: self._allocate(cols)
     if n <= 0: return 0, 0
     dst = w.slots(n, self._len, b)
@@ -560,7 +541,7 @@ def _add_by_writer(self:ColumnStorage, batch) -> tuple[int, int]:
     self.pointer = self._len
     w.wrote(rows, src, n)
     if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
-    self.last_rows = np.sort(rows)
+    self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them) and the incoming row each holds
     return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
 
 @patch
@@ -570,12 +551,12 @@ def _add_row_by_writer(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
     for c in self._cols:
         v = row.get(c.key, _MISSING)
         if v is _MISSING:
-            if c.is_td or c.key == optional: continue
+            if c.key == optional: continue
             b = None; break
         v = _one(c, v); found += 1
         b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
     if b is None or found != len(row):
         keys = row.keys()
         raise ExperienceReplayException(f'the transition does not match the memory: missing '
-                                        f'{sorted(self._without_td - keys - {optional})}, extra {sorted(keys - self._with_td)}')
+                                        f'{sorted(self._keys - keys - {optional})}, extra {sorted(keys - self._keys)}')
     return self._add_by_writer(b)

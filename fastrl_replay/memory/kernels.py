@@ -24,11 +24,11 @@ def put_in_order(col, idxs, vals):
     "col[idxs[j]] = vals[j], in order, so the last of repeated indices wins"
     for j in range(idxs.shape[0]): col[idxs[j]] = vals[j]
 
-def td_arrays(storage, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
-    "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give and all fit `storage`; else None"
+def td_arrays(n_rows:int, device, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
+    "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give (float32, on the memory's `device`) and fit a memory of `n_rows` rows; else None"
     if (type(idxs) is torch.Tensor and type(td_errors) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1
-        and td_errors.dtype == storage.td_dtype and td_errors.dtype in (torch.float32, torch.float64)
-        and td_errors.shape in ((len(idxs),), (len(idxs), 1)) and idxs.device.type == td_errors.device.type == storage.device.type):
+        and td_errors.dtype == torch.float32 and td_errors.shape in ((len(idxs),), (len(idxs), 1))
+        and idxs.device.type == td_errors.device.type == torch.device(device).type):
         i, td = idxs.cpu().numpy(), td_errors.detach().reshape(-1).cpu().numpy()
-        if _nb_fits(i, len(storage), td): return i, td
+        if _nb_fits(i, n_rows, td): return i, td
     return None

@@ -107,7 +107,8 @@ class LaBERSampler(UniformSampler):
         self.sample_counts = torch.zeros(storage.max_sz, dtype=torch.int64, device=self.generator.device)
 
     def added(self, start:int, n:int):
-        "New rows have no draws yet"
+        "New rows have a TD error of 0 and no draws yet"
+        super().added(start, n)
         rows = torch.arange(start, start + n, device=self.sample_counts.device).remainder_(self.storage.max_sz)
         self.sample_counts[rows] = 0
 

@@ -150,7 +150,8 @@ def totals(self:PrioritizedSampler) -> tuple[float, float]:
 # %% ../../nbs/06c_memory.prioritized.ipynb #47bff64e
 @patch
 def added(self:PrioritizedSampler, start:int, n:int):
-    "New rows: the largest priority so far, a new write time, no draws yet"
+    "New rows: a TD error of 0, the largest priority so far, a new write time, no draws yet"
+    Sampler.added(self, start, n)
     self.clock += 1
     C = self.storage.max_sz
     if self._gated:
@@ -177,7 +178,7 @@ def _flush(self:PrioritizedSampler):
 # %% ../../nbs/06c_memory.prioritized.ipynb #13b5b146
 @patch
 def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
-    "`n` rows drawn in proportion to their priority, on `tree_device`"
+    "`n` rows drawn in proportion to their priority, on `tree_device`, stamped as sampled now (so a late update to a row overwritten since is told apart)"
     t = self.tree
     if self._gated:
         self._flush()
@@ -185,8 +186,13 @@ def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
         if not t.total > 0 and not st.valid(np.arange(len(st))).any():
             raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
     draw = t.stratified_sample if self.stratified else t.sample
-    try: return draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
+    try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
     except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
+    if self._host: _nb_stamp(idxs.numpy(), self._sampled_np, self._counts_np, self.clock)
+    else:
+        self.sampled_at[idxs] = self.clock
+        self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+    return idxs
 
 @patch
 def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
@@ -196,14 +202,9 @@ def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
     rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
     batch = st.gather(rows)
     if self._host:
-        i = idxs.numpy()
-        w = t.weights(i, self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
-        _nb_stamp(i, self._sampled_np, self._counts_np, self.clock)
+        w = t.weights(idxs.numpy(), self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
         batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
-    else:
-        batch['weight'] = self.weights(idxs)
-        self.sampled_at[idxs] = self.clock
-        self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+    else: batch['weight'] = self.weights(idxs)
     self.n_samples += 1
     return batch, rows
 
@@ -230,14 +231,14 @@ def update_td(self:PrioritizedSampler,
               idxs): # n storage indices, as `sample` returned them
     "Write TD errors and priorities (|δ| + eps) ** alpha at rows `idxs`, except rows overwritten since they were sampled"
     if not self._host: return self._update_tensors(td_errors, idxs)
-    st, t = self.storage, self.tree
-    arrays = td_arrays(st, td_errors, idxs)  # what `sample` returns and a loss computes: checked in one pass
+    t, n_rows, dev = self.tree, len(self.storage), self._td.device
+    arrays = td_arrays(n_rows, dev, td_errors, idxs)  # what `sample` returns and a loss computes: checked in one pass
     if arrays is None:
-        i, td = td_rows(st, td_errors, idxs)  # anything else, or bad input: the checks that raise the precise error
+        i, td = td_rows(n_rows, dev, td_errors, idxs)  # anything else, or bad input: the checks that raise the precise error
         arrays = i.cpu().numpy(), td.cpu().numpy()
     i, td = arrays
     if not len(i): return
-    col, fresh, pri = st.td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
+    col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
     stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
                                 self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
     rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
@@ -245,15 +246,15 @@ def update_td(self:PrioritizedSampler,
     else: t.set(rows, pri, check=False)
     self._stale_np += stale
     if top > self._maxp_np: self._maxp_np[()] = top
-    if col is None and stale < len(i):  # TD errors stored on a GPU
+    if col is None and stale < len(i):  # TD errors kept on a GPU, beside the storage
         rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
-        st.write_td(rows.to(st.device), vals.to(st.device))
+        self._td[rows.to(dev)] = vals.to(dev)
 
 @patch
 def _update_tensors(self:PrioritizedSampler, td_errors, idxs):
     "`update_td` with the tree on a GPU: tensor operations, no host synchronization after the input checks"
-    st = self.storage
-    idxs, td = td_rows(st, td_errors, idxs)
+    dev = self._td.device
+    idxs, td = td_rows(len(self.storage), dev, td_errors, idxs)
     if not len(idxs): return
     idxs = idxs.to(self.tree_device)
     fresh = self.written_at[idxs] <= self.sampled_at[idxs]
@@ -261,9 +262,9 @@ def _update_tensors(self:PrioritizedSampler, td_errors, idxs):
     new = td.double().abs().add_(self.eps).pow_(self.alpha).to(self.tree_device)
     torch.maximum(self._max_priority, torch.where(fresh, new, 0.).max(), out=self._max_priority)
     # a stale row is written its own values: no change, and no host synchronization to find it
-    keep = st.read_td(idxs.to(st.device)).to(self.tree_device)
+    keep = self._td[idxs.to(dev)].to(self.tree_device)
     rows, vals = last_wins(idxs, torch.where(fresh, td.to(self.tree_device), keep))
-    st.write_td(rows.to(st.device), vals.to(st.device))
+    self._td[rows.to(dev)] = vals.to(dev)
     self.tree.set(idxs, torch.where(fresh, new, self.tree.get(idxs, check=False)), check=False)
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #b070de1f
@@ -300,7 +301,7 @@ def set_priority(self:PrioritizedSampler,
 def state_dict(self:PrioritizedSampler) -> dict:
     "Everything that restores this sampler, attached to a storage with the same `max_sz`"
     if self._gated: self._flush()
-    return dict(kind=type(self).__name__, generator=self.generator.get_state(), leaves=self.tree.leaves,
+    return dict(kind=type(self).__name__, generator=self.generator.get_state(), td=self._td.clone(), leaves=self.tree.leaves,
                 base_priority=self.base_priority.copy() if self._gated else None,
                 written_at=self.written_at.clone(), sampled_at=self.sampled_at.clone(), sample_counts=self.sample_counts.clone(),
                 clock=self.clock, n_samples=self.n_samples, max_priority=self.max_priority, n_stale=self.n_stale)
@@ -308,7 +309,7 @@ def state_dict(self:PrioritizedSampler) -> dict:
 @patch
 def check_state(self:PrioritizedSampler, state:dict):
     "Raise unless `state` fits this sampler; change nothing"
-    check_kind(self, state)
+    Sampler.check_state(self, state)
     C = self.storage.max_sz
     if tuple(state['leaves'].shape) != (C,):
         raise ExperienceReplayException(f'the state holds {tuple(state["leaves"].shape)} priorities, this sampler keeps {C}')
@@ -329,10 +330,12 @@ def load_state_dict(self:PrioritizedSampler, state:dict):
     self.clock, self.n_samples = int(state['clock']), int(state['n_samples'])
     self._max_priority.fill_(state['max_priority']); self._n_stale.fill_(state['n_stale'])
     self.generator.set_state(state['generator'])
+    self._load_td(state)
 
 @patch
 def copy_rows(self:PrioritizedSampler, src:PrioritizedSampler, rows:torch.Tensor):
-    "Take over the priorities of `src`'s rows `rows` as rows 0, 1, ..., and its largest priority"
+    "Take over the TD errors and priorities of `src`'s rows `rows` as rows 0, 1, ..., and its largest priority"
+    Sampler.copy_rows(self, src, rows)
     self.set_priority(torch.arange(len(rows)), src.get_priority(rows))
     self._max_priority.fill_(src.max_priority)
 

@@ -201,6 +201,10 @@ _MAX_F64 = float(np.finfo(np.float64).max)
 @patch
 def _set_host(self:SumTree, idxs, values, check:bool) -> SumTree:
     "`set` for the numba backend: the same checks and messages, then one compiled loop"
+    if (not check and type(idxs) is np.ndarray and type(values) is np.ndarray and idxs.dtype == np.int64
+        and values.dtype == np.float64 and idxs.ndim == values.ndim == 1 and idxs.size == values.size):
+        set_leaves(self.host_sums, self.host_mins, self.size, self.depth, idxs, values)  # what a sampler passes: nothing to convert
+        return self
     i, v = _host(idxs), _host(values)
     if i.size != v.size: raise ValueError(f'expected one value per leaf index, got {i.size} indices and {v.size} values')
     if v.dtype.kind not in 'fiu': raise ValueError(f'values must be real numbers, got dtype {v.dtype}')
