@@ -8,7 +8,7 @@ from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceRepl
 from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
 from fastrl_replay.memory.circular import FrameStorage, CircularReplayBuffer
-from fastrl_replay.memory.persist import load_memory, register_kind, KINDS, MANIFEST
+from fastrl_replay.memory.persist import load_memory, load_into, register_kind, CheckpointError, KINDS, MANIFEST, SEAL
 from fastrl_replay.test_utils import synth_transitions
 
 
@@ -80,7 +80,7 @@ def test_round_trip_every_pair(tmp_path, store, kind):
 def test_laber_score_is_named_as_dropped(tmp_path):
     m = columns(SAMPLERS['laber']())
     m.save(tmp_path/'ck')
-    assert json.loads((tmp_path/'ck'/MANIFEST).read_text())['dropped'] == ['sampler.score']
+    assert json.loads((tmp_path/'ck'/MANIFEST).read_text())['dropped'] == ['settings.sampler.score']
     assert load_memory(tmp_path/'ck').sampler.score is None
 
 
@@ -144,7 +144,13 @@ def saved(tmp_path):
     return tmp_path/'ck', json.loads((tmp_path/'ck'/MANIFEST).read_text())
 
 
-def write_manifest(root, m): (root/MANIFEST).write_text(json.dumps(m))
+def seal(root, raw:bytes):
+    "Write `raw` as the manifest and seal it again, as a deliberate edit would"
+    (root/MANIFEST).write_bytes(raw)
+    (root/(MANIFEST + SEAL)).write_text(f'{zlib.crc32(raw)}\n')
+
+
+def write_manifest(root, m): seal(root, json.dumps(m).encode())
 
 
 def first_big(m): return next(e for e in m['arrays'] if e['nbytes'] > 100)
@@ -153,13 +159,14 @@ def first_big(m): return next(e for e in m['arrays'] if e['nbytes'] > 100)
 @pytest.mark.parametrize('damage,message', [
     ('no manifest', 'manifest.json: missing'),
     ('bad json', 'manifest.json: not valid JSON'),
-    ('version', 'format version 99; this library reads versions 1, 2'),
+    ('version', 'format version 99; this library reads versions 1, 2, 3'),
     ('format', 'not a fastrl_replay.memory manifest'),
-    ('missing array', 'missing (the manifest lists it as'),
-    ('truncated', 'not a whole .npy array'),
-    ('shape', 'expected (7,)'),
-    ('dtype', 'expected'),
-    ('unknown dtype', "unknown dtype 'load'"),
+    ('missing array', '.npy: missing'),
+    ('truncated', 'not a whole .npy array: the file holds 2151 bytes of values, its header declares 2160'),
+    ('shape', 'expected (7,) uint8, the header declares (30, 72) uint8'),
+    ('dtype', 'expected (30, 72) int8, the header declares (30, 72) uint8'),
+    ('unknown dtype', "arrays[0].dtype: the manifest gives an unknown dtype 'load'"),
+    ('unsealed', "manifest.json: checksum"),
     ('checksum', 'checksum'),
     ('kind', "'os' is not a known Replay class"),
     ('settings', 'the settings do not make a ColumnStorage'),
@@ -169,30 +176,33 @@ def test_damage_is_refused_and_named(tmp_path, damage, message):
     e = first_big(m)
     f = root/e['file']
     if damage == 'no manifest': (root/MANIFEST).unlink()
-    elif damage == 'bad json': (root/MANIFEST).write_text('{"format": ')
+    elif damage == 'bad json': seal(root, b'{"format": ')
     elif damage == 'version': write_manifest(root, {**m, 'version': 99})
     elif damage == 'format': write_manifest(root, {**m, 'format': 'pickle'})
     elif damage == 'missing array': f.unlink()
     elif damage == 'truncated': f.write_bytes(f.read_bytes()[:-9])
-    elif damage == 'shape': e['shape'] = [7]; write_manifest(root, m)
-    elif damage == 'dtype': e['dtype'] = 'int8' if e['dtype'] != 'int8' else 'int16'; write_manifest(root, m)
+    elif damage == 'shape': e['shape'] = [7]; e['nbytes'] = 7; write_manifest(root, m)
+    elif damage == 'dtype': e['dtype'] = 'int8'; write_manifest(root, m)
+    elif damage == 'unsealed': (root/MANIFEST).write_text(json.dumps({**m, 'version': 2}))  # changed without the seal
     elif damage == 'unknown dtype': e['dtype'] = 'load'; write_manifest(root, m)
     elif damage == 'checksum':
         raw = bytearray(f.read_bytes()); raw[-3] ^= 4; f.write_bytes(bytes(raw))
     elif damage == 'kind': write_manifest(root, {**m, 'kind': 'os'})
     elif damage == 'settings': m['settings']['storage']['capacity'] = 3; write_manifest(root, m)
     before = sorted(p.name for p in tmp_path.rglob('*'))
-    with pytest.raises(ExperienceReplayException) as err: load_memory(root)
+    with pytest.raises(CheckpointError) as err: load_memory(root)
     assert message in str(err.value)
-    if damage in ('missing array', 'truncated', 'shape', 'dtype', 'unknown dtype', 'checksum'): assert e['file'] in str(err.value)
+    if damage in ('missing array', 'truncated', 'shape', 'dtype', 'checksum'): assert e['file'] in str(err.value)
     assert sorted(p.name for p in tmp_path.rglob('*')) == before  # nothing made
 
 
 def test_arrays_are_never_unpickled(tmp_path):
     root, m = saved(tmp_path)
     e = first_big(m)
-    np.save(root/e['file'], np.array([{'x': 1}] * 7, dtype=object), allow_pickle=True)
-    with pytest.raises(ExperienceReplayException, match='not a whole .npy array'): load_memory(root)
+    np.save(root/e['file'], np.full(e['shape'], {'x': 1}, dtype=object), allow_pickle=True)
+    with pytest.raises(CheckpointError, match=rf"{e['file']}: expected \(30, 72\) uint8, the header declares \(30, 72\) object$"): load_memory(root)
+    e['dtype'] = 'object'; write_manifest(root, m)  # a manifest that asks for objects is refused before any file is opened
+    with pytest.raises(CheckpointError, match=r"arrays\[0\].dtype: the manifest gives an unknown dtype 'object'$"): load_memory(root)
 
 
 def test_save_replaces_a_checkpoint_and_nothing_else(tmp_path):
@@ -204,7 +214,7 @@ def test_save_replaces_a_checkpoint_and_nothing_else(tmp_path):
     assert len(load_memory(tmp_path/'ck')) == 7
     assert sorted(p.name for p in tmp_path.iterdir()) == ['ck']  # no temporary or old sibling left
     (tmp_path/'notes').mkdir(); (tmp_path/'notes'/'a.txt').write_text('keep')
-    with pytest.raises(ExperienceReplayException, match='is not a memory checkpoint: it is not replaced'): m.save(tmp_path/'notes')
+    with pytest.raises(CheckpointError, match='is not a memory checkpoint: it is not replaced'): m.save(tmp_path/'notes')
     assert (tmp_path/'notes'/'a.txt').read_text() == 'keep'
 
 
@@ -244,29 +254,38 @@ def test_a_killed_save_leaves_the_old_or_the_new_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['ck']  # leftovers of killed saves are cleared
 
 
-def test_mapped_storage_checkpoint_is_a_manifest_over_its_files(tmp_path):
+def test_mapped_storage_is_copied_and_loads_only_into_a_place_given(tmp_path):
     er = ExperienceReplay(bs=4, max_sz=2000, warmup_sz=4, seed=0, storage_dir=tmp_path/'store')
     er + synth_transitions(1500)
     er.save(tmp_path/'ck')
     m = json.loads((tmp_path/'ck'/MANIFEST).read_text())
-    cols = [e['file'] for e in m['arrays'] if not e['file'].startswith('arrays/')]
-    assert sorted(cols) == sorted(f'../store/{p.name}' for p in (tmp_path/'store').iterdir())  # not copied
-    twin = load_memory(tmp_path/'ck')
-    assert twin.storage.files.path == (tmp_path/'store').resolve()
-    assert torch.equal(twin.sample()[1], er.sample()[1])
-    er + synth_transitions(10)  # the files change: the checkpoint over them no longer holds
-    with pytest.raises(ExperienceReplayException, match='store/.*checksum'): load_memory(tmp_path/'ck')
-    with pytest.raises(ExperienceReplayException, match="holds the memory's own files"): er.save(tmp_path/'store')
+    assert all(e['file'] == f'arrays/{i}.npy' for i, e in enumerate(m['arrays']))  # the columns are copied into the checkpoint
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob('*')}
+    with pytest.raises(CheckpointError, match=r"manifest.json: settings.storage.storage_dir: the memory kept its rows in memory-mapped files \(.*store\); "
+                       'loading writes nothing unless told where: pass storage_dir, a directory for new files$'):
+        load_memory(tmp_path/'ck')
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob('*')} == before  # nothing made or written
+    twin = load_memory(tmp_path/'ck', storage_dir=tmp_path/'copy')
+    assert twin.storage.files.path == tmp_path/'copy' and sorted(p.name for p in (tmp_path/'copy').iterdir()) == sorted(p.name for p in (tmp_path/'store').iterdir())
+    assert torch.equal(twin.sample()[1], er.sample()[1]) and all(torch.equal(twin.memory[k], er.memory[k]) for k in er.keys)
+    twin + synth_transitions(10)  # writes go to the new files only
+    assert all(np.array_equal(np.load(tmp_path/'store'/p.name), er.storage.files.arrays[p.stem]) for p in (tmp_path/'store').iterdir())
+    er + synth_transitions(10)
+    assert len(load_memory(tmp_path/'ck', storage_dir=tmp_path/'again')) == 1500  # the checkpoint does not follow the memory's files
+    with pytest.raises(CheckpointError, match="holds the memory's own files"): er.save(tmp_path/'store')
+    with pytest.raises(ExperienceReplayException, match='holds the arrays of another memory'): load_memory(tmp_path/'ck', storage_dir=tmp_path/'copy')
+    into = ExperienceReplay(bs=4, max_sz=2000, warmup_sz=4, seed=9, storage_dir=tmp_path/'mine')
+    load_into(into, tmp_path/'ck')  # a memory the caller made, with its own files
+    assert into.storage.files.path == tmp_path/'mine' and torch.equal(into.memory['state'], twin.memory['state'][:1500])
 
 
 def test_mapped_frames_round_trip(tmp_path):
     crb = CircularReplayBuffer((5, 5), 2, 60, 4, prioritized=True, seed=3, storage_dir=tmp_path/'frames')
     for t in range(80): crb.add(np.full((5, 5), t, np.uint8), t % 3, float(t), t % 17 == 16)
     crb.save(tmp_path/'ck')
-    files = [e['file'] for e in json.loads((tmp_path/'ck'/MANIFEST).read_text())['arrays']]
-    assert sorted(f for f in files if not f.startswith('arrays/')) == sorted(f'../frames/{p.name}' for p in (tmp_path/'frames').iterdir())
-    twin = CircularReplayBuffer.load(tmp_path/'ck')
-    assert np.array_equal(twin.storage.obs, crb.storage.obs) and twin.storage.obs.filename == crb.storage.obs.filename
+    with pytest.raises(CheckpointError, match='pass storage_dir'): CircularReplayBuffer.load(tmp_path/'ck')
+    twin = CircularReplayBuffer.load(tmp_path/'ck', storage_dir=tmp_path/'copy')
+    assert np.array_equal(twin.storage.obs, crb.storage.obs) and Path(twin.storage.obs.filename) == tmp_path/'copy'/'obs.npy'
     assert torch.equal(twin.sample()[1], crb.sample()[1])
     with pytest.raises(ExperienceReplayException, match='holds the arrays of another memory'):
         CircularReplayBuffer((5, 5), 2, 60, 4, storage_dir=tmp_path/'frames')
@@ -281,8 +300,11 @@ def test_write_array_stores_any_layout_in_c_order_in_bounded_pieces(tmp_path, la
     pieces, chunks = [], persist._c_chunks
     monkeypatch.setattr(persist, '_c_chunks', lambda x: [pieces.append(len(p)) or p for p in chunks(x, nbytes=4096)])
     (tmp_path/'arrays').mkdir()
-    entry = persist.write_array(a, tmp_path, 'x', tmp_path, durable=False)
-    back = persist.read_array(tmp_path, entry)
+    entry = persist.write_array(a, tmp_path, 0, durable=False)
+    persist.check_entry(entry, 0, 'here')
+    root = os.open(tmp_path, os.O_RDONLY)
+    try: back = persist.read_array(root, entry, tmp_path)
+    finally: os.close(root)
     assert back.shape == a.shape and np.array_equal(back, a)
     assert entry['crc32'] == zlib.crc32(np.ascontiguousarray(a).tobytes())
     assert max(pieces, default=0) <= (a.nbytes if a.flags.c_contiguous else 4096)
@@ -339,11 +361,11 @@ def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
     man, e = rows_entry(tmp_path/'ck')
     assert int.from_bytes((tmp_path/'ck'/e['file']).read_bytes()[8:10], 'little') + 10 == 128  # NumPy's own header: written through the cache
     m.save(tmp_path/'direct')
-    real_open = os.open
-    def no_direct_open(path, flags, *a):  # a file system that refuses to open files for direct I/O (tmpfs)
-        if flags & os.O_DIRECT: raise OSError(22, 'Invalid argument')
-        return real_open(path, flags, *a)
-    monkeypatch.setattr(persist.os, 'open', no_direct_open)
+    real_fcntl = fcntl.fcntl
+    def no_direct(fd, cmd, *a):  # a file system that refuses direct I/O (tmpfs)
+        if cmd == fcntl.F_SETFL and a and a[0] & os.O_DIRECT: raise OSError(22, 'Invalid argument')
+        return real_fcntl(fd, cmd, *a)
+    monkeypatch.setattr(persist.fcntl, 'fcntl', no_direct)
     for ck in ('ck', 'direct'):
         twin = load_memory(tmp_path/ck)
         same(twin.state_dict(), m.state_dict())
@@ -371,14 +393,72 @@ def test_damage_to_a_directly_written_file_is_refused(tmp_path, damage, where):
     else: raw[where] ^= 16  # one bit in a whole page read directly, or in the last partial page
     f.write_bytes(bytes(raw))
     msg = 'not a whole .npy array' if damage == 'truncated' else 'checksum'
-    with pytest.raises(ExperienceReplayException, match=msg) as err: load_memory(tmp_path/'ck')
+    with pytest.raises(CheckpointError, match=msg) as err: load_memory(tmp_path/'ck')
     assert e['file'] in str(err.value)
+
+
+def untag(v):
+    "Packed data as version 2 wrote it: tuples as lists, NumPy scalars as numbers"
+    if isinstance(v, list): return [untag(x) for x in v]
+    if not isinstance(v, dict): return v
+    if v.keys() == {'__tuple__'}: return untag(v['__tuple__'])
+    if v.keys() == {'__scalar__'}: return untag(v['__scalar__'][1])
+    if v.keys() == {'__float__'}: return float(v['__float__'])
+    return {k: untag(x) for k, x in v.items()}
+
+
+def as_version_2(root):
+    "Turn the checkpoint at `root` into what version 2 wrote: no seal, no tags"
+    man = json.loads((root/MANIFEST).read_text())
+    man.update(version=2, settings=untag(man['settings']), state=untag(man['state']))
+    (root/(MANIFEST + SEAL)).unlink()
+    (root/MANIFEST).write_text(json.dumps(man))
+    return man
+
+
+DATA = Path(__file__).parent/'data'
+
+
+def per_fixture():
+    m = PrioritizedExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=2, beta_steps=10)
+    m + synth_transitions(45, start=4)
+    b, i = m.sample(); m.update_td(torch.linspace(0.1, 2., 4), i)
+    return m
+
+
+def crb_fixture():
+    c = CircularReplayBuffer((2, 2), 3, 25, 4, update_horizon=3, gamma=0.9, prioritized=True, seed=5, alpha=0.5)
+    for t in range(33): c.add(np.full((2, 2), t, np.uint8), t % 2, 1., t % 7 == 6)
+    return c
+
+
+@pytest.mark.parametrize('name,make', [('memory_v2_per', per_fixture), ('memory_v2_crb', crb_fixture)])
+def test_checkpoints_written_by_version_2_still_load(name, make):
+    "tests/data holds checkpoints the version-2 writer made of these memories: they load as the memory rebuilt here"
+    assert json.loads((DATA/name/MANIFEST).read_text())['version'] == 2 and not (DATA/name/(MANIFEST + SEAL)).exists()
+    m, twin = make(), load_memory(DATA/name)
+    assert type(twin) is type(m) and twin.settings() == m.settings()
+    same(twin.state_dict(), m.state_dict())
+    for (i1, b1), (i2, b2) in zip(advance(m), advance(twin)):
+        assert torch.equal(i1, i2) and all(torch.equal(b1[k], b2[k]) for k in b1)
+    into = make()
+    advance(into, 2)
+    load_into(into, DATA/name)  # resume's path: into a memory made with the same settings
+    same(into.state_dict(), make().state_dict())
+
+
+def test_version_2_made_from_a_version_3_save_loads(tmp_path):
+    m = per_fixture()
+    m.save(tmp_path/'ck')
+    as_version_2(tmp_path/'ck')
+    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
 
 
 def test_version_1_checkpoints_with_an_array_per_column_still_load(tmp_path):
     "A version-1 checkpoint, made by splitting a saved block of rows into its columns, loads as the memory that was saved"
     m = big_memory(rows=300)
     m.save(tmp_path/'ck')
+    as_version_2(tmp_path/'ck')
     man, e = rows_entry(tmp_path/'ck')
     st = man['state']['storage']
     rows = np.load(tmp_path/'ck'/e['file'])
