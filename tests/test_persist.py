@@ -1,6 +1,6 @@
 "Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
 import zlib
-import json, os, random, signal, time
+import json, os, random, re, shutil, signal, tempfile, time
 from pathlib import Path
 import numpy as np, pytest, torch
 from fastrl_replay.memory.core import ExperienceReplayException, Replay, UniformSampler
@@ -475,3 +475,199 @@ def test_version_1_checkpoints_with_an_array_per_column_still_load(tmp_path):
     assert twin.storage._rows is None  # an array per column, kept as loaded
     for k in m.keys: assert torch.equal(twin.memory[k], m.memory[k]), k
     assert torch.equal(twin.sample()[1], m.sample()[1])
+
+
+# Untrusted checkpoints: every finding of the probe, with the exact refusal
+
+@pytest.fixture(scope='module')
+def rows3000(tmp_path_factory):
+    "A prioritized memory of 3,000 rows, full, saved once"
+    m = PrioritizedExperienceReplay(bs=4, max_sz=3000, warmup_sz=4, seed=2)
+    m + synth_transitions(3000)
+    path = tmp_path_factory.mktemp('base')/'ck'
+    m.save(path)
+    return path
+
+
+def set_npy_shape(f, shape:str):
+    "Rewrite the shape in the header of `.npy` file `f`, keeping the header's length"
+    raw = f.read_bytes()
+    end = raw.index(b'\n') + 1
+    head = raw[10:end].decode('latin1')
+    new = (head[:head.index("'shape': (")] + f"'shape': {shape}, }}").ljust(len(head) - 1) + '\n'
+    f.write_bytes(raw[:10] + new.encode('latin1') + raw[end:])
+
+
+def flip_header_brace(f):
+    raw = bytearray(f.read_bytes()); raw[raw.index(b'{')] = ord('x'); f.write_bytes(bytes(raw))
+
+
+def swap_refs(ck, man):
+    st = man['state']
+    st['sampler']['written_at'], st['storage']['rows'] = st['storage']['rows'], st['sampler']['written_at']
+
+
+def replace_with(ck, what):
+    f = ck/'arrays'/'0.npy'
+    f.unlink()
+    if what == 'fifo': os.mkfifo(f)
+    else: f.symlink_to(what)
+
+
+def link_arrays_dir(ck, man):
+    shutil.copytree(ck/'arrays', ck.parent/'elsewhere')
+    shutil.rmtree(ck/'arrays'); (ck/'arrays').symlink_to(ck.parent/'elsewhere')
+
+
+FINDINGS = {  # name: (change to the checkpoint and its manifest, whether the manifest is sealed again, the message after the checkpoint's path)
+    'absolute file': (lambda ck, man: man['arrays'][0].update(file='/etc/passwd'), True, "/manifest.json: arrays[0].file: expected 'arrays/0.npy', got '/etc/passwd'"),
+    'file outside': (lambda ck, man: man['arrays'][0].update(file='../outside.npy'), True, "/manifest.json: arrays[0].file: expected 'arrays/0.npy', got '../outside.npy'"),
+    'symlink to a device': (lambda ck, man: replace_with(ck, '/dev/zero'), True, '/arrays/0.npy: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)'),
+    'symlink outside': (lambda ck, man: replace_with(ck, ck.parent/'outside.npy'), True, '/arrays/0.npy: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)'),
+    'arrays dir a symlink': (link_arrays_dir, True, '/arrays/0.npy: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)'),
+    'fifo': (lambda ck, man: replace_with(ck, 'fifo'), True, '/arrays/0.npy: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)'),
+    'storage_dir in settings': (lambda ck, man: man['settings']['storage'].update(storage_dir='/tmp/elsewhere'), True,
+                                '/manifest.json: settings.storage.storage_dir: the memory kept its rows in memory-mapped files (/tmp/elsewhere); '
+                                'loading writes nothing unless told where: pass storage_dir, a directory for new files'),
+    'max_sz 30M in settings': (lambda ck, man: man['settings']['storage'].update(max_sz=30_000_000), True, '/manifest.json: state.storage.max_sz: 3000; the settings give 30000000'),
+    'max_sz 30M': (lambda ck, man: (man['settings']['storage'].update(max_sz=30_000_000), man['state']['storage'].update(max_sz=30_000_000)), True,
+                   '/manifest.json: settings.storage.max_sz: 30000000 rows, more than the arrays hold (3000); refused before allocating'),
+    'max_sz 1e13': (lambda ck, man: (man['settings']['storage'].update(max_sz=10**13), man['state']['storage'].update(max_sz=10**13)), True,
+                    '/manifest.json: settings.storage.max_sz: 10000000000000 rows, more than the arrays hold (3000); refused before allocating'),
+    'header shape 2**70': (lambda ck, man: set_npy_shape(ck/'arrays'/'0.npy', '(1180591620717411303424,)'), True,
+                           '/arrays/0.npy: expected (3000, 72) uint8, the header declares (1180591620717411303424,) uint8'),
+    'shape 2**70 everywhere': (lambda ck, man: (set_npy_shape(ck/'arrays'/'0.npy', '(1180591620717411303424,)'), man['arrays'][0].update(shape=[2**70], nbytes=2**70)), True,
+                               '/arrays/0.npy: not a whole .npy array: the file holds 216000 bytes of values, its header declares 1180591620717411303424'),
+    'len 3000 to 1000': (lambda ck, man: man['state']['storage'].update(len=1000), False,
+                         "/manifest.json: checksum <new> does not match manifest.json.crc32's <old>: the manifest was changed or damaged"),
+    'len 3000 to 1000, sealed': (lambda ck, man: man['state']['storage'].update(len=1000), True,
+                                 '/manifest.json: state.storage: len=1000 and pointer=3000: a ring of 3000 rows that is not full has its pointer at its length'),
+    'dtype float64 to int64': (lambda ck, man: man['arrays'][2].update(dtype='int64'), True, '/arrays/2.npy: expected (3000,) int64, the header declares (3000,) float64'),
+    'shape changed': (lambda ck, man: man['arrays'][2].update(shape=[1500, 2]), True, '/arrays/2.npy: expected (1500, 2) float64, the header declares (3000,) float64'),
+    'column removed': (lambda ck, man: man['state']['storage']['columns'].pop('reward'), False,
+                       "/manifest.json: checksum <new> does not match manifest.json.crc32's <old>: the manifest was changed or damaged"),
+    'bs -5': (lambda ck, man: man['settings'].update(bs=-5), True, '/manifest.json: settings: bs must be an int >= 1 and warmup_sz an int >= 0, got -5 and 4'),
+    'max_priority NaN': (lambda ck, man: man['state']['sampler'].update(max_priority={'__float__': 'nan'}), True,
+                         '/manifest.json: state.sampler.max_priority: expected a finite number >= 0, got {"__float__": "nan"}'),
+    'max_priority -1': (lambda ck, man: man['state']['sampler'].update(max_priority=-1), True, '/manifest.json: state.sampler.max_priority: expected a finite number >= 0, got -1'),
+    'negative clock': (lambda ck, man: man['state']['sampler'].update(clock=-3), True, '/manifest.json: state.sampler.clock: expected a finite number >= 0, got -3'),
+    'swapped files': (lambda ck, man: (man['arrays'][0].update(file='arrays/1.npy'), man['arrays'][1].update(file='arrays/0.npy')), True,
+                      "/manifest.json: arrays[0].file: expected 'arrays/0.npy', got 'arrays/1.npy'"),
+    'swapped references': (swap_refs, True, '/manifest.json: the state does not fit a PrioritizedExperienceReplay: the block of rows: '
+                                            'expected (3000, row bytes) uint8, got Tensor (3000,) torch.int64'),
+    'flipped header byte': (lambda ck, man: flip_header_brace(ck/'arrays'/'0.npy'), True,
+                            "/arrays/0.npy: not a whole .npy array: its header cannot be read (TokenError: ('EOF in multi-line statement', (2, 0)))"),
+    'missing state key': (lambda ck, man: man['state']['sampler'].pop('clock'), True, "/manifest.json: the state does not fit a PrioritizedExperienceReplay: 'clock'"),
+    'missing manifest key': (lambda ck, man: man.pop('state'), True, "/manifest.json: expected the keys ['format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays'], "
+                                                                     "got ['arrays', 'dropped', 'format', 'kind', 'settings', 'version']"),
+    'missing settings key': (lambda ck, man: man['settings'].pop('sampler'), True,
+                             "/manifest.json: settings: expected the keys ['kind', 'bs', 'warmup_sz', 'storage', 'sampler', 'fields'], "
+                             "got ['bs', 'fields', 'kind', 'storage', 'warmup_sz']"),
+}
+
+
+@pytest.mark.parametrize('finding', FINDINGS)
+def test_each_finding_is_refused_before_anything_is_made(rows3000, tmp_path, finding, monkeypatch):
+    change, sealed, message = FINDINGS[finding]
+    ck = tmp_path/'ck'
+    shutil.copytree(rows3000, ck)
+    np.save(tmp_path/'outside.npy', np.zeros((3000, 72), np.uint8))  # a valid array outside the checkpoint
+    man = json.loads((ck/MANIFEST).read_text())
+    change(ck, man)
+    raw = json.dumps(man).encode()
+    (ck/MANIFEST).write_bytes(raw)
+    if sealed: (ck/(MANIFEST + SEAL)).write_text(f'{zlib.crc32(raw)}\n')
+    message = message.replace('<new>', str(zlib.crc32(raw))).replace('<old>', (ck/(MANIFEST + SEAL)).read_text().strip())
+    opened, real_open = [], os.open
+    monkeypatch.setattr(os, 'open', lambda p, flags, *a, **k: opened.append((str(p), k.get('dir_fd'))) or real_open(p, flags, *a, **k))
+    before = sorted(str(p) for p in tmp_path.rglob('*'))
+    t = time.perf_counter()
+    with pytest.raises(CheckpointError, match=f'^{re.escape(str(ck) + message)}$'): load_memory(ck)
+    assert time.perf_counter() - t < 1  # nothing large was allocated (30M rows took 3.5 s)
+    monkeypatch.undo()
+    assert [p for p, d in opened if d is None] == [str(ck)]  # every other file opened relative to the checkpoint's directory
+    assert not any(p.startswith(('/', '..')) or '..' in p.split('/') for p, d in opened if d is not None)
+    assert sorted(str(p) for p in tmp_path.rglob('*')) == before and not Path('/tmp/elsewhere').exists()  # nothing made
+
+
+# Fuzzing: any change to a manifest or an array header is refused with CheckpointError or loads a memory that round-trips exactly
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+PATHS_OUT = ['../outside.npy', '/etc/passwd', 'arrays/../../outside.npy', 'arrays/1.npy', '/dev/zero', 'arrays', '']
+LEAVES = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([0, 1, 2, 3, 29, 30, 31, -1, 2**31, 2**63])
+          | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
+          | st.sampled_from(PATHS_OUT + ['int8', 'float64', 'object', 'load', 'nan', 'inf', 'torch', 'numpy', 'uint8']))
+JSON = st.recursive(LEAVES, lambda c: st.lists(c, max_size=3) | st.dictionaries(
+    st.sampled_from(['__array__', '__tuple__', '__scalar__', '__items__', '__float__', 'kind', 'shape', 'x']), c, max_size=2), max_leaves=6)
+
+
+def tree_paths(v, prefix=()):
+    "Every path into JSON data `v`"
+    yield prefix
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    for k, x in items: yield from tree_paths(x, prefix + (k,))
+
+
+def at(v, path):
+    for k in path: v = v[k]
+    return v
+
+
+@pytest.fixture(scope='module')
+def small(tmp_path_factory):
+    m = PrioritizedExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=2)
+    m + synth_transitions(20)
+    advance(m, 2)
+    base = tmp_path_factory.mktemp('fuzz')
+    m.save(base/'ck')
+    return base
+
+
+def watched_open(inside:Path, log:list):
+    "os.open that records each path it is asked for, resolved against the directory of its dir_fd, and refuses to open one outside `inside`"
+    real = os.open
+    def fake(path, flags, *a, dir_fd=None, **k):
+        full = os.path.normpath(os.path.join(os.readlink(f'/proc/self/fd/{dir_fd}'), path) if dir_fd is not None else os.path.abspath(path))
+        log.append(full)
+        if not (full == str(inside) or full.startswith(str(inside) + os.sep)): raise AssertionError(f'opened {full}, outside {inside}')
+        return real(path, flags, *a, dir_fd=dir_fd, **k)
+    return fake
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, monkeypatch):
+    work = Path(tempfile.mkdtemp(dir=small))
+    try:
+        ck, outside = work/'ck', work/'outside.npy'
+        shutil.copytree(small/'ck', ck)
+        np.save(outside, np.arange(30 * 72, dtype=np.uint8).reshape(30, 72))  # what a path outside would find; it must stay as it is
+        watched = outside.read_bytes()
+        man = json.loads((ck/MANIFEST).read_text())
+        for _ in range(data.draw(st.integers(1, 3), label='changes')):
+            how = data.draw(st.sampled_from(['replace', 'delete', 'header']), label='how')
+            if how == 'header':
+                f = ck/'arrays'/f"{data.draw(st.integers(0, len(man['arrays']) - 1), label='array')}.npy"
+                raw = bytearray(f.read_bytes())
+                end = raw.index(b'\n') + 1 if b'\n' in raw else len(raw)
+                raw[data.draw(st.integers(0, end - 1), label='byte')] ^= data.draw(st.integers(1, 255), label='bits')
+                f.write_bytes(bytes(raw))
+                continue
+            path = data.draw(st.sampled_from([p for p in tree_paths(man) if p]), label='path')
+            parent = at(man, path[:-1])
+            if how == 'delete': del parent[path[-1]]
+            else: parent[path[-1]] = data.draw(JSON, label='value')
+        raw = json.dumps(man).encode()
+        (ck/MANIFEST).write_bytes(raw)
+        if data.draw(st.booleans(), label='sealed again'): (ck/(MANIFEST + SEAL)).write_text(f'{zlib.crc32(raw)}\n')
+        log = []
+        with monkeypatch.context() as mp:
+            mp.setattr(os, 'open', watched_open(ck, log))
+            try: memory = load_memory(ck)
+            except CheckpointError: memory = None
+        assert outside.read_bytes() == watched and sorted(p.name for p in work.iterdir()) == ['ck', 'outside.npy']
+        if memory is not None:  # a consistent checkpoint: what loaded saves and loads again exactly
+            memory.save(work/'again')
+            same(load_memory(work/'again').state_dict(), memory.state_dict())
+    finally: shutil.rmtree(work)

@@ -559,6 +559,9 @@ def _read(path:str|Path, cls:type, into:Replay|None=None, storage_dir=None):
         rows = s['storage'].get('max_sz') if into is None else into.storage.max_sz
         if not is_int(rows) or rows < 1 or state['storage'].get('max_sz') != rows:
             raise CheckpointError(f"{f}: state.storage.max_sz: {state['storage'].get('max_sz')!r}; the {'settings give' if into is None else 'memory has'} {rows!r}")
+        ring = state['storage']
+        if all(is_int(ring.get(k)) for k in ('len', 'pointer')) and ring['len'] < rows and ring['pointer'] != ring['len']:
+            raise CheckpointError(f"{f}: state.storage: len={ring['len']} and pointer={ring['pointer']}: a ring of {rows} rows that is not full has its pointer at its length")
         if 'observation_shape' in s['storage']:  # a frame storage allocates its frames as it is made
             held = unpack(state['storage'].get('obs_shape'), [], str(f), 'state.storage.obs_shape', TAGS if strict else ('__array__',))
             if not isinstance(held, (list, tuple)) or list(s['storage']['observation_shape']) != list(held):
