@@ -1,6 +1,8 @@
 "Everything a notebook needs: `from fastrl_replay.all import *`"
 from .core import *
+from .errors import *
 from .memory.core import *
+from .memory.alloc import *
 from .memory.experience_replay import *
 from .memory.sumtree import *
 from .memory.prioritized import *

@@ -14,15 +14,14 @@ from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
-from .memory.core import Replay, ExperienceReplayException, is_int
-from .memory.persist import (CheckpointError, load_into, atomic_dir, last_complete, write_tree, read_sealed, read_tree,
+from .errors import ExperienceReplayException, CheckpointError, is_int, check_positive
+_all_ = ['CheckpointError']  # defined in `errors`
+from .memory.core import Replay
+from .memory.persist import (load_into, atomic_dir, last_complete, write_tree, read_sealed, read_tree,
                                           read_small, open_dir, open_inside, check_keys, pack, unpack, SEAL, MANIFEST as MEMORY_MANIFEST)
 
 # %% auto #0
 __all__ = ['rng_states', 'set_rng_states', 'write_checkpoint', 'read_checkpoint', 'CheckpointCallback', 'CheckpointError']
-
-# %% ../nbs/12_checkpoint.ipynb #2b64b4d9
-_all_ = ['CheckpointError']  # the library's one error for checkpoints (a `ValueError`), shared with memory checkpoints
 
 # %% ../nbs/12_checkpoint.ipynb #28fd8472
 def rng_states() -> dict:
@@ -161,7 +160,7 @@ class CheckpointCallback(Callback):
                  path:str|Path, # The checkpoint's folder, replaced at each save
                  every:int|None=None, # Environment steps between checkpoints (None: only at the end of fit)
                  resume:bool=False): # Restore the run from `path` when fit starts, and carry on from where it stopped
-        if every is not None and (not is_int(every) or every < 1): raise ValueError(f'every must be a positive int or None, got {every!r}')
+        check_positive(every, 'every', none_ok=True)
         self.path, self.every = Path(path), every
         self.saved = _run_state(read_checkpoint(self.path), self.path) if resume else None  # a missing or damaged checkpoint is refused here
         self.resumed_elapsed, self.last = 0., None  # seconds the run had trained before it was resumed; the last position saved

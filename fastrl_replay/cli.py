@@ -10,6 +10,7 @@ import argparse, html, json, time, warnings
 from pathlib import Path
 from fastcore.basics import ifnone
 import numpy as np, torch
+from .errors import check_positive
 with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
     warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
     from fastai.callback.core import Callback
@@ -82,8 +83,7 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
     steps, replay_size, lr = ifnone(steps, d.pop('steps')), ifnone(replay_size, d.pop('max_sz')), ifnone(lr, d.pop('lr'))
     kwargs = d | kwargs
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
-    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-        raise ValueError(f'checkpoint_every must be a positive int or None, got {checkpoint_every!r}')
+    check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
                     checkpoint_every=checkpoint_every, learner=kwargs)
     learn, run = _learner(settings), None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
 from fastai.torch_core import TensorBase
+from .errors import dtype_name
 
 # %% auto #0
 __all__ = ['TensorBatch', 'BD']
@@ -113,7 +114,7 @@ class BD(dict):
         return BD._new({k: v.to(*args, **kwargs) for k, v in self.items()})
 
     def __repr__(self):
-        cols = ', '.join(f'{k}: {tuple(v.shape)} {str(v.dtype).replace("torch.", "")}' for k, v in self.items())
+        cols = ', '.join(f'{k}: {tuple(v.shape)} {dtype_name(v.dtype)}' for k, v in self.items())
         return f'BD(bs={self.bs()}; {cols})'
 
     def __getattr__(self, k):

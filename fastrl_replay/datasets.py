@@ -10,7 +10,9 @@ from functools import singledispatch
 from dataclasses import replace
 import numpy as np, pandas as pd, torch, gymnasium as gym
 from fastcore.basics import patch
-from .memory.core import ExperienceReplayException, Replay, Storage, NP_DTYPES, cast_exactly
+from .errors import ExperienceReplayException
+from .memory.checks import NP_DTYPES, cast_exactly
+from .memory.core import Replay, Storage
 from .memory.experience_replay import ColumnStorage, ExperienceReplay
 from .memory.circular import FrameStorage
 

@@ -17,18 +17,20 @@ from fastcore.basics import ifnone
 from fastai.callback.core import Callback
 from fastai.optimizer import OptimWrapper
 from .core import BD
-from .memory.core import ExperienceReplayException, WarmupNotReached, Replay, batch_of, check_positive
+from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
+from .memory.checks import batch_of, td_vector
+from .memory.core import Replay
 from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
-from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
+from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
+from .memory.sumtree import per_weights
 from .memory.persist import load_memory
 from .data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders
 from .learner import LeanLearner
 
 # %% auto #0
-__all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'global_weights', 'ReplayShard', 'call', 'fetch', 'ask',
-           'write_batch', 'init_ray', 'RayReplay', 'refresh', 'flush', 'apply', 'reset', 'close', 'Collector',
-           'CollectorFleet', 'advance', 'stop', 'RaySource', 'FleetCallback', 'ray_dqn_learner', 'fleet_metrics',
-           'close_learner']
+__all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'ReplayShard', 'call', 'fetch', 'ask', 'write_batch',
+           'init_ray', 'RayReplay', 'refresh', 'flush', 'apply', 'reset', 'close', 'Collector', 'CollectorFleet',
+           'advance', 'stop', 'RaySource', 'FleetCallback', 'ray_dqn_learner', 'fleet_metrics', 'close_learner']
 
 # %% ../nbs/14_distributed.ipynb #f6f69888
 def shard_for(writer:int, # The writer: a collector's index, or 0 for the client's own `+`
@@ -56,21 +58,6 @@ def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "The shards, incarnations and rows of `keys`"
     k = np.asarray(keys, np.int64)
     return (k >> _ROW_BITS) & ((1 << _SHARD_BITS) - 1), k >> (_ROW_BITS + _SHARD_BITS), k & ((1 << _ROW_BITS) - 1)
-
-# %% ../nbs/14_distributed.ipynb #4696facf
-def global_weights(p:np.ndarray, # Raw priorities of the sampled rows
-                   p_min:float, # Smallest priority over every shard
-                   n_rows:int, # Rows over every shard (the N of the weights)
-                   total:float, # Sum of the priorities over every shard
-                   beta:float, # Importance-sampling exponent
-                   weight_norm:str|None='memory' # As `PrioritizedSampler`: divide by the largest weight over the 'memory' or the 'batch'; None: raw
-                  ) -> np.ndarray:
-    "Importance-sampling weights (N · p / total) ** -beta, normalised over the whole sharded memory or the batch; float32"
-    p = np.asarray(p, np.float64)
-    if weight_norm == 'memory': w = (p / p_min) ** -beta
-    elif weight_norm == 'batch': w = (p / p.min()) ** -beta
-    else: w = (n_rows * p / total) ** -beta
-    return w.astype(np.float32)
 
 # %% ../nbs/14_distributed.ipynb #39bbb85c
 _ADDED, _META = 'added', 'shard.json'
@@ -131,10 +118,7 @@ def _shard_checkpoint(self:ReplayShard) -> Path|None:
 def _shard_stats(self:ReplayShard) -> dict:
     "Rows, total and smallest priority (rows and 1 for uniform sampling), incarnation, rows added and lost"
     m = self.memory
-    if self.prioritized:
-        s = m.sampler
-        if s._gated: s._flush()
-        total, low = s.tree.total, s.tree.min
+    if self.prioritized: total, low = m.sampler.totals()
     else: total, low = float(len(m)), 1.
     return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
                 restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
@@ -215,7 +199,7 @@ def init_ray(address:str|None=None, # A running cluster to join ('auto', 'ray://
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays, ready to travel"
     b = batch_of(batch)
-    return {k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in b.items()}
+    return {k: to_numpy(v) for k, v in b.items()}
 
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
@@ -247,7 +231,7 @@ class RayReplay:
         else:
             actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0, **(shard_options or {}))
             self.shards = [actor.remote(*a) for a in args]
-        self.generator = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ())))
+        self.generator = torch.Generator().manual_seed(draw_seed(seed))
         self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
         self.n_samples, self.n_batches, self.n_retried, self.td_lost = 0, 0, 0, 0
 
@@ -257,8 +241,7 @@ class RayReplay:
     @property
     def current_beta(self) -> float:
         "The importance-sampling exponent of the next sample, annealed over the client's samples"
-        if not self.beta_steps: return self.beta
-        return self.beta + (self.beta_end - self.beta) * min(self.n_samples / self.beta_steps, 1.)
+        return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
 
 # %% ../nbs/14_distributed.ipynb #82ae2954
 def _note(self:RayReplay, st:dict): self._stats[st['index']] = st
@@ -314,8 +297,9 @@ def _collect(self:RayReplay, req:dict) -> tuple[BD, torch.Tensor]:
     batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
     if self.prioritized:
         u = req['used']
-        w = global_weights(np.concatenate([o['p'] for o in outs]), u['min'], u['n'], u['total'], self.current_beta, self.weight_norm)
-        batch['weight'] = torch.from_numpy(w)[:, None]
+        p = np.concatenate([o['p'] for o in outs])
+        w = per_weights(p, self.current_beta, self.weight_norm, p_min=u['min'], n_rows=u['n'], total=u['total'])
+        batch['weight'] = torch.from_numpy(w.astype(np.float32))[:, None]
     self.n_samples += 1
     return BD._new(batch), torch.from_numpy(keys)
 
@@ -349,10 +333,8 @@ def _update_td(self:RayReplay,
                td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                keys): # n keys, as `sample` returned them
     "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from"
-    td = td_errors.detach().float().cpu().numpy() if isinstance(td_errors, torch.Tensor) else np.asarray(td_errors, np.float32)
-    k = keys.cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-    td = td.reshape(-1) if td.ndim == 2 and td.shape[1] == 1 else td
-    if td.shape != k.shape: raise ExperienceReplayException(f'td_errors: expected shape ({len(k)},) or ({len(k)}, 1) for {len(k)} keys, got {td_errors.shape}')
+    k = to_numpy(keys)
+    td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
     shard, inc, rows = decode_keys(k)
     parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
     if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard

@@ -19,6 +19,7 @@ from .agents.a2c import a2c_learner, PolicySampler, TrialReplay
 from .envs.changing import evaluate_choices, changing_env_id, MODE_COLOURS, COLOURS
 from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
 from .memory.continual import ReservoirReplay, TaskBalancedReplay
+from .errors import check_choice
 from .plots import figures_to_html
 
 # %% auto #0
@@ -31,7 +32,7 @@ MEMORIES = {'fifo': ExperienceReplay, 'reservoir': ReservoirReplay, 'balanced': 
 def make_memory(kind:str, # 'fifo', 'reservoir' or 'balanced'
                 max_sz:int, bs:int, warmup_sz:int, seed:int):
     "A memory of `kind`: FIFO `ExperienceReplay`, `ReservoirReplay` or `TaskBalancedReplay`"
-    if kind not in MEMORIES: raise ValueError(f"memory must be 'fifo', 'reservoir' or 'balanced', got {kind!r}")
+    check_choice(kind, 'memory', tuple(MEMORIES))
     return MEMORIES[kind](bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
 
 BUDGETS = {'a2c': dict(steps1=1000, steps2=2000, memory_sz=25_000, replay_bs=100),
@@ -183,8 +184,7 @@ def run_forgetting(seed:int=0, # Seed of everything sampled
                    **budget # `steps1`, `steps2` (gradient steps for A2C, environment steps for DQN), `memory_sz`, `replay_bs`, `curve_every`, `curve_trials`
                   ) -> dict:
     "Run the forgetting experiment once and write its metrics and report"
-    if agent not in BUDGETS: raise ValueError(f"agent must be 'a2c' or 'dqn', got {agent!r}")
-    if memory not in MEMORIES: raise ValueError(f"memory must be 'fifo', 'reservoir' or 'balanced', got {memory!r}")
+    check_choice(agent, 'agent', tuple(BUDGETS)); check_choice(memory, 'memory', tuple(MEMORIES))
     unknown = set(budget) - {*BUDGETS[agent], 'curve_every', 'curve_trials'}
     if unknown: raise ValueError(f'unknown settings {sorted(unknown)}')
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ import numpy as np, torch
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
-from .memory.core import ExperienceReplayException, check_positive, is_int
+from .errors import ExperienceReplayException, check_positive, is_int
 
 # %% auto #0
 __all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 'plot_sample_counts', 'plot_losses',
@@ -141,7 +141,7 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
                  window:int=100 # Episodes in the rolling mean
                 ) -> go.Figure:
     "Each episode's return as a marker, and their rolling mean over `window` episodes as a line"
-    if not is_int(window) or window < 1: raise ValueError(f'window must be a positive int, got {window!r}')
+    check_positive(window, 'window')
     if isinstance(returns, torch.Tensor): returns = returns.detach().cpu().double()
     r = np.asarray(returns, dtype=np.float64).reshape(-1)
     if not len(r): raise ValueError('no returns to plot')

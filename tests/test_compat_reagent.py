@@ -6,6 +6,7 @@ from fastrl_replay.compat.reagent import (ReplayBuffer, PrioritizedReplayBuffer,
                                           OutOfGraphPrioritizedReplayBuffer, PaddedFrameStorage)
 from fastrl_replay.memory.circular import ReplayElement
 from fastrl_replay.memory.core import ExperienceReplayException, NoValidTransitions
+from fastrl_replay.errors import CheckpointError
 from fastrl_replay.memory.persist import load_memory
 
 SCREEN = (84, 84)
@@ -552,7 +553,7 @@ def test_checkpoint_refusals(tmp_path):
     memory.save(tmp_path/'m')
     with pytest.raises(ExperienceReplayException, match=r'load\(checkpoint_dir, suffix\), restoring in place, is not supported'):
         memory.load(tmp_path/'m', '3')
-    with pytest.raises(ExperienceReplayException, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
+    with pytest.raises(CheckpointError, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
         PrioritizedReplayBuffer.load(tmp_path/'m')
     with pytest.raises(ExperienceReplayException, match='the buffer has no columns yet'): ReplayBuffer().save(tmp_path/'e')
     other = _filled(SAVED[1])

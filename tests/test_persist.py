@@ -119,7 +119,7 @@ def test_empty_memory_round_trip(tmp_path):
 
 def test_wrong_class_and_unknown_kind(tmp_path):
     thin_memories()[3].save(tmp_path/'crb')
-    with pytest.raises(ExperienceReplayException, match='holds a CircularReplayBuffer checkpoint; ExperienceReplay.load'):
+    with pytest.raises(CheckpointError, match='holds a CircularReplayBuffer checkpoint; ExperienceReplay.load'):
         ExperienceReplay.load(tmp_path/'crb')
 
     class LastRows(UniformSampler):
@@ -128,7 +128,7 @@ def test_wrong_class_and_unknown_kind(tmp_path):
     m = Replay(ColumnStorage(20), LastRows(seed=0), bs=3, warmup_sz=5)
     m + synth_transitions(12)
     m.save(tmp_path/'mine')
-    with pytest.raises(ExperienceReplayException, match="LastRows' is not a known Sampler class.*register_kind"):
+    with pytest.raises(CheckpointError, match="LastRows' is not a known Sampler class.*register_kind"):
         load_memory(tmp_path/'mine')
     try:
         register_kind(LastRows)
@@ -273,7 +273,7 @@ def test_mapped_storage_is_copied_and_loads_only_into_a_place_given(tmp_path):
     er + synth_transitions(10)
     assert len(load_memory(tmp_path/'ck', storage_dir=tmp_path/'again')) == 1500  # the checkpoint does not follow the memory's files
     with pytest.raises(CheckpointError, match="holds the memory's own files"): er.save(tmp_path/'store')
-    with pytest.raises(ExperienceReplayException, match='holds the arrays of another memory'): load_memory(tmp_path/'ck', storage_dir=tmp_path/'copy')
+    with pytest.raises(CheckpointError, match='holds the arrays of another memory'): load_memory(tmp_path/'ck', storage_dir=tmp_path/'copy')
     into = ExperienceReplay(bs=4, max_sz=2000, warmup_sz=4, seed=9, storage_dir=tmp_path/'mine')
     load_into(into, tmp_path/'ck')  # a memory the caller made, with its own files
     assert into.storage.files.path == tmp_path/'mine' and torch.equal(into.memory['state'], twin.memory['state'][:1500])

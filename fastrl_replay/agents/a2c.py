@@ -20,7 +20,7 @@ with warnings.catch_warnings():
 from ..core import BD
 from ..data.gym import gym_dataloaders, NoValidation
 from ..learner import LeanLearner
-from ..memory.core import WarmupNotReached
+from ..errors import WarmupNotReached
 from ..envs.changing import changing_env_id, pair_rewards
 
 # %% auto #0

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from ..memory.core import (ExperienceReplayException, Sampler, Replay, is_int, check_number, as_idxs, TORCH_DTYPES)
+from ..errors import ExperienceReplayException, is_int, check_number, check_positive
+from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
@@ -37,6 +39,12 @@ class NumpySampler(Sampler):
         return torch.from_numpy(self.rng.randint(0, len(self.storage), n).astype(np.int64, copy=False))
 
     def settings(self) -> dict: return dict(numpy_seed=self.numpy_seed)
+
+    def share_generator(self, other:Sampler) -> NumpySampler:
+        "Draw from `other`'s generators from now on: its torch one and, for a `NumpySampler`, its NumPy one"
+        super().share_generator(other)
+        if isinstance(other, NumpySampler): self.numpy_seed, self._rs = other.numpy_seed, other._rs
+        return self
 
     def state_dict(self) -> dict:
         "The base state and the state of a generator of its own (NumPy's global state is NumPy's)"
@@ -88,8 +96,7 @@ class ReplayBuffer:
                  Nstep:dict|None=None, # {'size': n, 'gamma': 0.99, 'rew': names summed over n steps, 'next': names taken n - 1 steps later}
                  mmap_prefix:str|Path|None=None, # Keep the columns in memory-mapped files in this directory instead of RAM
                  seed:int|None=None): # Seed of the sampler's generator (default: NumPy's global generator, as cpprb)
-        ok = is_int(size) or (isinstance(size, (float, np.floating)) and float(size).is_integer())
-        if not ok or size < 1: raise ExperienceReplayException(f'size must be a positive int, got {size!r}')
+        check_positive(int(size) if isinstance(size, (float, np.floating)) and float(size).is_integer() else size, 'size')
         self._size, self.seed, self._dir = int(size), seed, None if mmap_prefix is None else Path(mmap_prefix)
         self.env_dict = dict(env_dict or {})
         if not self.env_dict: raise ExperienceReplayException('env_dict must name at least one value, got none')
@@ -236,9 +243,7 @@ def clear(self:ReplayBuffer):
 @patch
 def _renewed_sampler(self:ReplayBuffer) -> Sampler:
     "A sampler for an emptied buffer, drawing from the same generator"
-    s = self._new_sampler()
-    s._rs = self.replay.sampler._rs
-    return s
+    return self._new_sampler().share_generator(self.replay.sampler)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #887d77de
 @patch
@@ -247,7 +252,7 @@ def _check_nstep(self:ReplayBuffer, Nstep) -> dict:
     if not isinstance(Nstep, Mapping) or 'size' not in Nstep:
         raise ExperienceReplayException(f"Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and 'next', got {Nstep!r}")
     n, gamma = Nstep['size'], Nstep.get('gamma', 0.99)
-    if not is_int(n) or n < 1: raise ExperienceReplayException(f"Nstep['size'] must be a positive int, got {n!r}")
+    check_positive(n, "Nstep['size']")
     check_number("Nstep['gamma']", gamma)
     rew, nxt = _names(Nstep.get('rew'), "Nstep['rew']"), _names(Nstep.get('next'), "Nstep['next']")
     if missing := [k for k in ['done', *rew, *nxt] if k not in self._cols]:
@@ -325,11 +330,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _new_sampler(self) -> Sampler:
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
-
-    def _renewed_sampler(self) -> Sampler:
-        s = self._new_sampler()
-        s.generator, s.seed = self.replay.sampler.generator, None
-        return s
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 @patch

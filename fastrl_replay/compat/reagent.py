@@ -11,8 +11,9 @@ from functools import lru_cache
 import keyword
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
-from ..memory.core import (ExperienceReplayException, NoValidTransitions, UniformSampler, Replay,
-                                       check_positive, check_number, cast_exactly, as_idxs)
+from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy
+from ..memory.checks import cast_exactly, as_idxs
+from ..memory.core import UniformSampler, Replay
 from ..memory.circular import FrameStorage, ReplayElement
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
@@ -50,14 +51,10 @@ def extra_names(self:PaddedFrameStorage) -> list:
     return [e.name for e in self.extras if e.name != _PAD]
 
 # %% ../../nbs/13c_compat.reagent.ipynb #33af6ee2
-def _array(v) -> np.ndarray:
-    "`v` as a NumPy array (tensors are moved to the CPU)"
-    return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-
 def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
     "`v` as an array of `shape` and `dtype`: a float rounds to a float dtype, anything else must fit exactly"
     if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array of shape {shape}, got a dict (sparse features are not supported)')
-    a = _array(v)
+    a = to_numpy(v)
     if a.shape != tuple(shape): raise ExperienceReplayException(f'{name}: expected shape {tuple(shape)}, got {a.shape}')
     if a.dtype == dtype: return a
     if a.dtype.kind == 'f' and dtype.kind == 'f': return a.astype(dtype)
@@ -78,7 +75,7 @@ def add_padded(self:PaddedFrameStorage,
     act = _value('action', action, self.action_shape, self.action_dtype)
     rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
     if rew.dtype.kind == 'f' and not np.isfinite(rew).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
-    t = _array(terminal)
+    t = to_numpy(terminal)
     if t.size != 1: raise ExperienceReplayException(f'terminal: expected one value, got shape {t.shape}')
     ex = {e.name: _value(e.name, extras[e.name], e.shape, e.type) for e in self.extras if e.name != _PAD}
     term, first = bool(t.reshape(())), self.add_count
@@ -207,7 +204,7 @@ def _write(self:PaddedReplay, observation, action, reward, terminal, extras:dict
     if priority is not None:
         if not self.prioritized:
             raise ExperienceReplayException(f'priority: a {type(self).__name__} samples uniformly; got priority={priority!r}')
-        p = _array(priority)
+        p = to_numpy(priority)
         if p.size != 1: raise ExperienceReplayException(f'priority: expected one number, got shape {p.shape}')
         priority = p.reshape(()).item()
         check_number('priority', priority)
@@ -247,7 +244,7 @@ def is_full(self:PaddedReplay) -> bool: return self.add_count >= self.replay_cap
 @patch
 def is_valid_transition(self:PaddedReplay, index) -> bool:
     "Whether index `index` holds a valid transition now (False out of range)"
-    i = _array(index)
+    i = to_numpy(index)
     if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
     i = int(i.reshape(()))
     self._settle()
@@ -271,7 +268,7 @@ def _draw(self:PaddedReplay, batch_size:int) -> torch.Tensor:
 @patch
 def _rows(self:PaddedReplay, indices) -> np.ndarray:
     "`indices`, `(n,)` or `(n, 1)`, as a 1-d array of indices in range"
-    a = _array(indices)
+    a = to_numpy(indices)
     if a.ndim == 2 and a.shape[1] == 1: a = a[:, 0]
     return as_idxs(a, self.replay_capacity, 'cpu').numpy()
 
@@ -404,7 +401,7 @@ _REQUIRED = ('observation', 'action', 'reward', 'terminal')
 def _dense_type(name:str, v) -> tuple[tuple, np.dtype]:
     "Shape and dtype of a column typed by its first value `v`, float64 stored as float32"
     if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array or number, got a dict (sparse features are not supported)')
-    a = _array(v)
+    a = to_numpy(v)
     if a.dtype.kind not in 'biuf': raise ExperienceReplayException(f'{name}: expected numbers (bool, int or float), got dtype {a.dtype}')
     return a.shape, np.dtype(np.float32) if a.dtype == np.float64 else a.dtype
 

@@ -15,7 +15,9 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
-from ..memory.core import ExperienceReplayException, Replay, Sampler, is_int, as_idxs, TORCH_DTYPES
+from ..errors import ExperienceReplayException, is_int, check_positive
+from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
@@ -71,7 +73,7 @@ class ReplayBuffer(SB3ReplayBuffer):
         if isinstance(observation_space, spaces.Dict):
             raise ExperienceReplayException(f'observation_space: a Dict space needs a dict buffer, which this adapter is not; got {observation_space}')
         for name, v in (('buffer_size', buffer_size), ('n_envs', n_envs)):
-            if not is_int(v) or v < 1: raise ExperienceReplayException(f'{name} must be a positive int, got {v!r}')
+            check_positive(v, name)
         if optimize_memory_usage and handle_timeout_termination:
             raise ExperienceReplayException('ReplayBuffer does not support optimize_memory_usage = True '
                                             'and handle_timeout_termination = True simultaneously.')
@@ -185,8 +187,7 @@ def _get_samples(self:ReplayBuffer, batch_inds:np.ndarray, env:VecNormalize|None
 @patch
 def reset(self:ReplayBuffer):
     "Remove every transition; the sampler's generator goes on"
-    s = self._new_sampler()
-    s._rs = self.replay.sampler._rs
+    s = self._new_sampler().share_generator(self.replay.sampler)
     self.replay, self.pos, self.full = self._new_replay(s), 0, False
 
 @patch

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Mapping
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
+from ..errors import check_positive
 from fastcore.basics import ifnone, patch
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
@@ -139,7 +140,7 @@ class GymLoop:
                  obs_dtype=np.float32, # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
                  steps_count:int|None=None): # fastrl's name for `n_steps`, accepted in its place
         n_steps = _n_steps(n_steps, steps_count)
-        if n_steps < 1 or steps_delta < 1: raise ValueError(f'n_steps and steps_delta must be >= 1, got {n_steps}, {steps_delta}')
+        check_positive(n_steps, 'n_steps'); check_positive(steps_delta, 'steps_delta')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
         self.env_name = env_name if env is None else getattr(getattr(env, 'spec', None), 'id', None)  # kept by `new_empty`
         if env is None:
@@ -410,7 +411,7 @@ class TransitionLoader(DataLoader):
     "A fastai `DataLoader` of `(BD,)` batches of `bs` transitions taken whole from a `Source`, each followed by `updates - 1` batches of none"
     start = 0  # the batch the next pass begins at: set by a run resumed part-way through an epoch
     def __init__(self, dataset=None, updates:int=1, **kwargs):
-        if not isinstance(updates, int) or updates < 1: raise ValueError(f'updates must be an int >= 1, got {updates!r}')
+        check_positive(updates, 'updates')
         super().__init__(dataset, **kwargs)
         self.updates = updates
 

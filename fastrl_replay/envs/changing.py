@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import gymnasium as gym
 from gymnasium import spaces
+from ..errors import check_positive
 
 # %% auto #0
 __all__ = ['COLOUR_REWARDS', 'COLOUR_RGB', 'MODE_COLOURS', 'COLOURS', 'check_mode', 'ChangingEnv', 'changing_env_id',
@@ -38,7 +39,7 @@ class ChangingEnv(gym.Env):
                  features:bool=False, # Observe the tutorial agent's nine inputs instead of the pair's RGB values
                  render_mode:str|None=None): # Nothing to render: only None
         if render_mode is not None: raise ValueError(f'ChangingEnv renders nothing: render_mode must be None, got {render_mode!r}')
-        if not isinstance(trials, (int, np.integer)) or trials < 1: raise ValueError(f'trials must be a positive int, got {trials!r}')
+        check_positive(trials, 'trials')
         self.mode, self.trials, self.features = check_mode(mode), int(trials), bool(features)
         self.action_space = spaces.Discrete(2)
         self.observation_space = (spaces.Box(0., 1., (9,), np.float32) if features else

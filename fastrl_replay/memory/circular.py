@@ -14,9 +14,10 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 import inspect
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Storage, UniformSampler, Replay,
-                                       is_int, check_positive, cast_exactly, as_idxs, forward_attrs, check_kind,
-                                       MappedArrays, same_file, keepable, page_aligned_zeros)
+from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
+from .checks import cast_exactly, as_idxs, check_kind
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .core import Storage, UniformSampler, Replay, forward_attrs
 from .prioritized import PrioritizedSampler
 
 # %% auto #0
@@ -34,9 +35,7 @@ def _np(v):
     if isinstance(v, torch.Tensor): return v.detach().cpu().numpy()
     return np.asarray(v)
 
-def _finite(v:np.ndarray) -> bool:
-    "True when every value of `v` is finite (one float value is checked without array machinery)"
-    return math.isfinite(v) if v.ndim == 0 and v.dtype.kind == 'f' else bool(np.isfinite(v).all())
+
 
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
@@ -63,10 +62,10 @@ class FrameStorage(Storage):
                  storage_dir=None, # Keep the per-step arrays in memory-mapped files there instead of RAM
                  reuse_files:bool=False): # Open the files already in `storage_dir` (a checkpoint over them)
         for v, name in ((stack_size, 'stack_size'), (max_sz, 'max_sz'), (n_steps, 'n_steps')): check_positive(v, name)
-        if not 0 <= gamma <= 1: raise ExperienceReplayException(f'gamma must be in [0, 1], got {gamma!r}')
+        check_probability(gamma, 'gamma')
         if not all(is_int(d) and d >= 0 for d in observation_shape):
             raise ExperienceReplayException(f'observation_shape must be a tuple of ints >= 0, got {observation_shape!r}')
-        if padding not in ('zero', 'first'): raise ExperienceReplayException(f"padding must be 'zero' or 'first', got {padding!r}")
+        check_choice(padding, 'padding', ('zero', 'first'))
         super().__init__(max_sz, 'cpu')
         self.batch_device = torch.device(device if device is not None else 'cpu')
         self.obs_shape, self.stack_size, self.n_steps, self.gamma = tuple(observation_shape), int(stack_size), int(n_steps), float(gamma)
@@ -153,8 +152,7 @@ class CircularReplayBuffer(Replay):
                  **kwargs): # `FrameStorage`'s settings, and the `PrioritizedSampler`'s (`weight_norm` 'batch' and fixed β by default)
         for v, name in ((replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'), (update_horizon, 'update_horizon')):
             check_positive(v, name)
-        if warmup_sz is not None and (not is_int(warmup_sz) or warmup_sz < 0):
-            raise ExperienceReplayException(f'warmup_sz must be an int >= 0, got {warmup_sz!r}')
+        if warmup_sz is not None: check_nonneg(warmup_sz, 'warmup_sz')
         prio = {k: kwargs.pop(k) for k in list(kwargs) if k in _PRIORITY_ARGS}
         storage = FrameStorage(observation_shape, replay_capacity, stack_size, update_horizon, gamma, extra_storage_types, **kwargs)
         sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator, seed=seed)
@@ -226,7 +224,7 @@ def _check_step(self:FrameStorage, observation, action, reward, terminal, trunca
     a, r = _np(action), _np(reward)
     if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
     if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
-    if r.dtype.kind in 'fc' and not _finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
+    if r.dtype.kind in 'fc' and not all_finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
     a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
     term, trunc = bool(terminal), bool(truncated)
     nxt = None
@@ -262,7 +260,7 @@ def add_step(self:FrameStorage, observation, action, reward, terminal, *args, tr
              env_id:int=0, **kwargs) -> int:
     "Check one step and write it at the cursor; the row written"
     ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
-    if not is_int(env_id) or env_id < 0: raise ExperienceReplayException(f'env_id must be an int >= 0, got {env_id!r}')
+    check_nonneg(env_id, 'env_id')
     row = self.add_count % self.max_sz
     self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
     return row

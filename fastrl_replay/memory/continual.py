@@ -10,8 +10,9 @@ from collections.abc import Mapping
 import numpy as np, torch
 from fastcore.basics import patch
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Replay, Sampler, UniformSampler,
-                                       new_generator, batch_of, as_transition, check_positive, is_int, forward_attrs)
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, check_nonneg, is_int, to_numpy, dtype_name
+from .checks import batch_of
+from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage, _one, _MISSING
 from .persist import register_kind
 
@@ -196,7 +197,7 @@ class TaskStorage(_PolicyStorage):
     def task(self) -> int: return self._task
     @task.setter
     def task(self, t):
-        if not is_int(t) or t < 0: raise ExperienceReplayException(f'task must be an int >= 0, got {t!r}')
+        check_nonneg(t, 'task')
         self._task = int(t)
 
     def settings(self) -> dict: return {**super().settings(), 'task_key': self.task_key, 'task': self.task}
@@ -225,7 +226,7 @@ def add(self:TaskStorage, batch) -> tuple[int, int]:
         if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
     else:
         t = b[self.task_key]
-        tv = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        tv = to_numpy(t)
         if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
             raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
                                             f'values {tv.reshape(-1)[:5].tolist()}')
@@ -237,7 +238,7 @@ def _schema(self:TaskStorage, b):
     c = next(c for c in cols if c.key == self.task_key)
     if c.shape != (1,) or c.dtype != torch.int64:
         raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
-                                        f'(n, {", ".join(map(str, c.shape))}) {str(c.dtype).replace("torch.", "")}')
+                                        f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
     return cols
 
 @patch
@@ -249,7 +250,7 @@ def _allocate(self:TaskStorage, cols, given=None, rows=None):
 @patch
 def _destinations(self:TaskStorage, b, n):
     tv = b[self.task_key]
-    new = (tv.detach().cpu().numpy() if isinstance(tv, torch.Tensor) else np.asarray(tv)).reshape(-1).astype(np.int64)
+    new = to_numpy(tv).reshape(-1).astype(np.int64)
     dst = np.full(n, -1, np.int64)
     free = min(self.max_sz - self._len, n)
     dst[:free] = self._len + np.arange(free)

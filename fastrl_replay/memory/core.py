@@ -8,202 +8,19 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.core.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
-import numpy as np, torch, numba
-import copy, dataclasses, mmap, os, re
-from pathlib import Path
+import numpy as np, torch
+import copy, dataclasses
 from fastcore.basics import ifnone, patch
-from ..core import BD, ROW_INDEX
+from ..core import BD
+from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
+                                  new_generator)
+from .checks import as_idxs, last_wins, td_rows, check_kind
+from .kernels import td_arrays, put_in_order
+_all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['PAGE', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions', 'Storage', 'MappedArrays', 'keepable',
-           'same_file', 'page_aligned_zeros', 'use_huge_pages', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay',
-           'as_transition', 'kind_name']
-
-# %% ../../nbs/06_memory.core.ipynb #86ab8ded
-class ExperienceReplayException(ValueError):
-    "A batch, index or setting that does not fit the memory; the memory is left exactly as it was"
-
-class WarmupNotReached(Exception):
-    "Raised by `sample` while the memory holds fewer than `warmup_sz` rows"
-
-class NoValidTransitions(WarmupNotReached, RuntimeError):
-    "Raised by `sample` when no stored row can be built into a transition yet"
-
-# %% ../../nbs/06_memory.core.ipynb #8eee9f30
-def is_int(v) -> bool:
-    "Whether `v` is a Python or NumPy integer (bools are not)"
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-def check_positive(v, name:str='bs'):
-    "Raise unless `v` is an int >= 1"
-    if not is_int(v) or v < 1: raise ExperienceReplayException(f'{name} must be a positive int, got {v!r}')
-
-def check_number(name:str, v, lo:float=0., lo_open:bool=False):
-    "Raise unless `v` is a finite real number >= `lo` (> `lo` with `lo_open`)"
-    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and np.isfinite(v)
-    if not ok or v < lo or (lo_open and v == lo):
-        raise ExperienceReplayException(f"{name} must be a finite number {'>' if lo_open else '>='} {lo:g}, got {v!r}")
-
-def dtype_name(d) -> str:
-    "A torch or NumPy dtype as a short name"
-    return str(d).replace('torch.', '')
-
-def new_generator(generator:torch.Generator|None=None, seed:int|None=None, device=None) -> torch.Generator:
-    "`generator`, checked to be on `device`, or a new one there seeded with `seed` (default: a draw from torch's global RNG)"
-    device = torch.device(ifnone(device, 'cpu'))
-    if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
-    if generator is None:
-        generator = torch.Generator(device)
-        generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, ())))
-    elif generator.device.type != device.type:
-        raise ExperienceReplayException(f'generator is on {generator.device}, sampling draws on {device}')
-    return generator
-
-# %% ../../nbs/06_memory.core.ipynb #76807a01
-_I64_MAX = np.iinfo(np.int64).max
-
-def _index_array(idxs) -> np.ndarray|torch.Tensor:
-    "`idxs` as an integer tensor, or a NumPy array where torch has no signed dtype for it"
-    if isinstance(idxs, torch.Tensor):
-        t = idxs.detach()
-        return t.cpu().numpy() if t.dtype in (torch.uint16, torch.uint32, torch.uint64) else t
-    return np.asarray(idxs)
-
-def as_idxs(idxs, n_rows:int, device=None, name:str='indices') -> torch.Tensor:
-    "`idxs` as a 1-d int64 tensor of rows in `[0, n_rows)` on `device`; raise naming the rows out of range"
-    t = _index_array(idxs)
-    if isinstance(t, np.ndarray):
-        if t.size == 0: t = t.astype(np.int64)
-        if t.ndim != 1 or t.dtype.kind not in 'iu':
-            raise ExperienceReplayException(f'{name} must be a 1-d sequence of ints, got shape {t.shape} {t.dtype}')
-        if t.dtype.kind == 'u' and t.size and t.max() > _I64_MAX:
-            raise ExperienceReplayException(f'{name} {t[t > _I64_MAX][:5].tolist()} are out of range for a memory of {n_rows} rows')
-        t = torch.from_numpy(t.astype(np.int64, copy=False))
-    if t.numel() == 0: t = t.long()
-    if t.ndim != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise ExperienceReplayException(f'{name} must be a 1-d sequence of ints, got shape {tuple(t.shape)} {dtype_name(t.dtype)}')
-    t = t.to(ifnone(device, t.device), torch.int64)
-    bad = (t < 0) | (t >= n_rows)
-    if bool(bad.any()):
-        raise ExperienceReplayException(f'{name} {t[bad][:5].tolist()} are out of range for a memory of {n_rows} rows')
-    return t
-
-def last_wins(idxs:torch.Tensor, vals:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    "Drop all but the last of repeated indices, with their values"
-    if len(idxs) < 2: return idxs, vals
-    uniq, inv = torch.unique(idxs, return_inverse=True)
-    if len(uniq) == len(idxs): return idxs, vals
-    pos = torch.arange(len(idxs), device=idxs.device)
-    last = torch.zeros_like(uniq).scatter_reduce_(0, inv, pos, 'amax', include_self=False)
-    return uniq, vals[last]
-
-# %% ../../nbs/06_memory.core.ipynb #8b78f47e
-NP_DTYPES = {torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
-             torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16,
-             torch.float32: np.float32, torch.float64: np.float64, torch.complex64: np.complex64,
-             torch.complex128: np.complex128}
-TORCH_DTYPES = {np.dtype(v): k for k, v in NP_DTYPES.items()}
-_LOSSLESS = {}
-
-def _as_np(d) -> np.dtype|None:
-    "`d` (torch or NumPy) as a NumPy dtype, or None for a torch dtype NumPy lacks (bfloat16)"
-    if isinstance(d, torch.dtype): return np.dtype(NP_DTYPES[d]) if d in NP_DTYPES else None
-    return np.dtype(d)
-
-def _fits(src, dst) -> bool:
-    s, d = _as_np(src), _as_np(dst)
-    if s is not None and d is not None:
-        if not np.can_cast(s, d, 'safe'): return False
-        return not (s.kind in 'iu' and d.kind in 'fc') or 8 * s.itemsize - (s.kind == 'i') <= np.finfo(d).nmant + 1
-    a, b = (TORCH_DTYPES.get(x, x) if isinstance(x, np.dtype) else x for x in (src, dst))
-    if a == b: return True
-    return (isinstance(a, torch.dtype) and isinstance(b, torch.dtype) and a.is_floating_point and b.is_floating_point
-            and torch.finfo(b).eps <= torch.finfo(a).eps and torch.finfo(b).max >= torch.finfo(a).max)
-
-def lossless(src, dst) -> bool:
-    "Whether every value of dtype `src` is stored exactly in dtype `dst` (each torch or NumPy)"
-    key = (src, dst)
-    if key not in _LOSSLESS: _LOSSLESS[key] = _fits(src, dst)
-    return _LOSSLESS[key]
-
-_FMAX = {}
-
-def _exact_scalar(v:np.ndarray, dtype:np.dtype) -> np.ndarray|None:
-    "0-d `v` in `dtype` if its value survives the cast, else None: one value, compared in Python"
-    x = v.item()
-    if dtype.kind == 'f' and isinstance(x, (int, float)):
-        if dtype not in _FMAX: _FMAX[dtype] = float(np.finfo(dtype).max)
-        if abs(x) > _FMAX[dtype]: return None
-    try: c = dtype.type(x)
-    except (OverflowError, ValueError, TypeError): return None
-    return np.asarray(c) if c.item() == x else None
-
-def _exact_array(v:np.ndarray, dtype:np.dtype) -> np.ndarray|None:
-    "`v` in `dtype` if every value survives the cast, else None"
-    with np.errstate(all='ignore'): c = v.astype(dtype)
-    return c if np.array_equal(c, v) else None
-
-def cast_exactly(name:str, v:np.ndarray, dtype:np.dtype, by_value:bool=False) -> np.ndarray:
-    "`v` in `dtype` if its dtype fits without loss (or, `by_value`, if its values do); raise otherwise"
-    if v.dtype == dtype or lossless(v.dtype, dtype): return v
-    if by_value and v.dtype != object:
-        c = _exact_scalar(v, dtype) if v.ndim == 0 else _exact_array(v, dtype)
-        if c is not None: return c
-    raise ExperienceReplayException(f'{name}: dtype {v.dtype} cannot be stored as {dtype} without loss')
-
-# %% ../../nbs/06_memory.core.ipynb #f05a1a42
-@numba.njit(cache=True, nogil=True)
-def _nb_fits(idxs, n_rows, td):
-    "True when every index is in [0, n_rows) and every TD error is finite: the common case, checked in one pass"
-    for j in range(idxs.shape[0]):
-        if idxs[j] < 0 or idxs[j] >= n_rows or not np.isfinite(td[j]): return False
-    return True
-
-@numba.njit(cache=True, nogil=True)
-def put_in_order(col, idxs, vals):
-    "col[idxs[j]] = vals[j], in order, so the last of repeated indices wins"
-    for j in range(idxs.shape[0]): col[idxs[j]] = vals[j]
-
-def td_arrays(storage, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
-    "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give and all fit `storage`; else None"
-    if (type(idxs) is torch.Tensor and type(td_errors) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1
-        and td_errors.dtype == storage.td_dtype and td_errors.dtype in (torch.float32, torch.float64)
-        and td_errors.shape in ((len(idxs),), (len(idxs), 1)) and idxs.device.type == td_errors.device.type == storage.device.type):
-        i, td = idxs.cpu().numpy(), td_errors.detach().reshape(-1).cpu().numpy()
-        if _nb_fits(i, len(storage), td): return i, td
-    return None
-
-def batch_of(other) -> Mapping:
-    "The dict of columns in `other`: a `BD`, a dict, or a 1-tuple holding one"
-    if type(other) is dict or type(other) is BD: return other  # the common cases, without the checks below
-    if isinstance(other, tuple) and len(other) == 1: other = other[0]
-    if hasattr(other, '_asdict') or (dataclasses.is_dataclass(other) and not isinstance(other, type)):
-        raise ExperienceReplayException(f'a {type(other).__name__} is one transition, and `+` adds batches: add it with `memory.append(transition)`')
-    if not isinstance(other, Mapping):
-        got = f'a tuple of {len(other)} elements' if isinstance(other, tuple) else type(other).__name__
-        raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {got}')
-    return other
-
-def _check_finite(v, name):
-    if not bool(torch.isfinite(v).all()): raise ExperienceReplayException(f'{name!r} holds NaN or inf values')
-
-def td_rows(storage, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
-    "Checked indices and TD errors, as tensors on the storage's device in its TD dtype; raise on bad input"
-    idxs = as_idxs(idxs, len(storage), storage.device)
-    if isinstance(td_errors, (list, tuple)): td_errors = torch.as_tensor(td_errors)
-    td = torch.from_numpy(np.asarray(td_errors)) if isinstance(td_errors, np.ndarray) else td_errors
-    if not isinstance(td, torch.Tensor):
-        raise ExperienceReplayException(f'td_errors: expected a tensor, array or list, got {type(td_errors).__name__}')
-    td = td.as_subclass(torch.Tensor)
-    if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
-    if td.shape != idxs.shape:
-        raise ExperienceReplayException(f'td_errors: expected shape ({len(idxs)},) or ({len(idxs)}, 1) '
-                                        f'for {len(idxs)} indices, got {tuple(td.shape)}')
-    if not (td.is_floating_point() or lossless(td.dtype, torch.float32)):
-        raise ExperienceReplayException(f'td_errors: expected a float dtype, got {dtype_name(td.dtype)}')
-    td = td.detach().to(storage.device, storage.td_dtype)
-    _check_finite(td, 'td_errors')  # after the cast, which can overflow
-    return idxs, td
+__all__ = ['Storage', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'kind_name',
+           'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #7355d67e
 class Storage:
@@ -267,86 +84,6 @@ class Storage:
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
-# %% ../../nbs/06_memory.core.ipynb #2a348229
-class MappedArrays:
-    "Arrays kept in `.npy` files of one directory and memory-mapped: what a storage with a `storage_dir` allocates"
-    release_every = 64 << 20  # bytes written between two unmappings of the written pages
-    def __init__(self,
-                 path:str|Path, # The directory of the files (made if missing)
-                 reuse:bool=False): # Open arrays whose files exist (a checkpoint over them) instead of refusing them
-        self.path, self.reuse, self.arrays, self.written = Path(path), reuse, {}, 0
-        self.path.mkdir(parents=True, exist_ok=True)
-
-    def array(self, name:str, shape:tuple, dtype, fill=0) -> np.ndarray:
-        "An array of `shape` and `dtype` mapped from `<path>/<name>.npy`, new ones filled with `fill` (with `reuse`, a file's own values)"
-        name = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:80]
-        f, dtype, shape = self.path/f'{name}.npy', np.dtype(dtype), tuple(shape)
-        a = self.arrays.get(name)
-        if a is not None and a.shape == shape and a.dtype == dtype: return a  # this storage's own
-        if f.exists():
-            if not self.reuse:
-                raise ExperienceReplayException(f'{f} exists: the storage_dir holds the arrays of another memory; load its '
-                                                'checkpoint with `load_memory`, or name an empty directory')
-            a = np.load(f, mmap_mode='r+', allow_pickle=False)
-            if a.shape != shape or a.dtype != dtype:
-                raise ExperienceReplayException(f'{f}: expected {shape} {dtype}, got {a.shape} {a.dtype}')
-        else:
-            a = np.lib.format.open_memmap(f, 'w+', dtype, shape) if np.prod(shape) else np.zeros(shape, dtype)
-            if fill != 0: a[...] = fill
-        self.arrays[name] = a
-        return a
-
-    def wrote(self, nbytes:int):
-        "Count `nbytes` written; past `release_every`, `release` the mapped pages"
-        self.written += nbytes
-        if self.written >= self.release_every: self.release()
-
-    def release(self):
-        "Unmap every page from the process: written values stay in the page cache and reach the file"
-        for a in self.arrays.values():
-            if isinstance(a, np.memmap): a._mmap.madvise(mmap.MADV_DONTNEED)
-        self.written = 0
-
-    def flush(self):
-        "Write every changed page to its file"
-        for a in self.arrays.values():
-            if isinstance(a, np.memmap): a.flush()
-
-def keepable(d) -> np.ndarray|None:
-    "`d` as a NumPy array that a storage can keep as it is (writable, contiguous, in RAM, not a file's map), else None"
-    if isinstance(d, torch.Tensor):
-        if d.device.type != 'cpu' or d.dtype not in NP_DTYPES or d.requires_grad: return None
-        d = d.numpy()
-    ok = isinstance(d, np.ndarray) and not isinstance(d, np.memmap) and d.flags.c_contiguous and d.flags.writeable
-    return d if ok else None
-
-def same_file(a, b) -> bool:
-    "True when `a` and `b` are memory-mapped from the same file (so copying one into the other changes nothing)"
-    fa, fb = getattr(a, 'filename', None), getattr(b, 'filename', None)
-    return fa is not None and fb is not None and os.path.samefile(fa, fb)
-
-PAGE = 4096  # the alignment direct (unbuffered) file I/O asks of memory, file offsets and lengths
-
-def page_aligned_zeros(shape:tuple, dtype=np.uint8, huge:bool=True) -> np.ndarray:
-    "A zeroed C-contiguous array that starts a page, so it can be written to and read from a file directly; its pages are found at their first touch"
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape)) * dtype.itemsize
-    if not n: return np.zeros(shape, dtype)
-    if not hasattr(mmap, 'MAP_PRIVATE'):  # Windows: NumPy's allocation, from its first page boundary
-        raw = np.zeros(n + PAGE, np.uint8)
-        return raw[-raw.ctypes.data % PAGE:][:n].view(dtype).reshape(shape)
-    a = np.frombuffer(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype).reshape(shape)  # private: a forked process gets its own copy
-    if huge: use_huge_pages(a)
-    return a
-
-def use_huge_pages(a:np.ndarray):
-    "Let the kernel back `a`, an array of `page_aligned_zeros`, with huge pages: at its next first touches, and in the background for pages already touched"
-    buf = a
-    while buf is not None and not isinstance(buf, mmap.mmap): buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, 'base', None)
-    if buf is None or not hasattr(mmap, 'MADV_HUGEPAGE'): return
-    try: buf.madvise(mmap.MADV_HUGEPAGE)
-    except OSError: pass  # a system without transparent huge pages
-
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
@@ -397,6 +134,11 @@ class Sampler:
         g = torch.Generator(self.generator.device)
         g.set_state(self.generator.get_state())
         return type(self)(**self.settings(), generator=g)
+
+    def share_generator(self, other:Sampler) -> Sampler:
+        "Draw from `other`'s generator from now on, as a sampler taking over from `other` (an emptied memory's) does; before `attach`"
+        self.generator, self.seed = other.generator, None
+        return self
 
     def copy_rows(self, src:Sampler, rows:torch.Tensor):
         "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ..."
@@ -577,12 +319,6 @@ def from_parts(cls:Replay, storage:Storage, sampler:Sampler, bs:int=16, warmup_s
     return self
 
 # %% ../../nbs/06_memory.core.ipynb #3df18c64
-def check_kind(part, state:dict):
-    "Raise unless `state` is a dict that a part of `part`'s class wrote"
-    kind = state.get('kind') if isinstance(state, dict) else None
-    if kind != type(part).__name__:
-        raise ExperienceReplayException(f'the state is of a {kind}, this part is a {type(part).__name__}')
-
 def forward_attrs(cls, part:str, names:str):
     "Give `cls` properties `names` (space-separated) that read and write the attributes of the same names on `self.<part>`"
     for n in names.split():

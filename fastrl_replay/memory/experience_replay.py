@@ -15,8 +15,10 @@ import numpy as np, torch
 from fastcore.basics import patch
 from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
-from .core import (ExperienceReplayException, WarmupNotReached, Storage, Sampler, UniformSampler, MappedArrays, same_file, keepable, page_aligned_zeros,
-                                       Replay, ReplayMemory, NP_DTYPES, TORCH_DTYPES, lossless, dtype_name, batch_of, check_kind, is_int)
+from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
+from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .core import Storage, Sampler, UniformSampler, Replay, ReplayMemory
 
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
@@ -70,11 +72,6 @@ def _ready(c: _Col, v):
     v = v.detach().resolve_conj().resolve_neg()
     if c.data is not None and v.untyped_storage().data_ptr() == c.data.untyped_storage().data_ptr(): v = v.clone()
     return v
-
-def _check_finite(v, k='td_error'):
-    "Raise unless the values `v` (tensor or array) are finite"
-    finite = np.isfinite(v).all() if isinstance(v, np.ndarray) else torch.isfinite(v).all()
-    if not bool(finite): raise ExperienceReplayException(f'{k!r} holds NaN or inf values')
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #64c8efd5
 class ColumnStorage(Storage):
@@ -207,7 +204,7 @@ def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not lossless(v.dtype, c.dtype):
             raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
                                             f'{dtype_name(c.dtype)} without loss')
-        if c.key == 'td_error': _check_finite(v)
+        if c.key == 'td_error': check_finite(v, 'td_error')
         srcs.append(v)
     try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
     except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
@@ -250,7 +247,7 @@ def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
             if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
             v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
         if v.dtype is not np_dtype or v.shape != shape: return None
-        if td_zero is not None and not (math.isfinite(v.item()) if v.size == 1 else np.isfinite(v).all()): return None
+        if td_zero is not None and not all_finite(v): return None
         vals.append(v); found += 1
     return vals if found == len(b) else None
 
@@ -480,7 +477,7 @@ def _checked(c:_Col, v):
     "NumPy array or scalar `v`, checked for column `c`'s shape and dtype"
     if v.shape != c.shape: raise _one_shape_error(c, v.shape)
     if v.dtype != c.np_dtype and not lossless(v.dtype, c.dtype): raise _kind_error(c, f'dtype {v.dtype}')
-    if c.is_td: _check_finite(np.asarray(v))
+    if c.is_td: check_finite(v, 'td_error')
     return v
 
 def _one_shape_error(c:_Col, got:tuple):

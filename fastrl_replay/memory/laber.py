@@ -12,8 +12,8 @@ import numpy as np, torch
 from fastcore.basics import patch
 from fastcore.meta import delegates
 from ..core import BD
-from .core import (ExperienceReplayException, UniformSampler, check_positive, check_number,
-                                       new_generator, forward_attrs, Replay)
+from ..errors import ExperienceReplayException, check_positive, check_number, new_generator
+from .core import UniformSampler, forward_attrs, Replay
 from .experience_replay import ExperienceReplay, ColumnStorage
 
 # %% auto #0

@@ -12,15 +12,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from .core import (ExperienceReplayException, Replay, Storage, Sampler, UniformSampler, NP_DTYPES, kind_name,
-                                       dtype_name, is_int, PAGE, page_aligned_zeros, use_huge_pages)
+from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
+from .checks import NP_DTYPES
+from .alloc import PAGE, page_aligned_zeros, use_huge_pages
+from .core import Replay, Storage, Sampler, UniformSampler, kind_name
 from .experience_replay import ColumnStorage, ExperienceReplay
 from .prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from .laber import LaBERSampler, LaBERExperienceReplay
 from .circular import FrameStorage, CircularReplayBuffer
 
 # %% auto #0
-__all__ = ['CheckpointError', 'register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_memory', 'load_into']
+__all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_memory', 'load_into']
 
 # %% ../../nbs/06f_memory.persist.ipynb #473d1470
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 3, 'manifest.json'
@@ -29,10 +31,6 @@ SEAL = '.crc32'  # `<manifest>.crc32` holds the CRC-32 of the manifest's bytes
 
 KINDS = {kind_name(c): c for c in (Replay, ExperienceReplay, PrioritizedExperienceReplay, LaBERExperienceReplay, CircularReplayBuffer,
                                  ColumnStorage, FrameStorage, UniformSampler, PrioritizedSampler, LaBERSampler)}  # what a checkpoint may name
-
-# %% ../../nbs/06f_memory.persist.ipynb #c4a1e0d2
-class CheckpointError(ExperienceReplayException):
-    "A checkpoint that is missing, damaged or inconsistent, or that does not fit what it is loaded into (a `ValueError`)"
 
 # %% ../../nbs/06f_memory.persist.ipynb #035865a0
 def register_kind(cls:type) -> type:

@@ -11,57 +11,46 @@ import numpy as np, torch, numba
 from fastcore.basics import patch, ifnone
 from fastcore.meta import delegates
 from ..core import BD
-from .core import (ExperienceReplayException, NoValidTransitions, Sampler, is_int, check_number,
-                                       as_idxs, last_wins, td_arrays, td_rows, put_in_order, forward_attrs, Replay, check_kind)
+from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
+from .checks import as_idxs, last_wins, td_rows, check_kind
+from .kernels import td_arrays, put_in_order
+from .core import Sampler, forward_attrs, Replay
 from .experience_replay import ExperienceReplay, ColumnStorage
-from .sumtree import SumTree, set_leaves
+from .sumtree import SumTree, WEIGHT_NORMS
 
 # %% auto #0
-__all__ = ['PrioritizedSampler', 'PrioritizedExperienceReplay']
+__all__ = ['PrioritizedSampler', 'annealed_beta', 'PrioritizedExperienceReplay']
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #2f5f291f
-_NORMS = ('memory', 'batch', None)
 _NEVER = torch.iinfo(torch.int64).max
 
 @numba.njit(cache=True, nogil=True)
-def _nb_sampled(sums, size, idxs, pmin, scale, beta, norm, sampled_at, counts, clock, w):
-    "Importance weights of `idxs` into `w` (norm 0: by `pmin`, 1: by the batch, 2: `scale` = N/total); stamp and count the draws"
-    n = idxs.shape[0]
-    lo = np.inf
-    for j in range(n):
-        p = sums[idxs[j] + size]
-        w[j] = p
-        lo = min(lo, p)
+def _nb_stamp(idxs, sampled_at, counts, clock):
+    "Rows `idxs` were drawn at `clock`: their sample time, and one more draw each"
+    for j in range(idxs.shape[0]):
         sampled_at[idxs[j]] = clock
         counts[idxs[j]] += 1
-    div = pmin if norm == 0 else lo if norm == 1 else 1. / scale
-    for j in range(n): w[j] = (w[j] / div) ** -beta
 
 @numba.njit(cache=True, nogil=True)
-def _nb_wrote(sums, mins, size, depth, start, n, capacity, priority, written_at, counts, clock):
-    "Rows `start` to `start + n` (wrapping at `capacity`) are new: the entry priority, a new write time, no draws"
-    rows = np.empty(n, np.int64)
+def _nb_wrote(start, n, capacity, written_at, counts, clock):
+    "Rows `start` to `start + n` (wrapping at `capacity`) are new: a new write time, no draws"
     for j in range(n):
         i = (start + j) % capacity
-        rows[j] = i
         written_at[i] = clock
         counts[i] = 0
-    set_leaves(sums, mins, size, depth, rows, np.full(n, priority))
 
 @numba.njit(cache=True, nogil=True)
-def _nb_priorities(cur, td_col, write_col, written_at, sampled_at, idxs, td, eps, alpha, fresh, pri):
-    "Into `pri`: (|td| + eps) ** alpha for rows not overwritten since sampled (marked in `fresh`, their TD errors written if `write_col`), `cur` for the others; return (stale count, largest new priority)"
+def _nb_priorities(td_col, write_col, written_at, sampled_at, idxs, td, eps, alpha, fresh, pri):
+    "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row was not overwritten since sampled (its TD error written if `write_col`); return (stale count, largest fresh priority)"
     stale, top = 0, 0.
     for j in range(idxs.shape[0]):
         i = idxs[j]
         fresh[j] = written_at[i] <= sampled_at[i]
+        pri[j] = (abs(np.float64(td[j])) + eps) ** alpha
         if fresh[j]:
             if write_col: td_col[i] = td[j]
-            pri[j] = (abs(np.float64(td[j])) + eps) ** alpha
             top = max(top, pri[j])
-        else:
-            pri[j] = cur[i]
-            stale += 1
+        else: stale += 1
     return stale, top
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #0ca7bb28
@@ -84,7 +73,7 @@ class PrioritizedSampler(Sampler):
         check_number('eps', eps, lo_open=True)
         if not is_int(beta_steps) or beta_steps < 0:
             raise ExperienceReplayException(f'beta_steps must be an int >= 0, got {beta_steps!r}')
-        if weight_norm not in _NORMS:
+        if weight_norm not in WEIGHT_NORMS:
             raise ExperienceReplayException(f"weight_norm must be 'memory', 'batch' or None, got {weight_norm!r}")
         super().__init__(generator, seed)
         self.alpha, self.beta, self.beta_end, self.beta_steps, self.eps = alpha, beta, beta_end, beta_steps, eps
@@ -127,11 +116,19 @@ def attach(self:PrioritizedSampler, storage):
         self.base_priority, self._pending = np.zeros(C), []
         storage.watch()
 
+def annealed_beta(n_samples:int, # Samples drawn so far
+                  beta:float, # The exponent at the first sample
+                  beta_end:float, # The exponent once annealed
+                  beta_steps:int # Samples over which it moves linearly (0: it stays at `beta`)
+                 ) -> float:
+    "The importance-sampling exponent after `n_samples` samples: linear from `beta` to `beta_end` over `beta_steps`, then `beta_end`"
+    if beta_steps == 0: return beta
+    return beta + (beta_end - beta) * min(n_samples / beta_steps, 1.)
+
 @patch(as_prop=True)
 def current_beta(self:PrioritizedSampler) -> float:
     "The importance-sampling exponent the next `sample` uses"
-    if self.beta_steps == 0: return self.beta
-    return self.beta + (self.beta_end - self.beta) * min(self.n_samples / self.beta_steps, 1.)
+    return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
 
 @patch(as_prop=True)
 def max_priority(self:PrioritizedSampler) -> float:
@@ -142,6 +139,12 @@ def max_priority(self:PrioritizedSampler) -> float:
 def n_stale(self:PrioritizedSampler) -> int:
     "Updates skipped because their row was overwritten after it was sampled"
     return int(self._n_stale)
+
+@patch
+def totals(self:PrioritizedSampler) -> tuple[float, float]:
+    "The sum and the smallest of the priorities that can be drawn now, read on the host"
+    if self._gated: self._flush()
+    return self.tree.total, self.tree.min
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #47bff64e
 @patch
@@ -154,9 +157,8 @@ def added(self:PrioritizedSampler, start:int, n:int):
         self._written_np[rows], self._counts_np[rows], self.base_priority[rows] = self.clock, 0, self._maxp_np
         if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
     elif self._host:
-        t = self.tree
-        _nb_wrote(t.host_sums, t.host_mins, t.size, t.depth, start, n, C, float(self._maxp_np),
-                  self._written_np, self._counts_np, self.clock)
+        self.tree.fill(start, n, float(self._maxp_np))
+        _nb_wrote(start, n, C, self._written_np, self._counts_np, self.clock)
     else:
         rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
         self.tree.set(rows, self._max_priority.expand(n), check=False)
@@ -193,11 +195,9 @@ def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
     rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
     batch = st.gather(rows)
     if self._host:
-        w = np.empty(bs, dtype=np.float32)
-        scale = self._n_rows() / float(t.host_sums[1]) if self.weight_norm is None else 1.
-        _nb_sampled(t.host_sums, t.size, idxs.numpy(), t.host_mins[1], scale, self.current_beta,
-                    _NORMS.index(self.weight_norm), self._sampled_np, self._counts_np, self.clock, w)
-        w = torch.from_numpy(w)[:, None]
+        i = idxs.numpy()
+        w = t.weights(i, self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
+        _nb_stamp(i, self._sampled_np, self._counts_np, self.clock)
         batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
     else:
         batch['weight'] = self.weights(idxs)
@@ -219,11 +219,8 @@ def weights(self:PrioritizedSampler,
            ) -> torch.Tensor:
     "Importance-sampling weights (N·P(i))^-β of rows `idxs`, normalized as `weight_norm` says: float32, (n, 1), on the storage's device"
     beta = self.current_beta if beta is None else beta
-    p = self.tree.get(idxs.to(self.tree_device), check=False)
-    if self.weight_norm == 'memory': w = (p / self.tree.min_tree[1]).pow_(-beta)
-    elif self.weight_norm == 'batch': w = (p / p.min()).pow_(-beta)
-    else: w = (p * (self._n_rows() / self.tree.sum_tree[1])).pow_(-beta)
-    return w.to(self.storage.batch_device, torch.float32)[:, None]
+    n_rows = self._n_rows() if self.weight_norm is None else None
+    return self.tree.weights(idxs.to(self.tree_device), beta, self.weight_norm, n_rows).to(self.storage.batch_device)[:, None]
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #dfd20eac
 @patch
@@ -240,11 +237,11 @@ def update_td(self:PrioritizedSampler,
     i, td = arrays
     if not len(i): return
     col, fresh, pri = st.td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
-    cur = self.base_priority if self._gated else t.host_sums[t.size:]
-    stale, top = _nb_priorities(cur, col if col is not None else np.empty(0, td.dtype), col is not None,
+    stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
                                 self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
-    if self._gated: put_in_order(self.base_priority, i, pri); self._pending.append(i)
-    else: set_leaves(t.host_sums, t.host_mins, t.size, t.depth, i, pri)
+    rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
+    if self._gated: put_in_order(self.base_priority, rows, pri); self._pending.append(rows)
+    else: t.set(rows, pri, check=False)
     self._stale_np += stale
     if top > self._maxp_np: self._maxp_np[()] = top
     if col is None and stale < len(i):  # TD errors stored on a GPU
@@ -336,7 +333,7 @@ def load_state_dict(self:PrioritizedSampler, state:dict):
 def copy_rows(self:PrioritizedSampler, src:PrioritizedSampler, rows:torch.Tensor):
     "Take over the priorities of `src`'s rows `rows` as rows 0, 1, ..., and its largest priority"
     self.set_priority(torch.arange(len(rows)), src.get_priority(rows))
-    self._max_priority.copy_(src._max_priority)
+    self._max_priority.fill_(src.max_priority)
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #c9ce68b3
 @delegates(PrioritizedSampler.__init__)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import numpy as np, torch, numba
 from fastcore.basics import patch
-from .core import is_int, dtype_name
+from ..errors import is_int, dtype_name, check_positive, check_choice
 
 
 # %% auto #0
-__all__ = ['SumTree']
+__all__ = ['WEIGHT_NORMS', 'SumTree', 'per_weights']
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #3798d392
 def _pow2(n:int) -> int:
@@ -53,6 +53,13 @@ def set_leaves(sums, mins, size, depth, idxs, vals):
             sums[k] = sums[2 * k] + sums[2 * k + 1]
             mins[k] = a if a < b else b
             nodes[j] = k >> 1
+
+@numba.njit(cache=True, nogil=True)
+def _nb_fill(sums, mins, size, depth, capacity, start, n, value):
+    "Set leaves `start` to `start + n` (wrapping at `capacity`) to `value`"
+    rows = np.empty(n, np.int64)
+    for j in range(n): rows[j] = (start + j) % capacity
+    set_leaves(sums, mins, size, depth, rows, np.full(n, value))
 
 @numba.njit(cache=True, nogil=True)
 def _nb_find(sums, size, depth, capacity, qs, out):
@@ -95,12 +102,12 @@ class SumTree:
                  capacity:int, # Number of leaves, all starting at 0
                  device:str|torch.device|None=None, # Where the trees live and the work happens (default: CPU)
                  backend:str|None=None): # 'numba' (compiled loops, CPU only) or 'torch' (one step per level); default: numba on CPU
-        if not is_int(capacity) or capacity < 1: raise ValueError(f'capacity must be a positive int, got {capacity!r}')
+        check_positive(capacity, 'capacity')
         self.capacity, self.size = int(capacity), _pow2(int(capacity))
         self.depth = self.size.bit_length() - 1  # levels between the leaves and the root
         self.device = torch.device(device if device is not None else 'cpu')
         self.backend = backend if backend is not None else 'numba' if self.device.type == 'cpu' else 'torch'
-        if self.backend not in ('numba', 'torch'): raise ValueError(f"backend must be 'numba' or 'torch', got {backend!r}")
+        check_choice(self.backend, 'backend', ('numba', 'torch'))
         if self.backend == 'numba' and self.device.type != 'cpu':
             raise ValueError(f"backend 'numba' runs on the CPU only, got device {self.device}")
         self.sum_tree = torch.zeros(2 * self.size, dtype=torch.float64, device=self.device)
@@ -123,6 +130,16 @@ class SumTree:
     def min(self) -> float:
         "The smallest positive leaf: the smallest value that can be drawn; `inf` while every leaf is 0"
         return float(self.min_tree[1])
+
+    @property
+    def total_tensor(self) -> torch.Tensor:
+        "`total` as a 0-d float64 tensor on the tree's device: no host read, so a GPU never waits for it"
+        return self.sum_tree[1]
+
+    @property
+    def min_tensor(self) -> torch.Tensor:
+        "`min` as a 0-d float64 tensor on the tree's device: no host read"
+        return self.min_tree[1]
 
     @property
     def leaves(self) -> torch.Tensor:
@@ -207,6 +224,24 @@ def get(self:SumTree,
     shape = np.shape(idxs) if not isinstance(idxs, torch.Tensor) else idxs.shape
     return self.sum_tree[self._idxs(idxs, check) + self.size].view(shape)
 
+@patch
+def fill(self:SumTree,
+         start:int, # The first leaf, in `[0, capacity)`
+         n:int, # Leaves to set, from `start` on, wrapping around at `capacity`
+         value # One value for all of them, finite and >= 0: a float or a 0-d tensor on the tree's device
+        ) -> SumTree:
+    "Set the `n` leaves from `start` on (wrapping at `capacity`, as a ring of rows is written) to `value`"
+    if not (is_int(start) and is_int(n) and 0 <= start < self.capacity and 0 <= n <= self.capacity):
+        raise ValueError(f'expected 0 <= start < {self.capacity} and 0 <= n <= {self.capacity}, got start={start!r}, n={n!r}')
+    if self.backend == 'numba':
+        v = float(value)
+        if not 0 <= v < math.inf: raise ValueError(f'values must be finite and >= 0, got {[v]}')
+        _nb_fill(self.host_sums, self.host_mins, self.size, self.depth, self.capacity, int(start), int(n), v)
+        return self
+    rows = torch.arange(start, start + n, device=self.device).remainder_(self.capacity)
+    v = value.to(self.device, torch.float64) if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64, device=self.device)
+    return self.set(rows, v.expand(n), check=not isinstance(value, torch.Tensor))
+
 # %% ../../nbs/06b_memory.sumtree.ipynb #135cd977
 @patch
 def find(self:SumTree,
@@ -244,7 +279,7 @@ def _find(self:SumTree, q:torch.Tensor) -> torch.Tensor:
 @patch
 def _masses(self:SumTree, n, generator, check) -> torch.Tensor:
     "`n` uniform draws in `[0, 1)` from `generator`, after checking `n`, the generator's device and the tree's mass"
-    if not is_int(n) or n < 1: raise ValueError(f'n must be a positive int, got {n!r}')
+    check_positive(n, 'n')
     if generator is not None and generator.device.type != self.device.type:
         raise ValueError(f'generator is on {generator.device}, the tree on {self.device}')
     if check and not self.total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is nothing to sample')
@@ -278,3 +313,34 @@ def stratified_sample(self:SumTree,
                      ) -> torch.Tensor:
     "One draw in each of `n` equal slices of the total mass: int64 leaf indices, in increasing order"
     return self._draw(self._masses(n, generator, check), True)
+
+# %% ../../nbs/06b_memory.sumtree.ipynb #a6c1e0f1
+WEIGHT_NORMS = ('memory', 'batch', None)
+
+def per_weights(p, # Priorities of the sampled rows: a float64 array or tensor
+                beta:float, # Importance-sampling exponent
+                weight_norm:str|None='memory', # Divide by the largest weight over the 'memory' (by `p_min`) or the 'batch'; None: raw
+                p_min=None, # The smallest priority that can be drawn, for 'memory'
+                n_rows=None, # N, the rows that can be drawn, for None
+                total=None): # The sum of every priority, for None
+    "Importance-sampling weights (N·P(i))^-β with P(i) = p / total, normalized as `weight_norm` says; an array or tensor like `p`"
+    if weight_norm == 'memory': return (p / p_min) ** -beta
+    if weight_norm == 'batch': return (p / p.min()) ** -beta
+    if weight_norm is None: return (p * (n_rows / total)) ** -beta
+    raise ValueError(f"weight_norm must be 'memory', 'batch' or None, got {weight_norm!r}")
+
+# %% ../../nbs/06b_memory.sumtree.ipynb #a6c1e0f2
+@patch
+def weights(self:SumTree,
+            idxs, # Leaf indices, unchecked (as `sample` returns them): a tensor on the tree's device or an int64 array
+            beta:float, # Importance-sampling exponent
+            weight_norm:str|None='memory', # As `per_weights`: 'memory', 'batch' or None
+            n_rows:int|None=None # N, the leaves that can be drawn (needed for `weight_norm=None`)
+           ) -> torch.Tensor:
+    "Importance-sampling weights of leaves `idxs` by `per_weights`, with this tree's total and min: float32, 1-d, on the tree's device"
+    if weight_norm is None and n_rows is None: raise ValueError('weight_norm=None needs n_rows, the N of (N·P(i))^-β')
+    if self.backend == 'numba':
+        p = self.host_sums[_host(idxs) + self.size]
+        return torch.from_numpy(per_weights(p, beta, weight_norm, self.host_mins[1], n_rows, self.host_sums[1]).astype(np.float32))
+    p = self.sum_tree[self._idxs(idxs, False) + self.size]
+    return per_weights(p, beta, weight_norm, self.min_tensor, n_rows, self.total_tensor).float()
