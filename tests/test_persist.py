@@ -691,3 +691,11 @@ def test_a_load_reads_from_the_page_cache_while_it_can_then_directly(tmp_path, m
     cached = [off for off, nowait in reads if nowait]
     assert cached[:2] == [4096, 4096 + (1 << 20)] and reads[0] == (4096, True)  # the cached pieces read without waiting on the disk
     if direct_io_works(tmp_path): assert any(not nowait for _, nowait in reads)  # and the rest from the disk
+
+
+@pytest.mark.parametrize('depth,message', [(500, 'nested deeper than 64 levels'), (100_000, 'not valid JSON (maximum recursion depth exceeded')])
+def test_deeply_nested_manifests_are_refused(tmp_path, depth, message):
+    ExperienceReplay(bs=2, max_sz=10, warmup_sz=2, seed=0).save(tmp_path/'ck')
+    raw = (tmp_path/'ck'/MANIFEST).read_bytes()
+    seal(tmp_path/'ck', raw[:-1] + b', "deep": ' + b'[' * depth + b']' * depth + b'}')
+    with pytest.raises(CheckpointError, match=re.escape(f"{tmp_path/'ck'/MANIFEST}: {message}")): load_memory(tmp_path/'ck')

@@ -462,6 +462,7 @@ def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[d
     constants = []
     try: m = json.loads(raw.decode('utf-8'), parse_constant=lambda c: constants.append(c) or float(c))
     except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{f}: not valid JSON ({str(e)[:200]})') from None
+    if _depth(m) > MAX_DEPTH: raise CheckpointError(f'{f}: nested deeper than {MAX_DEPTH} levels')
     if not isinstance(m, dict) or m.get('format') != fmt: raise CheckpointError(f'{f}: not a {fmt} manifest')
     v = m.get('version')
     if not is_int(v) or v not in reads:
@@ -470,6 +471,18 @@ def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[d
     if current and not sealed: raise CheckpointError(f'{f}{SEAL}: missing: the manifest cannot be checked')
     if current and constants: raise CheckpointError(f'{f}: {constants[0]} is not JSON')
     return m, current
+
+MAX_DEPTH = 64  # a manifest's nesting; a run's state (an optimizer's) nests about ten deep
+
+def _depth(v) -> int:
+    "How deep JSON data `v` nests, found without recursion"
+    deepest, todo = 0, [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        deepest = max(deepest, d)
+        if isinstance(x, dict): todo.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list): todo.extend((y, d + 1) for y in x)
+    return deepest
 
 def check_keys(m:dict, want:tuple, where, exact:bool=True):
     "Raise unless dict `m` has the keys `want` (and no other, if `exact`)"
