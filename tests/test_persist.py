@@ -673,26 +673,6 @@ def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, mon
     finally: shutil.rmtree(work)
 
 
-def test_a_load_reads_from_the_page_cache_while_it_can_then_directly(tmp_path, monkeypatch):
-    from fastrl_replay.memory import persist
-    m = big_memory(rows=100_000)  # a block of 4.8 MB
-    m.save(tmp_path/'ck')  # written directly, where the file system allows: not in the page cache
-    man, e = rows_entry(tmp_path/'ck')
-    f = tmp_path/'ck'/e['file']
-    fd = os.open(f, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # none of it in the page cache
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # and no read ahead
-    os.pread(fd, 2 << 20, 0); os.close(fd)  # then its first 2 MB
-    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
-    reads, real = [], os.preadv
-    monkeypatch.setattr(persist.os, 'preadv', lambda fd, bufs, off, *flags: reads.append((off, bool(flags))) or real(fd, bufs, off, *flags))
-    twin = load_memory(tmp_path/'ck')
-    same(twin.state_dict(), m.state_dict())
-    cached = [off for off, nowait in reads if nowait]
-    assert cached[:2] == [4096, 4096 + (1 << 20)] and reads[0] == (4096, True)  # the cached pieces read without waiting on the disk
-    if direct_io_works(tmp_path): assert any(not nowait for _, nowait in reads)  # and the rest from the disk
-
-
 @pytest.mark.parametrize('depth,message', [(500, 'nested deeper than 64 levels'), (100_000, 'not valid JSON (maximum recursion depth exceeded')])
 def test_deeply_nested_manifests_are_refused(tmp_path, depth, message):
     ExperienceReplay(bs=2, max_sz=10, warmup_sz=2, seed=0).save(tmp_path/'ck')

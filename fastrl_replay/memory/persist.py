@@ -232,30 +232,22 @@ def _fault_in(address:int, n:int):
     if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
 
 def _read_direct(fd:int, start:int, data:memoryview, crc:_Crc) -> int:
-    "Read the whole pages of `data` from byte `start` of the file open at `fd`, a piece at a time while a thread faults in the pages of the pieces ahead, adding them to `crc`: from the page cache while the pieces are there (`RWF_NOWAIT`), past it (`O_DIRECT`) from the first piece that is not; how many bytes were read"
-    body, done, direct = len(data) // PAGE * PAGE, 0, not hasattr(os, 'RWF_NOWAIT')
+    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, a piece at a time while a thread faults in the pages of the pieces ahead, adding them to `crc`; how many bytes were read"
+    body, done = len(data) // PAGE * PAGE, 0
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+    except OSError: return 0
     address, pool = np.frombuffer(data, np.uint8).ctypes.data, ThreadPoolExecutor(1)
     faults = [pool.submit(_fault_in, address + s, min(READ_PIECE, body - s)) for s in range(0, body, READ_PIECE)]
     try:
         for f in faults:
             f.result()
-            end = min(done + READ_PIECE, body)
-            if not direct:
-                try: got = os.preadv(fd, [data[done:end]], start + done, os.RWF_NOWAIT)
-                except BlockingIOError: got = 0
-                if got == end - done:
-                    crc.add(data[done:end]); done = end
-                    continue
-                direct = True  # not all in the page cache: the rest from the disk directly
-                try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-                except OSError: break
-            got = os.preadv(fd, [data[done:end]], start + done)
+            got = os.preadv(fd, [data[done:min(done + READ_PIECE, body)]], start + done)
             crc.add(data[done:done + got])
             done += got
             if got % PAGE or not got: break  # a short read: the rest goes through the page cache
     except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP): raise
+        if e.errno != errno.EINVAL: raise
     finally: fcntl.fcntl(fd, fcntl.F_SETFL, flags); pool.shutdown(cancel_futures=True)
     return done
 
