@@ -82,11 +82,11 @@ class Curve(Callback):
 def run_ours(seed, steps):
     from fastrl_replay.agents.dqn import dqn_learner, evaluate
     z = ZOO
-    learn = dqn_learner(ENV, steps_per_epoch=steps, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
-                        train_every=z['train_freq'], grad_steps=z['gradient_steps'], bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts'],
-                        eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
-                        target_sync=z['target_sync_grad_steps'], double=False, random_warmup=True,
-                        max_grad_norm=z['max_grad_norm'], lr=z['lr'], seed=seed)
+    learn = dqn_learner(ENV, steps_per_epoch=steps, gamma=z['gamma'], n_steps=1, seed=seed,
+                        net=dict(hidden=z['hidden'], target_sync=z['target_sync_grad_steps'], double=False),
+                        replay=dict(bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts']),
+                        explore=dict(eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps), random_warmup=True),
+                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], max_grad_norm=z['max_grad_norm'], lr=z['lr']))
     learn.add_cb(curve := Curve())
     t, c = time.perf_counter(), time.process_time()
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])  # one epoch: bursts fall where SB3's do

@@ -15,15 +15,14 @@ import torch
 warnings.filterwarnings('ignore', category=FutureWarning)
 from fastrl_replay.agents.dqn import dqn_learner
 from fastrl_replay.envs.changing import changing_env_id, evaluate_choices
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.continual import ReservoirReplay
 
 
 def train(mode, steps, mem, seed, hidden, model=None):
     "The experiment's DQN on `mode` for `steps` environment steps, learning from `mem`, started from `model`'s weights if given"
-    learn = dqn_learner(changing_env_id(mode, features=True), steps_per_epoch=steps // 10, hidden=hidden, gamma=0.91, n_steps=1,
-                        train_every=4, target_sync=100, lr=1e-3, eps_end=0.05, eps_steps=steps // 2, seed=seed, bs=mem.bs,
-                        max_sz=mem.max_sz, warmup_sz=mem.warmup_sz, replay_cb=ExperienceReplayCallback(experience_replay=mem))
+    learn = dqn_learner(changing_env_id(mode, features=True), memory=mem, steps_per_epoch=steps // 10, gamma=0.91, n_steps=1, seed=seed,
+                        net=dict(hidden=hidden, target_sync=100), optim=dict(train_every=4, lr=1e-3), explore=dict(eps_end=0.05, eps_steps=steps // 2))
     if model is not None: learn.model.load_state_dict(model.state_dict())
     with learn.no_bar(), learn.no_logging(): learn.fit(10)
     return learn.model

@@ -75,11 +75,11 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
     from fastrl_replay.data.gym import EpsilonGreedy
     z = ZOO
     per_epoch = -(-steps // z['train_freq']) * z['train_freq']  # SB3 collects whole rollouts of train_freq steps
-    learn = dqn_learner(ENV, steps_per_epoch=per_epoch, hidden=z['hidden'], gamma=z['gamma'], n_steps=1,
-                        train_every=z['train_freq'], grad_steps=z['gradient_steps'], bs=z['bs'], max_sz=z['buffer'],
-                        warmup_sz=z['learning_starts'], eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps),
-                        target_sync=z['gradient_steps'], double=False, lr=z['lr'], seed=seed, random_warmup=random_warmup,
-                        max_grad_norm=clip, **kw)
+    learn = dqn_learner(ENV, steps_per_epoch=per_epoch, gamma=z['gamma'], n_steps=1, seed=seed,
+                        net=dict(hidden=z['hidden'], target_sync=z['gradient_steps'], double=False),
+                        replay=dict(bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts']),
+                        explore=dict(eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps), random_warmup=random_warmup),
+                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], lr=z['lr'], max_grad_norm=clip), **kw)
     learn.model.net.load_state_dict(init)
     if not fused: learn.opt_func = partial(OptimWrapper, opt=torch.optim.Adam)  # torch's default Adam, as SB3's
     loop = learn.dls.train.dataset.loop
@@ -95,7 +95,7 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
             return np.array([a])
     ag = loop.agent
     loop.agent = LockAgent(ag.model, ag.n_actions, ag.eps_start, ag.eps_end, ag.eps_steps, random_steps=ag.random_steps)
-    mem = learn.experience_replay.experience_replay
+    mem = learn.experience_replay.memory
     g = [0]
     def draw(n):
         i = (U[g[0]] * len(mem)).astype(np.int64); g[0] += 1
@@ -108,7 +108,7 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
                 for pg in self.opt.opt.param_groups: pg['eps'] = eps
         def after_batch(self):
             tr = self.learn.dqn_trainer
-            if self.learn.replay_idxs is None or tr.n_updates % z['gradient_steps']: return
+            if self.learn.experience_replay.batch.idxs is None or tr.n_updates % z['gradient_steps']: return
             m = mem.memory
             record['bursts'].append(dict(
                 n=len(mem), obs=m['state'].numpy().copy(), next_obs=m['next_state'].numpy().copy(),

@@ -12,7 +12,7 @@ beta 0.4). Measured:
            prefetch 2 and asynchronous TD updates, or neither (batches/s);
 - reference: the same operations on one `PrioritizedExperienceReplay` in this process, and on TorchRL's
            `RayReplayBuffer` (one actor, blocking calls; uniform `extend`/`sample`, and prioritized sample + update);
-- dqn:     `dqn_learner(actors=N, shards=2)` with N = 1, 2 for 3,000 environment steps after its actors have started,
+- dqn:     `dqn_ray_learner(ray=dict(actors=N, shards=2))` with N = 1, 2 for 3,000 environment steps after its actors have started,
            and the same DQN in one process (environment steps/s).
 
 Ray runs locally with `num_cpus=2`. This machine has 2 cores shared with the writers, the shards and the driver, so
@@ -29,7 +29,8 @@ import numpy as np, torch
 warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated')
 import ray
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
-from fastrl_replay.distributed import RayReplay, write_batch, shard_for, ray_dqn_learner, init_ray
+from fastrl_replay.distributed import RayReplay, write_batch, shard_for, init_ray, apex_epsilons
+from fastrl_replay.agents.dqn_ray import dqn_ray_learner
 from fastrl_replay.agents.dqn import dqn_learner
 
 CAP, WRITE_BS, BS = 100_000, 64, 256
@@ -130,20 +131,21 @@ def torchrl_peer(s):
     return res
 
 def dqn(s):
-    res, kw = [], dict(bs=128, hidden=(64, 64), warmup_sz=500, replay='per', seed=0, steps_per_epoch=s['dqn_steps'])
+    res, kw = [], dict(replay=dict(kind='per', bs=128, warmup_sz=500), net=dict(hidden=(64, 64)), seed=0, steps_per_epoch=s['dqn_steps'])
     torch.set_num_threads(1)
     learn = dqn_learner(**kw)
     t = time.perf_counter()
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
-    res.append(dict(kind='dqn, one process', actors=0, env_steps_s=learn.dls.train.dataset.loop.env_steps / (time.perf_counter() - t)))
+    res.append(dict(kind='dqn, one process', actors=0, env_steps_s=learn.dls.train.dataset.stats().env_steps / (time.perf_counter() - t)))
     for n in (1, 2):
-        learn = dqn_learner(**kw, actors=n, shards=2)
-        ray.get([a.__ray_ready__.remote() for a in learn.fleet.actors + learn.ray_replay.shards])  # started
-        learn.fleet.publish(learn.model); learn.fleet.advance(200); learn.fleet.stop()  # warm
-        s0, t = learn.fleet.env_steps, time.perf_counter()
+        learn = dqn_ray_learner(**kw, ray=dict(actors=n, shards=2, epsilons=apex_epsilons(n)))
+        fleet, rr = learn.fleet.fleet, learn.experience_replay.memory
+        ray.get([a.__ray_ready__.remote() for a in fleet.actors + rr.shards])  # started
+        fleet.publish(learn.model); fleet.advance(200); fleet.stop()  # warm
+        s0, t = fleet.env_steps, time.perf_counter()
         with learn.no_bar(), learn.no_logging(): learn.fit(1)
-        res.append(dict(kind='dqn on Ray', actors=n, shards=2, env_steps_s=(learn.fleet.env_steps - s0) / (time.perf_counter() - t)))
-        learn.fleet.close(); learn.ray_replay.close()
+        res.append(dict(kind='dqn on Ray', actors=n, shards=2, env_steps_s=(fleet.env_steps - s0) / (time.perf_counter() - t)))
+        learn.fleet.close()
     print(*res, sep='\n', flush=True)
     return res
 

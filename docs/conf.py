@@ -37,7 +37,8 @@ html_title = 'fastrl_replay'
 html_favicon = '_static/favicon.svg'
 html_static_path = ['_static', '_build/static']  # _build/static holds plotly.min.js, copied there by tools/docs_site.py
 html_css_files = ['custom.css']
-html_js_files = ['plotly.min.js']  # one copy of plotly.js for every figure of every page: no network at view time
+html_js_files = ['plotly.min.js', 'plotly-fit.js']  # one copy of plotly.js for every figure of every page: no network at view time;
+# plotly-fit.js redraws a figure when its column changes width
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
@@ -49,3 +50,5 @@ html_theme_options = {
     'home_page_in_toc': True,
 }
 html_context = {'default_mode': 'light'}
+# one search box: the button in the page header (the sidebar's search field would be a second)
+html_sidebars = {'**': ['navbar-logo.html', 'icon-links.html', 'sbt-sidebar-nav.html']}

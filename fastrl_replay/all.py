@@ -4,6 +4,7 @@ from .errors import *
 from .memory.core import *
 from .memory.alloc import *
 from .memory.experience_replay import *
+from .callback import *
 from .memory.sumtree import *
 from .memory.prioritized import *
 from .memory.laber import *
@@ -12,6 +13,7 @@ from .memory.persist import *
 from .data.gym import *
 from .data.synth import *
 from .learner import *
+from .threads import *
 from .agents.dqn import *
 from .plots import *
 from .datasets import *

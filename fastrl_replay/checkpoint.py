@@ -14,6 +14,7 @@ from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
+from .callback import ExperienceReplayCallback
 from .errors import ExperienceReplayException, CheckpointError, is_int, check_positive
 _all_ = ['CheckpointError']  # defined in `errors`
 from .memory.core import Replay
@@ -168,9 +169,9 @@ class CheckpointCallback(Callback):
     def before_fit(self):
         if not isinstance(self.dls.train.dataset, Source):
             raise CheckpointError(f'CheckpointCallback needs a Learner fed by a Source (`gym_dataloaders`), got a {type(self.dls.train.dataset).__name__}')
-        self.loop, self.resume_at, self.t0, self.elapsed0, self.pos = self.dls.train.dataset.loop, None, time.perf_counter(), 0., None
+        self.source, self.resume_at, self.t0, self.elapsed0, self.pos = self.dls.train.dataset, None, time.perf_counter(), 0., None
         if self.saved is not None: self._restore(self.saved)
-        self.due, self.next_at = False, self._next(self.loop.env_steps)
+        self.due, self.next_at = False, self._next(self.source.stats().env_steps)
 
     def _next(self, steps:int) -> int|None: return None if self.every is None else (steps // self.every + 1) * self.every
 
@@ -179,13 +180,13 @@ class CheckpointCallback(Callback):
 
     def before_train(self):
         start = self._restore_fit() if self.resume_at is not None else 0
-        if start: self.dl.start = start
+        if start: self.dl.resume_at(start)
         self.n_done = start
 
     def after_batch(self):
         self.n_done += 1
         self.pos = (self.epoch, self.n_done)
-        if self.next_at is not None and self.loop.env_steps >= self.next_at: self.due = True
+        if self.next_at is not None and self.source.stats().env_steps >= self.next_at: self.due = True
         if self.due and self.n_done < len(self.dl) and self.n_done % getattr(self.dl, 'updates', 1) == 0: self.save()
 
     def after_epoch(self):
@@ -205,7 +206,7 @@ def run_state(self:CheckpointCallback) -> dict:
     return dict(
         position=dict(epoch=self.pos[0], batch=self.pos[1], n_epoch=self.n_epoch, n_iter=len(self.dls.train),
                       train_iter=self.train_iter, pct_train=self.pct_train),
-        env_steps=self.loop.env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
+        env_steps=self.source.stats().env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
         model=self.model.state_dict(), opt=self.opt.state_dict(),
         callbacks={cb.name: cb.state_dict() for cb in self.cbs if _stateful(cb)},
         data=self.dls.train.dataset.state_dict(),
@@ -218,8 +219,8 @@ def run_state(self:CheckpointCallback) -> dict:
 
 @patch
 def _memories(self:CheckpointCallback) -> dict:
-    "The replay memories of the learner's replay callbacks, by callback name"
-    mems = {cb.name: vars(cb)['experience_replay'] for cb in self.cbs if 'experience_replay' in vars(cb)}
+    "The replay memories of the learner's replay callbacks, by name, as their `memories()` give them"
+    mems = {k: m for cb in self.cbs if isinstance(cb, ExperienceReplayCallback) for k, m in cb.memories().items()}
     other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
     if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
     return mems
@@ -228,7 +229,7 @@ def _memories(self:CheckpointCallback) -> dict:
 def save(self:CheckpointCallback):
     "Write the run, as it stands after the last batch or epoch, to `self.path`"
     write_checkpoint(self.path, self.run_state(), self._memories())
-    self.due, self.next_at, self.last = False, self._next(self.loop.env_steps), self.pos
+    self.due, self.next_at, self.last = False, self._next(self.source.stats().env_steps), self.pos
 
 # %% ../nbs/12_checkpoint.ipynb #8ab78fc5
 @patch

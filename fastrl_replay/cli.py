@@ -6,20 +6,18 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #57dcf57c
 from __future__ import annotations
-import argparse, html, json, time, warnings
+import argparse, dataclasses, html, json, math, time
 from pathlib import Path
 from fastcore.basics import ifnone
 import numpy as np, torch
 from .errors import check_positive
-with warnings.catch_warnings():  # fastai 2.8 calls `torch.jit.script` on import, which torch 2.14 deprecates
-    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
-    from fastai.callback.core import Callback
-    from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
-    from fastrl_replay.agents.dqn import dqn_learner, evaluate, dqn_defaults
-    from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError
-    from fastrl_replay.data.synth import synth_replay_learner
-    from fastrl_replay.plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
-                                     figures_to_html)
+from fastai.callback.core import Callback
+from .callback import ExperienceReplayCallback
+from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
+from .checkpoint import CheckpointCallback, CheckpointError
+from .data.synth import synth_replay_learner
+from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
+                                 figures_to_html)
 
 # %% auto #0
 __all__ = ['run_demo', 'run_train', 'resume_train', 'main']
@@ -39,7 +37,7 @@ def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
     if quiet:
         with learn.no_bar(), learn.no_logging(): learn.fit(epochs)
     else: learn.fit(epochs)
-    mem = cb.experience_replay
+    mem = cb.memory
     td = mem.memory['td_error'].abs()
     metrics = dict(epochs=epochs, seed=seed, wall_s=round(time.perf_counter() - start, 3),
                    batches_cancelled=counts['cancelled'], batches_trained=counts['trained'],
@@ -76,12 +74,16 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
               replay:str='uniform', # 'uniform', 'per' or 'laber'
               quiet:bool=False, # Hide fastai's progress bar and table
               checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
-              **kwargs # Passed on to `dqn_learner`
+              learner:dict|None=None, # `dqn_learner`'s other settings, grouped as its arguments (`net`, `explore`, `replay`, `optim`, `gamma`, ...); `ray` trains on Ray
+              ray:dict|None=None # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
              ) -> dict:
     "Train a DQN with experience replay, evaluate it greedily and write its report"
     d = dqn_defaults(env)  # the settings chosen for `env`; those given here take their place
-    steps, replay_size, lr = ifnone(steps, d.pop('steps')), ifnone(replay_size, d.pop('max_sz')), ifnone(lr, d.pop('lr'))
-    kwargs = d | kwargs
+    steps = ifnone(steps, d.pop('steps'))
+    replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', ReplaySettings.max_sz))
+    lr = ifnone(lr, d.get('optim', {}).get('lr', OptimSettings.lr))
+    given = dict(learner or {}) | ({} if ray is None else dict(ray=ray))
+    kwargs = {k: d[k] | v if isinstance(v, dict) and isinstance(d.get(k), dict) else v for k, v in (d | given).items()}
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
     check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
@@ -108,10 +110,15 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
 
 # %% ../nbs/90_cli.ipynb #3483a9d1
 def _learner(s:dict):
-    "The `dqn_learner` of run settings `s`"
+    "The DQN learner of run settings `s`: `dqn_learner`'s, or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
     torch.set_num_threads(1)  # a small network trains fastest on one thread
-    return dqn_learner(s['env'], steps_per_epoch=s['steps'] // 10, max_sz=s['replay_size'], seed=s['seed'], lr=s['lr'],
-                       replay=s['replay'], **s['learner'])
+    kw = dict(s['learner'])
+    replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
+    optim = dict(kw.pop('optim', {}), lr=s['lr'])
+    if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
+        from fastrl_replay.agents.dqn_ray import dqn_ray_learner as build
+    else: build = dqn_learner
+    return build(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'], replay=replay, optim=optim, **kw)
 
 def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
     "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
@@ -123,30 +130,88 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
     returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
-    loop, mem = learn.dls.train.dataset.loop, learn.experience_replay.experience_replay
+    stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
-                   eval_returns=returns, env_steps=loop.env_steps, episodes=loop.n_episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(loop.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
-    fleet = getattr(learn, 'fleet', None)  # collectors and replay shards on Ray
-    if fleet is not None: metrics.update(_fleet_report(learn))
+                   eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
+                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+    fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
+    if fleet: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = [plot_returns(loop.returns), plot_losses(learn.recorder)]
-    if fleet is None: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
-    if s['replay'] != 'uniform' and fleet is None: figs += [plot_priorities(mem), plot_sample_counts(mem)]
-    (run/'report.html').write_text(_report(metrics, figs))
+    figs = [plot_returns(stats.returns), plot_losses(learn.recorder)]
+    if not fleet: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
+    if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
+    (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
     return dict(metrics, report=str(run/'report.html'))
 
 # %% ../nbs/90_cli.ipynb #70c0effe
-def _report(metrics:dict, figs) -> str:
-    "An offline HTML report: a title, the metrics and the figures, with plotly.js inlined once"
-    rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>' for k, v in metrics.items()
-                   if k != 'eval_returns')
-    head = (f'<h1>DQN on {html.escape(metrics["env"])}, seed {metrics["seed"]}, {html.escape(metrics["replay"])} replay</h1>'
-            f'<p>Greedy return over {len(metrics["eval_returns"])} episodes: {metrics["eval_mean"]:.1f} &plusmn; '
-            f'{metrics["eval_std"]:.1f}</p><table>{rows}</table>')
-    return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
+_CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;max-width:1100px;margin:2rem auto;padding:0 1rem;color:#222;line-height:1.45}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+.sub{color:#666;margin-top:0} .cols{display:flex;flex-wrap:wrap;gap:2rem} .cols>div{flex:1 1 320px}
+table{border-collapse:collapse;font-size:.92rem} th,td{padding:.25rem .7rem;border-bottom:1px solid #eee;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .note{color:#666;font-size:.85rem}
+.plotly-graph-div{max-width:100%}"""
+
+_LABELS = dict(env='environment', steps='environment steps', seed='seed', replay='replay', replay_size='replay memory capacity',
+               lr='learning rate', checkpoint_every='checkpoint every (environment steps)')
+
+def _fmt(v) -> str:
+    "`v` as the report shows it: floats rounded, integers with thousands separators, `—` for a value that does not exist"
+    if v is None or (isinstance(v, float) and math.isnan(v)): return '—'
+    if isinstance(v, bool): return 'yes' if v else 'no'
+    if isinstance(v, int): return f'{v:,}'
+    if isinstance(v, float):
+        a = abs(v)
+        return '0' if a == 0 else f'{v:,.0f}' if a >= 100 else f'{v:.2f}' if a >= 1 else f'{v:.3f}' if a >= 0.01 else f'{v:g}'
+    if isinstance(v, (list, tuple)): return ', '.join(_fmt(o) for o in v)
+    return str(v)
+
+def _flat(d:dict, prefix='') -> dict:
+    "Nested settings (dicts and dataclasses) as one level of `a.b` keys"
+    if dataclasses.is_dataclass(d) and not isinstance(d, type): d = dataclasses.asdict(d)
+    res = {}
+    for k, v in d.items():
+        if isinstance(v, dict) or (dataclasses.is_dataclass(v) and not isinstance(v, type)): res.update(_flat(v, f'{prefix}{k}.'))
+        else: res[prefix + k] = v
+    return res
+
+def _rows(pairs) -> str:
+    "Table rows of (label, value) pairs"
+    return ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>' for k, v in pairs)
+
+def _epoch_table(recorder) -> tuple[list, list]:
+    "The column names and rows of the recorder's epoch table (epoch and time left out)"
+    names = [n for n in recorder.metric_names if n not in ('epoch', 'time')]
+    return names, [[i + 1, *[v.item() if hasattr(v, 'item') else v for v in vals]] for i, vals in enumerate(recorder.values)]
+
+def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
+    "An offline HTML report: title, settings, results and epochs in readable units, then the figures, with plotly.js inlined once"
+    m, e = metrics, html.escape
+    title = f'DQN on {m["env"]}: seed {m["seed"]}, {m["replay"]} replay'
+    results = [(f'greedy return, {len(m["eval_returns"])} episodes', f'{m["eval_mean"]:.1f} ± {m["eval_std"]:.1f}'),
+               ('environment steps', m['env_steps']), ('episodes', m['episodes']), ('training time', f'{m["wall_s"]:.1f} s'),
+               ('speed', f'{m["env_steps_per_s"]:,.0f} environment steps/s'), ('memory rows', f'{m["memory_rows"]:,} of {m["replay_size"]:,}')]
+    shown = {'env', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
+             'memory_rows', 'replay_size', 'lr'}
+    results += [(k.replace('_', ' '), v) for k, v in m.items() if k not in shown]  # e.g. a run on Ray: actors, shards, rows lost
+    flat = _flat(settings)
+    names, rows = epochs
+    head = ''.join(f'<th>{e(n.replace("_", " "))}</th>' for n in ['epoch', *names])
+    body = ''.join('<tr>' + ''.join(f'<td class="n">{e(_fmt(v))}</td>' for v in r) + '</tr>' for r in rows)
+    page = (f'<h1>{e(title)}</h1><p class="sub">fastrl_replay {e(_version())}, {time.strftime("%Y-%m-%d %H:%M")}</p>'
+            f'<div class="cols"><div><h2>Results</h2><table>{_rows(results)}</table></div>'
+            f'<div><h2>Settings</h2><table>{_rows((_LABELS.get(k, k.replace("_", " ")), v) for k, v in flat.items())}</table></div></div>'
+            f'<h2>Epochs</h2><table><tr>{head}</tr>{body}</table>'
+            '<p class="note">— : no value yet. While the memory warms up no batch trains, so an epoch of warm-up has no loss; '
+            'the return is the mean of the last 100 finished episodes.</p><h2>Figures</h2>')
+    doc = figures_to_html(figs, include_plotlyjs=True, show=False)
+    doc = doc.replace('<meta charset="utf-8" />', f'<meta charset="utf-8" /><title>{e(title)}</title><style>{_CSS}</style>', 1)
+    return doc.replace('<body>', '<body>\n' + page, 1)
+
+def _version() -> str:
+    from fastrl_replay import __version__
+    return __version__
 
 # %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):
@@ -215,13 +280,13 @@ def _positive(s):
 
 # %% ../nbs/90_cli.ipynb #3064da6d
 def _ray_args(parser, args) -> dict:
-    "`dqn_learner`'s Ray settings from `--actors`, `--shards` and `--address`"
+    "The Ray settings (`dqn_ray_learner`'s `ray`) from `--actors`, `--shards` and `--address`"
     if not args.actors:
         if args.shards or args.address: parser.error('--shards and --address need --actors N')
         return {}
     if args.checkpoint_every or args.resume:
         parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards checkpoint themselves')
-    return dict(actors=args.actors, shards=args.shards or 1, ray_kwargs=dict(address=args.address))
+    return dict(ray=dict(actors=args.actors, shards=args.shards or 1, address=args.address))
 
 def _fleet_report(learn) -> dict:
     "The metrics of a run on Ray: actors, shards, environment steps per actor, rows per shard, rows lost; the actors are stopped"

@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/distributed.html.md"""
 
 # %% ../nbs/14_distributed.ipynb #b58114a2
 from __future__ import annotations
-import json, shutil, tempfile, time, types, uuid
+import json, shutil, tempfile, time, uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -15,22 +15,19 @@ import numpy as np, torch
 import ray
 from fastcore.basics import ifnone
 from fastai.callback.core import Callback
-from fastai.optimizer import OptimWrapper
 from .core import BD
 from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
 from .memory.checks import batch_of, td_vector
 from .memory.core import Replay
-from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
 from .memory.sumtree import per_weights
 from .memory.persist import load_memory
-from .data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders
-from .learner import LeanLearner
+from .data.gym import GymLoop, Source, SourceStats, FirstLast, EpsilonGreedy
 
 # %% auto #0
 __all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'ReplayShard', 'call', 'fetch', 'ask', 'write_batch',
            'init_ray', 'RayReplay', 'refresh', 'flush', 'apply', 'reset', 'close', 'Collector', 'CollectorFleet',
-           'advance', 'stop', 'RaySource', 'FleetCallback', 'ray_dqn_learner', 'fleet_metrics', 'close_learner']
+           'advance', 'stop', 'RaySource', 'FleetCallback', 'fleet_metrics', 'close_learner']
 
 # %% ../nbs/14_distributed.ipynb #f6f69888
 def shard_for(writer:int, # The writer: a collector's index, or 0 for the client's own `+`
@@ -203,6 +200,7 @@ def _as_arrays(batch) -> dict:
 
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
+    makes_n_step = False  # the collectors fold the n-step returns before they write
     def __init__(self,
                  make_memory:Callable, # Called with a shard's index, returns its memory (any `Replay`; its `warmup_sz` is ignored)
                  n_shards:int=2, # Shards
@@ -221,8 +219,8 @@ class RayReplay:
         self.bs, self.warmup_sz = ifnone(bs, probe.bs), ifnone(warmup_sz, probe.warmup_sz)
         self.max_sz, self.n_shards, self.prefetch, self.async_td, self.local = probe.max_sz, n_shards, prefetch, async_td, local
         s = probe.sampler
-        self.prioritized = isinstance(s, PrioritizedSampler)
-        if type(s).__name__ == 'LaBERSampler': raise ExperienceReplayException('LaBER scores its large batches in the learner: shard a uniform or prioritized memory')
+        self.prioritized = probe.prioritized
+        if not s.shardable: raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a shard: shard a uniform or prioritized memory')
         if self.prioritized: self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
         self._own_folder = folder is None  # removed by `close`
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix='fastrl-replay-shards-'))
@@ -393,17 +391,19 @@ class Collector:
                  env:str, # Gymnasium environment id
                  make_model:Callable, # Makes the network the learner trains (weights come with each chunk)
                  n_actions:int, # Actions of the environment
-                 epsilon:float, # This collector's exploration
+                 epsilon:float, # This collector's exploration, fixed (unless `explore` schedules it)
                  shards:list, # The shards (actor handles, or plain `ReplayShard`s)
                  n_steps:int=3, # Steps folded into each transition
                  gamma:float=0.99, # Discount
                  seed:int=0, # Seed of the environment and the exploration (the index is added)
                  write_bs:int=64, # Transitions per write
-                 n_envs:int=1): # Environments stepped together
+                 n_envs:int=1, # Environments stepped together
+                 explore:dict|None=None): # `EpsilonGreedy`'s schedule (`eps_start`, `eps_end`, `eps_steps`, `random_steps`) instead of a fixed `epsilon`
         torch.set_num_threads(1)
         self.index, self.shards, self.write_bs, self.epsilon = index, shards, write_bs, epsilon
         self.model = make_model()
-        agent = EpsilonGreedy(self.model, n_actions, epsilon, epsilon, 1, seed=seed + 7919 * index)
+        schedule = explore if explore is not None else dict(eps_start=epsilon, eps_end=epsilon, eps_steps=1)
+        agent = EpsilonGreedy(self.model, n_actions, **schedule, seed=seed + 7919 * index)
         self.source = Source([GymLoop(env, agent=agent, n_steps=n_steps, seed=seed + 7919 * index, n_envs=n_envs), FirstLast(gamma)])
         self.version, self.incarnation, self.seq, self.n_batches = -1, 0, 0, 0
         self.instance = uuid.uuid4().hex  # new in each process Ray starts for this collector
@@ -424,7 +424,8 @@ class Collector:
            ) -> dict:
         "Take `n` environment steps, writing every finished transition; what was done"
         if instance is not None and instance != self.instance:  # restarted since the caller last heard from it
-            return dict(index=self.index, instance=self.instance, restarted=True, env_steps=0, written=0, returns=[], acks={})
+            return dict(index=self.index, instance=self.instance, restarted=True, env_steps=0, written=0, returns=[], acks={},
+                        epsilon=self.source.loop.agent.epsilon)
         if weights is not None and version != self.version:
             self.model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()}); self.version = version
         if incarnation != self.incarnation: self.incarnation, self.seq = incarnation, 0
@@ -439,7 +440,7 @@ class Collector:
             rows = list(src.queue); src.queue.clear()
             self._write(rows, acks); written += len(rows)
         return dict(index=self.index, instance=self.instance, restarted=False, env_steps=loop.env_steps - start, written=written,
-                    returns=loop.returns[eps0:], acks=acks)
+                    returns=loop.returns[eps0:], acks=acks, epsilon=loop.agent.epsilon)
 
 # %% ../nbs/14_distributed.ipynb #d4751888
 class CollectorFleet:
@@ -450,16 +451,19 @@ class CollectorFleet:
                  n_actions:int, # Actions of the environment
                  shards:list, # The shards the collectors write to
                  n_actors:int=2, # Collectors
-                 epsilons:list|None=None, # Exploration of each collector (default: `apex_epsilons(n_actors)`)
+                 epsilons:list|None=None, # A fixed exploration for each collector (default: `apex_epsilons(n_actors)`, unless `explore` is given)
+                 explore:dict|None=None, # An `EpsilonGreedy` schedule every collector follows instead (`eps_start`, `eps_end`, `eps_steps`, `random_steps`)
                  chunk:int=100, # Environment steps per chunk of work
                  local:bool=False, # Plain objects in this process instead of Ray actors
                  actor_cpus:float=0.5, # CPUs Ray reserves for each collector
                  **kwargs): # Passed on to `Collector`: `n_steps`, `gamma`, `seed`, `write_bs`, `n_envs`
         check_positive(n_actors, 'n_actors')
-        self.epsilons = list(ifnone(epsilons, apex_epsilons(n_actors)))
+        if epsilons is not None and explore is not None: raise ValueError('give each collector a fixed epsilon or an exploration schedule, not both')
+        self.epsilons = list(ifnone(epsilons, apex_epsilons(n_actors))) if explore is None else [float(explore.get('eps_start', 1.))] * n_actors
         if len(self.epsilons) != n_actors: raise ValueError(f'expected {n_actors} epsilons, got {len(self.epsilons)}')
         self.chunk, self.local, self.n_actors = chunk, local, n_actors
         args = [(i, env, make_model, n_actions, e, shards) for i, e in enumerate(self.epsilons)]
+        if explore is not None: kwargs = dict(kwargs, explore=explore)
         if local: self.actors = [Collector(*a, **kwargs) for a in args]
         else:
             cls = ray.remote(Collector).options(num_cpus=actor_cpus, max_restarts=-1, max_task_retries=0)
@@ -467,12 +471,16 @@ class CollectorFleet:
         self.inflight, self.weights, self.version, self.instances = {}, None, 0, [None] * n_actors
         self.actor_env_steps, self.restarts, self.written = [0] * n_actors, [0] * n_actors, [0] * n_actors
         self.returns, self.episode_returns, self.target, self.stopped = [], deque(maxlen=100), 0, False
-        self.agent = types.SimpleNamespace(epsilon=float(np.mean(self.epsilons)))  # what `loop_metrics` shows
+        self.actor_epsilons = list(self.epsilons)  # each collector's exploration at its last chunk
 
     @property
     def env_steps(self) -> int: return sum(self.actor_env_steps)
     @property
     def n_episodes(self) -> int: return len(self.returns)
+
+    def stats(self) -> SourceStats:
+        "The collectors' environment steps and episodes so far, and their mean exploration at their last chunks"
+        return SourceStats(self.env_steps, self.n_episodes, self.returns, self.episode_returns, float(np.mean(self.actor_epsilons)))
 
     def publish(self, model:torch.nn.Module):
         "Put `model`'s weights where the collectors' next chunks will find them"
@@ -489,6 +497,7 @@ def _account(self:CollectorFleet, i:int, r:dict):
     self.instances[i] = r['instance']
     self.actor_env_steps[i] += r['env_steps']; self.written[i] += r['written']
     self.returns += r['returns']; self.episode_returns.extend(r['returns'])
+    self.actor_epsilons[i] = r['epsilon']
 
 def _settle(self:CollectorFleet, block:bool):
     "Take in the chunks that finished (waiting for one if `block`); a dead collector's chunk is counted and handed out again"
@@ -536,80 +545,45 @@ CollectorFleet.advance, CollectorFleet.stop, CollectorFleet.close = advance, sto
 # %% ../nbs/14_distributed.ipynb #586c1aa0
 class RaySource:
     "Where `TransitionLoader` takes its batches: asks the fleet for the environment steps, yields an empty batch"
-    def __init__(self, fleet:CollectorFleet, obs_dim:int): self.fleet, self.loop, self.obs_dim = fleet, fleet, obs_dim
+    def __init__(self, fleet:CollectorFleet, obs_dim:int): self.fleet, self.obs_dim = fleet, obs_dim
     def batch(self, bs:int) -> BD:
         self.fleet.advance(bs)
         return BD._new({'state': torch.empty(0, self.obs_dim)})
+    def stats(self) -> SourceStats:
+        "What the fleet reports of its collectors' environments"
+        return self.fleet.stats()
 
 class FleetCallback(Callback):
     "Publish the learner's weights to the collectors every `sync_every` optimizer steps; settle the fleet and the TD updates after `fit`"
     order = 10
     def __init__(self, fleet:CollectorFleet, replay:RayReplay, sync_every:int=100):
-        self.fleet, self.replay, self.sync_every, self.n_steps = fleet, replay, sync_every, 0
+        self.fleet, self.replay, self.sync_every, self.n_updates = fleet, replay, sync_every, 0  # optimizer steps so far
     def before_fit(self): self.fleet.publish(self.model)
     def after_step(self):
-        self.n_steps += 1
-        if self.n_steps % self.sync_every == 0: self.fleet.publish(self.model)
+        self.n_updates += 1
+        if self.n_updates % self.sync_every == 0: self.fleet.publish(self.model)
     def after_fit(self):
         self.fleet.stop(); self.replay.flush()
-
-def _make_memory(kind:type, kwargs:dict, i:int) -> Replay:
-    "Shard `i`'s memory: `kind(**kwargs)`, its generator seeded apart from the other shards'"
-    return kind(**{**kwargs, 'seed': kwargs.get('seed', 0) * 1000 + i})
+    def report(self) -> dict:
+        "What a run on the fleet adds to its report: collectors, shards, environment steps per collector, rows per shard, rows lost"
+        fleet, rr = self.fleet, self.replay
+        return dict(actors=fleet.n_actors, shards=rr.n_shards, actor_env_steps=list(fleet.actor_env_steps), shard_rows=rr.shard_rows,
+                    rows_lost=rr.rows_lost, collector_restarts=list(fleet.restarts), epsilons=fleet.epsilons)
+    def close(self):
+        "Stop the collector and shard actors"
+        self.fleet.close(); self.replay.close()
 
 # %% ../nbs/14_distributed.ipynb #87aebefc
-def ray_dqn_learner(env:str='CartPole-v1', steps_per_epoch:int=5_000, hidden:tuple=(256, 256), gamma:float=0.99, n_steps:int=3,
-                    n_envs:int=1, train_every:int=4, grad_steps:int=1, bs:int=128, max_sz:int=50_000, warmup_sz:int=1_000,
-                    target_sync:int=125, tau:float|None=None, double:bool=True, lr:float=1e-3, seed:int|None=0, device=None,
-                    replay:str='uniform', replay_kwargs:dict|None=None,
-                    actors:int=2, # Collector actors
-                    shards:int=2, # Replay shard actors
-                    epsilons:list|None=None, # Exploration per collector (default: Ape-X's, from 0.4)
-                    sync_every:int=50, # Optimizer steps between publications of the weights to the collectors
-                    chunk:int=100, # Environment steps per chunk of a collector's work
-                    prefetch:int=2, # Samples kept in flight
-                    async_td:bool=True, # TD errors sent without waiting
-                    checkpoint_every:int|None=None, # Rows a shard adds between its checkpoints (None: never)
-                    folder:str|None=None, # The shards' folder (default: a temporary one)
-                    address:str|None=None, # A Ray cluster to join (None: start Ray here unless it runs)
-                    local:bool=False, # Everything in this process, no Ray (for checks)
-                    **kwargs): # `dqn_learner`'s other settings, which do not apply here (`eps_*`, `replay_cb`)
-    "A fastai `Learner` training `agents.dqn`'s DQN on transitions that `actors` collectors write to `shards` replay shards on Ray"
-    from fastrl_replay.agents.dqn import QNet, DQNTrainer, loop_metrics, _env_spaces
-    if replay not in ('uniform', 'per'): raise ValueError(f"the sharded replay is 'uniform' or 'per', got {replay!r}")
-    if not local: init_ray(address)
-    obs_sp, act_sp = _env_spaces(env)
-    obs_dim, n_actions = int(np.prod(obs_sp.shape)), int(act_sp.n)
-    seed = ifnone(seed, 0)
-    torch.manual_seed(seed)
-    model = QNet(obs_dim, n_actions, hidden)
-    n_batches = steps_per_epoch // train_every * grad_steps
-    mem = dict(bs=bs, max_sz=max(max_sz // shards, 1), warmup_sz=0, seed=seed)
-    if replay == 'per': mem.update(beta_steps=10 * n_batches, weight_norm='batch')
-    mem.update(replay_kwargs or {})
-    make_memory = partial(_make_memory, PrioritizedExperienceReplay if replay == 'per' else ExperienceReplay, mem)
-    rr = RayReplay(make_memory, shards, bs=bs, warmup_sz=warmup_sz, seed=seed, prefetch=prefetch, async_td=async_td,
-                   folder=folder, checkpoint_every=checkpoint_every, local=local)
-    fleet = CollectorFleet(env, partial(QNet, obs_dim, n_actions, hidden), n_actions, rr.shards, actors, epsilons, chunk, local,
-                           n_steps=n_steps, gamma=gamma, seed=seed, n_envs=n_envs)
-    dls = gym_dataloaders(RaySource(fleet, obs_dim), n=steps_per_epoch, bs=train_every, device=device, updates=grad_steps)
-    trainer = DQNTrainer(target_sync=target_sync, tau=tau, double=double)
-    adam = partial(torch.optim.Adam, fused=True)
-    learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
-                        metrics=loop_metrics(), cbs=[ExperienceReplayCallback(experience_replay=rr), trainer, NoValidation(),
-                                                     FleetCallback(fleet, rr, sync_every)])
-    learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
-    from fastai.learner import CastToTensor
-    learn.remove_cb(CastToTensor)
-    learn.fleet, learn.ray_replay = fleet, rr
-    return learn
+def _fleet_callback(learn) -> FleetCallback:
+    "The learner's `FleetCallback`"
+    cbs = [cb for cb in learn.cbs if isinstance(cb, FleetCallback)]
+    if not cbs: raise ValueError('this learner trains without a collector fleet: it has no FleetCallback')
+    return cbs[0]
 
 def fleet_metrics(learn) -> dict:
     "What a run on the fleet adds to its report: collectors, shards, environment steps per collector, rows per shard, rows lost"
-    fleet, rr = learn.fleet, learn.ray_replay
-    return dict(actors=fleet.n_actors, shards=rr.n_shards, actor_env_steps=list(fleet.actor_env_steps), shard_rows=rr.shard_rows,
-                rows_lost=rr.rows_lost, collector_restarts=list(fleet.restarts), epsilons=fleet.epsilons)
+    return _fleet_callback(learn).report()
 
 def close_learner(learn):
     "Stop a fleet learner's collector and shard actors"
-    learn.fleet.close(); learn.ray_replay.close()
+    _fleet_callback(learn).close()

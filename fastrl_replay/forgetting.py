@@ -17,7 +17,7 @@ with warnings.catch_warnings():
     from fastrl_replay.agents.dqn import dqn_learner
 from .agents.a2c import a2c_learner, PolicySampler, TrialReplay
 from .envs.changing import evaluate_choices, changing_env_id, MODE_COLOURS, COLOURS
-from .memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from .memory.experience_replay import ExperienceReplay
 from .memory.continual import ReservoirReplay, TaskBalancedReplay
 from .errors import check_choice
 from .plots import figures_to_html
@@ -100,12 +100,11 @@ def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=20
     return dict(scores=res, curve=[r for c in curves for r in c.rows], memory_rows=len(mem))
 
 # %% ../nbs/15_forgetting.ipynb #238c3610
-_DQN = dict(hidden=(100,), gamma=0.91, n_steps=1, train_every=4, target_sync=100, lr=1e-3, eps_end=0.05)
+_DQN = dict(net=dict(hidden=(100,), target_sync=100), gamma=0.91, n_steps=1, optim=dict(train_every=4, lr=1e-3))
 
 def _dqn(mode, steps, mem, seed, eps_start, model=None):
-    learn = dqn_learner(changing_env_id(mode, features=True), steps_per_epoch=max(steps // 10, 1), eps_start=eps_start,
-                        eps_steps=max(steps // 2, 1), seed=seed, bs=mem.bs, max_sz=mem.max_sz, warmup_sz=mem.warmup_sz,
-                        replay_cb=ExperienceReplayCallback(experience_replay=mem), **_DQN)
+    learn = dqn_learner(changing_env_id(mode, features=True), memory=mem, steps_per_epoch=max(steps // 10, 1), seed=seed,
+                        explore=dict(eps_start=eps_start, eps_end=0.05, eps_steps=max(steps // 2, 1)), **_DQN)
     if model is not None: learn.model.load_state_dict(model.state_dict())
     return learn
 
@@ -114,7 +113,7 @@ def dqn_forgetting(seed:int=0, memory:str='reservoir', steps1:int=10_000, steps2
     "The experiment with a DQN whose memory runs through both modes: FIFO without replay of mode 1, `memory` with"
     act_of, res, curves = _dqn_act(seed), {}, []
     warm = min(500, memory_sz)
-    def curve(branch, start): c = RateCurve(act_of, branch, _DQN['train_every'], start, curve_every, curve_trials, seed); curves.append(c); return c
+    def curve(branch, start): c = RateCurve(act_of, branch, _DQN['optim']['train_every'], start, curve_every, curve_trials, seed); curves.append(c); return c
     mem = make_memory(memory, memory_sz, replay_bs, warm, seed)
     l1 = _dqn(1, steps1, mem, seed, 1.)
     _fit(l1, 10, [curve('mode 1', 0)])

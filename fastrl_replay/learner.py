@@ -9,9 +9,9 @@ from __future__ import annotations
 import cloudpickle
 from fastai.learner import Learner, Recorder, event
 from fastai.callback.core import TrainEvalCallback
-from fastcore.basics import patch
 from fastai.optimizer import OptimWrapper
 from .core import BD
+from .data.gym import TransitionLoader
 
 # %% auto #0
 __all__ = ['LeanRecorder', 'LeanLearner']
@@ -67,31 +67,19 @@ class LeanLearner(Learner):
         if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].values()): return b
         return super()._set_device(b)
 
-# %% ../nbs/08_learner.ipynb #e037e65f
-@patch
-def all_batches(self:LeanLearner):
-    "Train or validate on every batch of `self.dl`, numbered from the loader's `start` (0 unless a resumed run set it)"
-    self.n_iter = len(self.dl)
-    for o in enumerate(self.dl, getattr(self.dl, 'start', 0)): self.one_batch(*o)
+    def all_batches(self):
+        "Train or validate on every batch of `self.dl`, numbered from a `TransitionLoader`'s `start` (0 unless a resumed run set it)"
+        self.n_iter = len(self.dl)
+        for o in enumerate(self.dl, self.dl.start if isinstance(self.dl, TransitionLoader) else 0): self.one_batch(*o)
 
-@patch
-def __getstate__(self:LeanLearner):
-    "What fastai pickles of a `Learner`, without the cache of event handlers"
-    return {k: v for k, v in Learner.__getstate__(self).items() if k != '_handlers'}
+    def __getstate__(self):
+        "What fastai pickles of a `Learner`, without the cache of event handlers"
+        return {k: v for k, v in Learner.__getstate__(self).items() if k != '_handlers'}
 
-# %% ../nbs/08_learner.ipynb #5c389f2d
-_LAST_BATCH = ('fresh_xb', 'replay_idxs', 'td_error')  # what the replay callback and the loss leave on the learner
-
-@patch
-def export(self:LeanLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "fastai's `Learner.export` of what acting needs: without the training callbacks and their loss, the metrics, the optimizer or the last batch"
-    training = [cb for cb in self.cbs if not isinstance(cb, (TrainEvalCallback, Recorder))]
-    last = {k: vars(self).pop(k) for k in _LAST_BATCH if k in vars(self)}
-    metrics, loss_func = self.metrics, self.loss_func
-    self.metrics = []
-    if any(getattr(loss_func, '__self__', None) is cb for cb in training): self.loss_func = None  # it needs its callback
-    try:
-        with self.removed_cbs(training): Learner.export(self, fname, pickle_module, pickle_protocol)
-    finally:
-        self.metrics, self.loss_func = metrics, loss_func
-        vars(self).update(last)
+    def export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+        "fastai's `Learner.export` of what acting needs: without the training callbacks, the metrics or the optimizer"
+        training = [cb for cb in self.cbs if not isinstance(cb, (TrainEvalCallback, Recorder))]
+        metrics, self.metrics = self.metrics, []
+        try:
+            with self.removed_cbs(training): Learner.export(self, fname, pickle_module, pickle_protocol)
+        finally: self.metrics = metrics

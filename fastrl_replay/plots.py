@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/plots.html.md"""
 
 # %% ../nbs/07_plots.ipynb #8fda66f2
 from __future__ import annotations
-import math
+import math, re
 import numpy as np, torch
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -18,12 +18,22 @@ __all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 
            'plot_returns', 'figures_to_html']
 
 # %% ../nbs/07_plots.ipynb #e9e7144a
+def _offline_renderer():
+    "plotly's `notebook` renderer (plotly.js inline, once per notebook) without the MathJax script it links from a CDN"
+    from plotly.io.base_renderers import NotebookRenderer  # imported here: importing it imports `plotly.tools`, which sets a warnings filter
+    class OfflineNotebookRenderer(NotebookRenderer):
+        def to_mimebundle(self, fig_dict):
+            b = super().to_mimebundle(fig_dict)
+            return b | {'text/html': re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', '', b['text/html'])}
+    return OfflineNotebookRenderer()
+
 def setup_plotly():
-    "Show figures in notebooks with plotly.js from its CDN, and as `<plotly Figure>` in plain text"
-    pio.renderers.default = 'notebook_connected'
-    try: from IPython import get_ipython  # imported here: only a running IPython has formatters to set
+    "Show figures in Jupyter with plotly.js included once in the notebook (no network needed), and as `<plotly Figure>` in plain text"
+    try: from IPython import get_ipython  # imported here: only a running IPython displays figures
     except ImportError: return
     if (ip := get_ipython()) is None: return
+    pio.renderers['notebook_offline'] = _offline_renderer()
+    pio.renderers.default = 'notebook_offline'
     ip.display_formatter.formatters['text/plain'].for_type(go.Figure, lambda f, p, cycle: p.text('<plotly Figure>'))
 
 # %% ../nbs/07_plots.ipynb #436d9f0b
@@ -153,13 +163,14 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
 # %% ../nbs/07_plots.ipynb #7be512c8
 def figures_to_html(figs, # Figures to put in the page, in order
                     include_plotlyjs:bool|str='cdn', # plotly.js with the first figure: 'cdn' links it, True inlines it, False leaves it out
-                    show:bool=True # Also display the page when running in IPython
+                    show:bool=True # Also display the figures when running in IPython
                    ) -> str:
-    "One HTML document holding every figure in `figs` and plotly.js at most once; displayed in IPython"
-    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False) for i, f in enumerate(figs)]
+    "One HTML document holding every figure in `figs` and plotly.js at most once; the figures are displayed in IPython"
+    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, auto_play=False)  # animations wait for ▶
+            for i, f in enumerate(figs)]
     html = '<html><head><meta charset="utf-8" /></head><body>\n' + '\n'.join(divs) + '\n</body></html>'
     from IPython import get_ipython  # imported here: IPython is only needed to display
     if show and get_ipython() is not None:
-        from IPython.display import HTML, display
-        display(HTML(html))
+        from IPython.display import display
+        display(*figs)
     return html

@@ -3,8 +3,8 @@ import numpy as np, torch
 from torch import nn
 from fastai.learner import Learner
 from fastrl_replay.data.gym import pixel_env, GymLoop, Source, EpsilonGreedy, gym_dataloaders, NoValidation
-from fastrl_replay.agents.dqn import DQNTrainer
-from fastrl_replay.memory.experience_replay import ExperienceReplayCallback
+from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.circular import CircularReplayBuffer
 
 class PixelQNet(nn.Module):
@@ -26,13 +26,14 @@ def test_pixel_dqn_trains_on_rebuilt_stacks():
     seen = []  # every row the loop produced, in order: the stacks the agent acted on
     source = Source([GymLoop(env=env, agent=EpsilonGreedy(model, 2, eps_steps=100, seed=0), seed=0, obs_dtype=np.uint8),
                      lambda row: seen.append(row) or row])
-    trainer = DQNTrainer(target_sync=20)
-    learn = Learner(gym_dataloaders(source, n=240, bs=4), model, loss_func=trainer.loss, lr=1e-3,
-                    cbs=[ExperienceReplayCallback(experience_replay=mem), trainer, NoValidation()])
+    loss = DQNLoss(model)
+    trainer = DQNTrainer(loss, target_sync=20)
+    learn = Learner(gym_dataloaders(source, n=240, bs=4), model, loss_func=loss, lr=1e-3,
+                    cbs=[ExperienceReplayCallback(mem), trainer, NoValidation()])
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
 
     assert mem.add_count == 240 and source.loop.n_episodes >= 2  # every step stored, episodes of both envs ended
-    assert learn.replay_idxs.shape == (16,) and np.isfinite(learn.recorder.losses[-1].item())
+    assert learn.experience_replay.batch.idxs.shape == (16,) and np.isfinite(learn.recorder.losses[-1].item())
     assert (mem.td_errors != 0).sum() > 16  # TD errors came back from the learner
     b = mem.sample_all_valid_transitions()
     assert len(b) >= 230  # all but the newest few steps of each env and nothing else
@@ -63,7 +64,7 @@ def test_pixel_dqn_in_one_call():
     mem = CircularReplayBuffer((40, 60), stack_size=4, replay_capacity=500, batch_size=16, update_horizon=3, gamma=0.9,
                                warmup_sz=50, seed=0)
     model = LazyPixelQNet(4, 2)
-    learn = dqn_learner(env, model=model, memory=mem, steps_per_epoch=120, train_every=4, target_sync=5, lr=1e-3, seed=0)
+    learn = dqn_learner(env, model=model, memory=mem, steps_per_epoch=120, optim=dict(train_every=4, lr=1e-3), net=dict(target_sync=5), seed=0)
     before = [p.detach().clone() for p in model.parameters()]
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     loop = learn.dls.train.dataset.loop
@@ -72,6 +73,6 @@ def test_pixel_dqn_in_one_call():
     assert mem.add_count == loop.env_steps == 120  # raw steps: the memory makes its own 3-step returns
     assert learn.dqn_trainer.n_updates == 30 - 13 + 1  # batches 13 (52 steps stored) to 30 train
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert learn.replay_idxs.shape == (16,) and np.isfinite(learn.recorder.losses[-1].item())
+    assert learn.experience_replay.batch.idxs.shape == (16,) and np.isfinite(learn.recorder.losses[-1].item())
     assert mem.td_errors[:120].abs().sum() > 0
     env.close()

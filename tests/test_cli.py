@@ -21,6 +21,31 @@ def test_train_writes_its_report(tmp_path):
     page = (run_dir/'report.html').read_text()
     assert page.count('class="plotly-graph-div"') == 3 and '<script src="http' not in page  # plotly.js inlined: offline
 
+def test_report_of_a_short_run_is_titled_readable_offline_and_light(tmp_path):
+    "`--steps 5000`: the first epoch is all warm-up, and the report shows `—` there, never nan or None"
+    import re
+    r = run('train', '--steps', '5000', '--out', str(tmp_path), '--quiet')
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = tmp_path.iterdir()
+    page = (run_dir/'report.html').read_text()
+    scripts = re.findall(r'<script\b[^>]*>(.*?)</script>', page, re.S)
+    bundles = [s for s in scripts if len(s) > 1_000_000 and 'plotly.js' in s[:2000]]
+    assert len(bundles) == 1  # plotly.js inlined once, for every figure
+    assert len(page.encode()) - len(bundles[0].encode()) < 1_000_000, len(page) - len(bundles[0])
+    assert not re.search(r'<script\b[^>]*\bsrc=|<link\b', page)  # nothing loaded from elsewhere: works offline
+    assert 'Plotly.animate' not in page  # the td_error animation waits for its ▶ button
+    assert '<title>DQN on CartPole-v1: seed 0, uniform replay</title>' in page and '<style>' in page
+    text = re.sub(r'<script\b[^>]*>.*?</script>', '', page, flags=re.S)
+    cells = re.findall(r'<t[hd][^>]*>(.*?)</t[hd]>', text)
+    assert not {'nan', 'None', 'null', 'NaN'} & set(cells), cells
+    assert not any(re.fullmatch(r'-?[\d,]*\.\d{4,}', c) for c in cells), cells  # rounded
+    for label, value in [('learning rate', '0.001'), ('replay memory capacity', '50,000'), ('environment steps', '5,000'), ('seed', '0')]:
+        assert f'<tr><th>{label}</th><td>{value}</td></tr>' in text, label
+    epochs = re.search(r'<h2>Epochs</h2><table>(.*?)</table>', text).group(1)
+    rows = [re.findall(r'<td[^>]*>(.*?)</td>', r) for r in re.findall(r'<tr>(.*?)</tr>', epochs)][1:]
+    assert len(rows) == 10 and rows[0] == ['1', '—', '—', '—', '—']  # the first epoch is all warm-up
+    assert all('—' not in r for r in rows[1:]), rows
+
 def test_prioritized_report_adds_priorities_and_draw_counts(tmp_path):
     r = run('train', '--steps', '1200', '--replay-size', '1000', '--replay', 'per', '--out', str(tmp_path), '--quiet')
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,8 @@ import minari
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_storage import is_image_space
 from fastrl_replay.memory.core import ExperienceReplayException, Replay, Storage
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERExperienceReplay
 from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
@@ -351,8 +352,7 @@ def test_foreign_dataset_with_a_discount():
     assert same_bits(er.memory['discount'], np.full((5, 1), 0.9, np.float32))
 
 def dqn(er, **kw):
-    return dqn_learner('CartPole-v1', steps_per_epoch=16, train_every=4, n_steps=1, hidden=(8,), bs=8, seed=0,
-                       replay_cb=ExperienceReplayCallback(experience_replay=er), **kw)
+    return dqn_learner('CartPole-v1', memory=er, steps_per_epoch=16, optim=dict(train_every=4), n_steps=1, net=dict(hidden=(8,)), seed=0, **kw)
 
 def test_dqn_pretrains_offline_and_trains_on_online():
     "A DQN's own transitions through a dataset: the memory they fill trains the same learner, which goes on adding online steps"

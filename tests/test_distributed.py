@@ -7,9 +7,10 @@ from scipy.stats import chisquare
 ray = pytest.importorskip('ray')
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
-from fastrl_replay.agents.dqn import QNet, evaluate
-from fastrl_replay.distributed import (RayReplay, ReplayShard, Collector, CollectorFleet, ray_dqn_learner, fleet_metrics,
-                                       close_learner, decode_keys)
+from fastrl_replay.agents.dqn import QNet, evaluate, dqn_learner
+from fastrl_replay.agents.dqn_ray import dqn_ray_learner
+from fastrl_replay.distributed import (RayReplay, ReplayShard, Collector, CollectorFleet, fleet_metrics, close_learner, decode_keys,
+                                       apex_epsilons)
 from fastrl_replay.test_utils import synth_transitions
 
 # one Ray cluster for the module, on one xdist worker (`make test` runs pytest with --dist loadgroup)
@@ -164,16 +165,41 @@ def test_a_killed_shard_comes_back_from_its_checkpoint_and_the_loss_is_counted(t
 def test_dqn_on_cartpole_through_the_ray_replay_beats_random():
     "2 collectors, 2 shards, prioritized replay: the greedy return after 4,800 environment steps is far above a random policy's ~22"
     torch.set_num_threads(1)
-    learn = ray_dqn_learner(steps_per_epoch=1200, bs=64, hidden=(64, 64), warmup_sz=500, replay='per', actors=2, shards=2,
-                            lr=2e-3, target_sync=100, train_every=4, seed=0)
+    learn = dqn_ray_learner(steps_per_epoch=1200, replay=dict(kind='per', bs=64, warmup_sz=500), net=dict(hidden=(64, 64), target_sync=100),
+                            optim=dict(lr=2e-3, train_every=4), ray=dict(actors=2, shards=2, epsilons=apex_epsilons(2)), seed=0)
     with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(4, 2e-3)
     m = fleet_metrics(learn)
     assert m['actors'] == 2 and m['shards'] == 2 and m['rows_lost'] == 0 and all(n > 0 for n in m['shard_rows'])
     assert sum(m['actor_env_steps']) >= 4800 and all(n > 0 for n in m['actor_env_steps'])
-    assert sum(learn.ray_replay.apply(lambda mem: int((mem.memory['td_error'] != 0).sum()))) > 0  # TD errors reached the shards
+    assert sum(learn.experience_replay.memory.apply(lambda mem: int((mem.memory['td_error'] != 0).sum()))) > 0  # TD errors reached the shards
     ret = np.mean(evaluate(learn.model, n_episodes=10, seed=123))
     close_learner(learn)
     assert ret > 75, ret  # measured 110 and 125 with seeds 0 and 1
+
+def test_a_setting_on_ray_has_the_effect_it_has_in_one_process():
+    "Gradient clipping, the random warm-up and the exploration schedule reach the Ray learner and its collectors as they reach `dqn_learner`'s"
+    from fastai.callback.training import GradientClip
+    kw = dict(net=dict(hidden=(16,)), replay=dict(warmup_sz=120, bs=16), explore=dict(eps_start=0.9, eps_end=0.2, eps_steps=600),
+              optim=dict(max_grad_norm=5., train_every=2), steps_per_epoch=200, seed=0)
+    here = dqn_learner(**kw)
+    a = here.dls.train.dataset.loop.agent
+    assert (a.eps_start, a.eps_end, a.eps_steps, a.random_steps) == (0.9, 0.2, 600, 120)
+    local = dqn_ray_learner(**kw, ray=dict(actors=2, local=True))  # the collectors as plain objects: their agents can be read
+    assert [(g.eps_start, g.eps_end, g.eps_steps, g.random_steps) for g in (c.source.loop.agent for c in local.fleet.fleet.actors)] == \
+        [(0.9, 0.2, 300, 60)] * 2  # the fleet decays over the same 600 agent steps, and acts at random for the same 120, shared by two
+    close_learner(local)
+    there = dqn_ray_learner(**kw, ray=dict(actors=2, shards=1, chunk=20))
+    try:
+        for l in (here, local, there): assert [cb.max_norm for cb in l.cbs if isinstance(cb, GradientClip)] == [5.]
+        with there.no_bar(), there.no_logging(): there.fit(1)
+        fleet = there.fleet.fleet
+        expected = [1. if n < 60 else 0.2 + 0.7 * max(0., 1 - n / 300) for n in fleet.actor_env_steps]  # each collector's schedule
+        assert fleet.actor_epsilons == pytest.approx(expected) and there.dls.train.dataset.stats().epsilon == pytest.approx(np.mean(expected))
+        assert sum(fleet.actor_env_steps) >= 200 and there.dqn_trainer.n_updates > 0
+    finally: close_learner(there)
+    with pytest.raises(TypeError, match=r"unknown OptimSettings \['max_grad'\]"): dqn_ray_learner(optim=dict(max_grad=1), ray=dict(actors=1))
+    with pytest.raises(TypeError, match=r"unknown RaySettings \['actor'\]"): dqn_ray_learner(ray=dict(actor=2))
+    with pytest.raises(ValueError, match="the sharded replay is 'uniform' or 'per', got 'laber'"): dqn_ray_learner(replay=dict(kind='laber'))
 
 def test_the_command_line_trains_on_ray_and_reports_actors_and_shards(tmp_path, capsys):
     from fastrl_replay.cli import main

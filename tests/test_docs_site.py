@@ -3,7 +3,7 @@
 The tests of the build steps and the tutorials run with `make test`. The browser tests are marked `docs` and run with
 `make docs-test`: they build the site (only what changed is rebuilt), serve `docs/_site` on localhost and drive
 Debian's Chromium through Playwright over every page. Screenshots land in `docs/_build/screenshots/`."""
-import functools, json, re, sys, threading
+import functools, inspect, json, re, sys, threading
 from http.server import ThreadingHTTPServer, SimpleHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlparse, unquote
@@ -98,6 +98,41 @@ def test_api_links():
     assert 'href="#experiencereplay-update-td"' in docs.linkify('`ExperienceReplay.update_td`', 'memory.experience_replay', entries)
     assert docs.linkify('## `ExperienceReplay.update_td`', 'index', entries) == '## `ExperienceReplay.update_td`'
 
+def test_test_only_cells():
+    "A cell of tests alone is left out of the page; a cell that also shows or builds something stays"
+    assert docs.is_test_only('test_eq(f(1), 2)\nassert g()\ntest_fail(lambda: h(), contains="x")\ntest_close(a,\n           b)')
+    assert not docs.is_test_only('x = f(1)\ntest_eq(x, 2)')
+    assert not docs.is_test_only('test_eq(f(1), 2)\nf(1)')
+    assert not docs.is_test_only('') and not docs.is_test_only('%time f()') and not docs.is_test_only('print(test_eq)')
+    nb, _ = docs.to_page(_processed(_code('test_eq(1, 1)'), _code('assert True\ntest_eq(2, 2)'), _code('x = 1\ntest_eq(x, 1)'),
+                                    _code('test_fail(f)', {'output_type': 'stream', 'name': 'stdout', 'text': 'usage: ...\n'})))
+    assert [c['source'] for c in nb['cells'][1:]] == ['x = 1\ntest_eq(x, 1)', 'test_fail(f)']
+
+def test_api_details():
+    "An entry of a library symbol gets a source link and a parameter table from its signature and docments"
+    from fastrl_replay.plots import plot_returns
+    md, names = docs.api_headings("### plot_returns\n\n```python\ndef plot_returns(\n    returns, # Returns of finished episodes\n"
+                                  "    window:int=100, # Episodes in the rolling mean\n)->go.Figure:\n```\n\n*Each episode's return*")
+    out = docs.api_details(md, names)
+    line = inspect.getsourcelines(plot_returns)[1]
+    assert f'<a class="api-source" href="https://github.com/fastrl-replay/fastrl_replay/blob/main/fastrl_replay/plots.py#L{line}">source</a>' in out
+    assert '| Parameter | Type | Default | Details |' in out and '| window | int | 100 | Episodes in the rolling mean |' in out
+    assert 'window:int=100,\n)' in out and '# Episodes' not in out.split('|')[0]  # the signature without the comments the table shows
+    assert docs.api_details('### not_a_symbol', ['not_a_symbol']) == '### not_a_symbol'
+
+def test_local_links():
+    "Links to the published site (the README's) become links to the page sources, which Sphinx makes relative links"
+    url = docs.docs_url()
+    assert docs.local_links(f'[DQN]({url}agents.dqn.html) and [x](https://example.org/a.html)', 'index') == '[DQN](agents.dqn.ipynb) and [x](https://example.org/a.html)'
+    assert docs.local_links(f'[1]({url}tutorials/dqn_cartpole.html#x)', 'tutorials/per_laber') == '[1](../tutorials/dqn_cartpole.ipynb#x)'
+
+def test_distinct_titles():
+    pages = [(n, {'cells': [{'cell_type': 'markdown', 'source': f'# {t}\n\n> x'}]}) for n, t in
+             [('memory.persist', 'Checkpoints'), ('checkpoint', 'Checkpoints'), ('forgetting', 'Forgetting'), ('tutorials/forgetting', 'Forgetting'), ('core', 'Core')]]
+    docs.distinct_titles(pages, {n: nb['cells'][0]['source'][2:].split('\n')[0] for n, nb in pages})
+    assert [nb['cells'][0]['source'].split('\n')[0] for _, nb in pages] == [
+        '# Checkpoints (memory.persist)', '# Checkpoints (checkpoint)', '# Forgetting (forgetting)', '# Forgetting (tutorial)', '# Core']
+
 def test_prune(tmp_path):
     "Pages of deleted notebooks go; pages, Sphinx's own pages and static files stay"
     for f in ['index.html', 'gone.html', 'tutorials/a.html', 'tutorials/old.html', 'search.html', 'genindex.html', '_static/x.html']:
@@ -105,6 +140,22 @@ def test_prune(tmp_path):
     docs.prune(tmp_path, ['index', 'tutorials/a'])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob('*.html')) == \
         ['_static/x.html', 'genindex.html', 'index.html', 'search.html', 'tutorials/a.html']
+
+def test_tutorials_are_lessons():
+    "A tutorial runs as a user runs it: it exports nothing and ends on its own last lesson cell, not on `nbdev_export()`"
+    for nb in TUTORIALS:
+        src = [''.join(c['source']) for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code']
+        assert not any('nbdev_export' in s or s.lstrip().startswith(('#| export', '#| default_exp')) for s in src), nb.name
+
+def test_stored_figures_need_no_network():
+    "No stored output of a notebook loads a script from the network (plotly.js from a CDN leaves figures blank offline)"
+    bad = {}
+    for nb in sorted(NBS.rglob('*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            for o in c.get('outputs', []):
+                html = ''.join(o.get('data', {}).get('text/html', ''))
+                bad.setdefault(nb.name, []).extend(re.findall(r'<script\b[^>]*\bsrc\s*=\s*["\']https?://[^"\']*|import\s+["\']https?://[^"\']*', html))
+    assert not {k: v for k, v in bad.items() if v}, bad
 
 @pytest.mark.parametrize('nb', TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial(nb):
@@ -229,6 +280,66 @@ def test_plotly_figures(site, base_url, browser):
         assert drawn >= n and not v.problems, (page, drawn, v.problems)
         with_figures[page] = n
     assert with_figures.get('tutorials/dqn_cartpole.html', 0) >= 3, with_figures
+
+FIT_JS = """Array.from(document.querySelectorAll('div.js-plotly-plot')).map(d => [
+    Math.round(d.querySelector('.main-svg').getBoundingClientRect().width),
+    Math.round(d.closest('.cell_output, article').getBoundingClientRect().width)])"""
+
+@pytest.mark.docs
+@pytest.mark.parametrize('page', ['tutorials/dqn_cartpole.html', 'plots.html'])
+def test_figures_fit_the_column(site, base_url, browser, page):
+    "Each figure is as wide as the column it is in, at 1,400 px and at 800 px, also after the window is resized"
+    v = Visit(browser, base_url, page)
+    def widths():
+        v.page.wait_for_function('document.querySelectorAll("div.js-plotly-plot .main-svg").length > 0', timeout=30_000)
+        v.page.wait_for_timeout(500)
+        return v.page.evaluate(FIT_JS)
+    at_1400 = widths()
+    v.page.set_viewport_size({'width': 800, 'height': 1000}); after_resize = widths()
+    v.close()
+    v = Visit(browser, base_url, page); v.page.set_viewport_size({'width': 800, 'height': 1000}); v.page.reload(); at_800 = widths(); v.close()
+    for name, ws in [('1400 px', at_1400), ('800 px', at_800), ('resized to 800 px', after_resize)]:
+        assert ws and all(fig <= col and fig >= col - 2 for fig, col in ws), (name, ws)
+    assert at_800[0][0] < at_1400[0][0]
+
+@pytest.mark.docs
+def test_navigation(site, base_url, browser):
+    "One search box at any width; no title twice in the sidebar; tutorials first; the test utilities out of the API reference"
+    for width in (800, 1400):
+        v = Visit(browser, base_url, 'index.html'); v.page.set_viewport_size({'width': width, 'height': 1000})
+        shown = v.page.evaluate("""Array.from(document.querySelectorAll('input[type=search], button.search-button__button'))
+                                   .filter(e => e.offsetParent !== null && e.getBoundingClientRect().width > 0).length""")
+        v.close()
+        assert shown == 1, (width, shown)
+    v = Visit(browser, base_url, 'index.html')
+    nav = v.page.evaluate("""Array.from(document.querySelectorAll('nav.bd-docs-nav p.caption, nav.bd-docs-nav li > a'))
+                             .map(e => [e.tagName, e.textContent.trim(), e.getAttribute('href')])""")
+    v.close()
+    titles = [t for tag, t, _ in nav if tag == 'A']
+    assert len(titles) == len(set(titles)), sorted(t for t in titles if titles.count(t) > 1)
+    captions = [t for tag, t, _ in nav if tag == 'P']
+    assert captions[0] == 'Tutorials' and captions[1] == 'API reference', captions
+    section, cap = {}, None
+    for tag, t, href in nav:
+        if tag == 'P': cap = t
+        else: section[href] = cap
+    assert section['test_utils.html'] == 'Contributing' and section['benchmarks.html'] == 'Measurements'
+    tutorials = [h for h, c in section.items() if c == 'Tutorials']
+    assert tutorials == [f'tutorials/{nbdev_name(p)}' for p in TUTORIALS]
+
+@pytest.mark.docs
+def test_api_pages(site):
+    "API entries show a parameter table and a source link; the cells that only test are not on the page, the others are"
+    import html as h
+    page = (site/'plots.html').read_text()
+    assert page.count('class="api-source"') >= 7 and '<p>Parameter</p>' in page and '<p>Details</p>' in page
+    text = h.unescape(re.sub(r'<[^>]+>', '', (site/'core.html').read_text()))
+    assert 'test_fail(lambda: BD(state=torch.zeros(3, 2)' not in text  # a cell of tests alone
+    assert 'test_eq' in text  # tests inside a cell that also shows something stay with it
+
+def nbdev_name(p: Path) -> str:
+    from nbdev.doclinks import nbpath2html
+    return nbpath2html(Path(p.name)).as_posix()
 
 @pytest.mark.docs
 def test_search(site, base_url, browser):

@@ -8,7 +8,7 @@ from fastrl_replay.agents.dqn import dqn_learner, evaluate
 
 def trained(path=None):
     "A DQN fitted one epoch as a new user would, progress bar and table included"
-    learn = dqn_learner(steps_per_epoch=400, warmup_sz=200, max_sz=5000, hidden=(64,), seed=0)
+    learn = dqn_learner(steps_per_epoch=400, replay=dict(warmup_sz=200, max_sz=5000), net=dict(hidden=(64,)), seed=0)
     if path is not None: learn.path = Path(path)
     learn.fit(1)
     return learn
@@ -43,15 +43,16 @@ def test_load_learner_acts_as_the_trained_model(exported):
 def test_the_export_holds_the_policy_not_the_memory_nor_the_environments(exported):
     learn, fname = exported
     names = {n for n in pickled_names(fname) if n.startswith(('fastrl_replay', 'gymnasium'))}
-    assert names == {'fastrl_replay.agents.dqn QNet', 'fastrl_replay.learner LeanLearner', 'fastrl_replay.learner LeanRecorder',
+    assert names == {'fastrl_replay.agents.dqn QNet', 'fastrl_replay.agents.dqn DQNLoss', 'fastrl_replay.learner LeanLearner', 'fastrl_replay.learner LeanRecorder',
                      'fastrl_replay.data.gym Source', 'fastrl_replay.data.gym GymLoop', 'fastrl_replay.data.gym FirstLast',
                      'fastrl_replay.data.gym TransitionLoader', 'gymnasium.vector.vector_env AutoresetMode'}
-    mem = learn.experience_replay.experience_replay
+    mem = learn.experience_replay.memory
     memory_bytes = sum(c.numel() * c.element_size() for c in mem.memory.values())
     assert memory_bytes > 15_000 and fname.stat().st_size < 40_000  # 400 rows would show; the model is 1.8 KB
     policy = torch.load(fname, weights_only=False)
     assert [type(cb).__name__ for cb in policy.cbs] == ['TrainEvalCallback', 'LeanRecorder']
-    assert (policy.opt, policy.loss_func, list(policy.metrics)) == (None, None, [])
+    assert (policy.opt, type(policy.loss_func).__name__, list(policy.metrics)) == (None, 'DQNLoss', [])
+    assert policy.loss_func.model is policy.model  # the loss acts on the exported model, with its own target network
     loop = policy.dls.train.dataset.loop
     assert (loop.env, loop.agent, loop.env_name, loop.n_steps, loop.obs_dtype, loop.env_steps) == (None, None, 'CartPole-v1', 3, np.float32, 0)
     assert policy.dls.train.dataset.first_last.gamma == 0.99 and policy.dls.train.n == 400
@@ -61,9 +62,9 @@ def test_the_export_holds_the_policy_not_the_memory_nor_the_environments(exporte
 
 def test_the_learner_trains_on_after_its_export(exported):
     learn, _ = exported
-    mem = learn.experience_replay.experience_replay
-    assert (len(mem), type(learn.loss_func).__name__, [m.name for m in learn.metrics]) == (400, 'method', ['return', 'episodes', 'epsilon'])
-    assert learn.fresh_xb is not None and hasattr(learn, 'progress') and learn.dqn_trainer.target is not None
+    mem = learn.experience_replay.memory
+    assert (len(mem), type(learn.loss_func).__name__, [m.name for m in learn.metrics]) == (400, 'DQNLoss', ['return', 'episodes', 'epsilon'])
+    assert learn.experience_replay.fresh is not None and hasattr(learn, 'progress') and learn.loss_func.target is not None
     updates = learn.dqn_trainer.n_updates
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     assert len(mem) == 800 and learn.dqn_trainer.n_updates == updates + 100
@@ -73,7 +74,7 @@ def test_save_and_load_keep_the_weights_and_the_optimizer(tmp_path):
     learn = trained(tmp_path)
     file = learn.save('weights')
     assert file == tmp_path/'models'/'weights.pth'
-    other = dqn_learner(steps_per_epoch=400, warmup_sz=200, max_sz=5000, hidden=(64,), seed=1)
+    other = dqn_learner(steps_per_epoch=400, replay=dict(warmup_sz=200, max_sz=5000), net=dict(hidden=(64,)), seed=1)
     other.path = tmp_path
     assert not torch.equal(other.model.net[0].weight, learn.model.net[0].weight)
     other.load('weights')

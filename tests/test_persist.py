@@ -679,3 +679,35 @@ def test_deeply_nested_manifests_are_refused(tmp_path, depth, message):
     raw = (tmp_path/'ck'/MANIFEST).read_bytes()
     seal(tmp_path/'ck', raw[:-1] + b', "deep": ' + b'[' * depth + b']' * depth + b'}')
     with pytest.raises(CheckpointError, match=re.escape(f"{tmp_path/'ck'/MANIFEST}: {message}")): load_memory(tmp_path/'ck')
+
+
+def test_a_kind_whose_module_is_not_imported_loads(tmp_path):
+    "Loading imports the library module a checkpoint's kind names, and only a library module"
+    import subprocess, sys, textwrap
+    from fastrl_replay.memory.continual import ReservoirReplay
+    m = ReservoirReplay(max_sz=10, bs=2, warmup_sz=2, seed=0)
+    m + synth_transitions(15)
+    m.save(tmp_path/'res')
+    code = textwrap.dedent(f'''
+        import sys
+        from fastrl_replay.memory.persist import load_memory
+        assert 'fastrl_replay.memory.continual' not in sys.modules
+        m = load_memory({str(tmp_path/'res')!r})
+        print(type(m).__module__, type(m).__name__, len(m), m.seen)
+    ''')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['fastrl_replay.memory.continual', 'ReservoirReplay', '10', '15']
+
+
+def test_a_kind_cannot_import_a_module_outside_the_library(tmp_path):
+    import json
+    from fastrl_replay.memory.core import find_kind
+    m = ExperienceReplay(max_sz=8, bs=2, warmup_sz=2)
+    m + synth_transitions(4)
+    m.save(tmp_path/'m')
+    f = tmp_path/'m'/MANIFEST
+    for kind in ('antigravity.Fly', 'fastrl_replay_evil.mod.C', 'fastrl_replay..x.C', 'fastrl_replay.memory._private.C'):
+        man = json.loads(f.read_text()); man['settings']['storage']['kind'] = kind; write_manifest(tmp_path/'m', man)
+        with pytest.raises(CheckpointError, match='is not a known Storage class'): load_memory(tmp_path/'m')
+    assert find_kind('antigravity.Fly') is None and 'antigravity' not in __import__('sys').modules

@@ -1,9 +1,11 @@
 "The plots: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
+import re
 import numpy as np, pytest, torch
 import plotly.graph_objects as go
 import plotly.io as pio
 from fastrl_replay.memory.core import ExperienceReplayException
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.plots import (get_steps, plot_replay_stats, plot_losses, plot_returns, figures_to_html, plot_priorities,
                                  plot_sample_counts, setup_plotly)
@@ -137,7 +139,7 @@ def test_training_plots():
 
 def test_priority_plots():
     mem = PrioritizedExperienceReplay(bs=5, max_sz=30, warmup_sz=11, seed=0)
-    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(experience_replay=mem))
+    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(mem))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     fig = plot_priorities(mem, bins=7)
     assert fig.layout.xaxis.title.text == 'priority' and fig.data[0].nbinsx == 7 and fig.layout.yaxis.type == 'log'
@@ -152,6 +154,21 @@ def test_priority_plots():
 def test_setup_plotly_outside_ipython():
     before = pio.renderers.default
     try:
-        assert setup_plotly() is None  # no IPython running here: only the renderer is set
-        assert pio.renderers.default == 'notebook_connected'
+        assert setup_plotly() is None  # no IPython running here: nothing to set
+        assert pio.renderers.default == before
+    finally: pio.renderers.default = before
+
+def test_setup_plotly_in_a_notebook_works_offline():
+    "In a notebook kernel, plotly.js comes once, inline, with the first figure; no figure loads anything from a CDN"
+    from execnb.shell import CaptureShell
+    before = pio.renderers.default
+    try:
+        sh = CaptureShell()
+        sh.run("from fastrl_replay.plots import setup_plotly, plot_returns\nsetup_plotly()")
+        outs = [sh.run(f"plot_returns([1., 2., {i}])") for i in range(3)]
+        htmls = [''.join(o['data'].get('text/html', '')) for out in outs for o in out if 'data' in o]
+        bundles = [h for h in htmls if len(h) > 1_000_000 and 'plotly.js' in h]
+        assert len(bundles) == 1 and bundles[0] in ''.join(htmls[:2]), [len(h) for h in htmls]
+        assert sum(h.count('Plotly.newPlot(') for h in htmls) == 3
+        assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
     finally: pio.renderers.default = before

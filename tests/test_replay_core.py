@@ -3,7 +3,8 @@ import numpy as np, pytest, torch
 from fastrl_replay.core import BD
 from fastrl_replay.memory.core import (ExperienceReplayException, WarmupNotReached, ReplayMemory, Replay, Sampler,
                                        UniformSampler)
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback, ColumnStorage
+from fastrl_replay.memory.experience_replay import ExperienceReplay, ColumnStorage
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERExperienceReplay
 from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
@@ -99,13 +100,13 @@ def test_passing_a_memory_does_not_touch_the_global_rng():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    cb = ExperienceReplayCallback(experience_replay=mem)
-    assert cb.experience_replay is mem
+    cb = ExperienceReplayCallback(mem)
+    assert cb.memory is mem
     assert torch.equal(torch.rand(3), expected)
 
 def test_a_ready_memory_refuses_settings_for_a_new_one():
     with pytest.raises(ExperienceReplayException, match=r"\['seed'\]"):
-        ExperienceReplayCallback(experience_replay=ExperienceReplay(4, 8, 1, seed=0), seed=1)
+        ExperienceReplayCallback(ExperienceReplay(4, 8, 1, seed=0), seed=1)
 
 # --- one exception type ------------------------------------------------------------------------------------------
 
@@ -121,6 +122,12 @@ def test_every_memory_speaks_the_protocol():
             Replay(ColumnStorage(8), UniformSampler(seed=0), warmup_sz=1)]
     assert all(isinstance(m, ReplayMemory) for m in mems)
     assert not isinstance(object(), ReplayMemory)
+    # what each memory does, declared: warm-up, whether it builds n-step returns, whether it samples by priority
+    assert [(m.warmup_sz, m.makes_n_step, m.prioritized) for m in mems] == [
+        (100, False, False), (100, False, True), (100, False, False), (frames().warmup_sz, True, True), (1, False, False)]
+    from fastrl_replay.memory.continual import ReservoirReplay, TaskBalancedReplay
+    assert [(m.makes_n_step, m.prioritized) for m in (ReservoirReplay(), TaskBalancedReplay())] == [(False, False)] * 2
+    assert (frames(prioritized=False).prioritized, LaBERExperienceReplay().sampler.shardable, ExperienceReplay().sampler.shardable) == (False, False, True)
 
 class EveryOther(Sampler):
     "Draws only even rows: a sampler written outside the library"
@@ -129,7 +136,7 @@ class EveryOther(Sampler):
 def test_a_sampler_written_outside_plugs_into_the_callback():
     from fastrl_replay.test_utils import synth_replay_learner
     mem = Replay(ColumnStorage(30), EveryOther(seed=0), bs=5, warmup_sz=11)
-    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(experience_replay=mem))
+    learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(mem))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
-    assert len(mem) == 30 and (learn.replay_idxs % 2 == 0).all()
-    assert mem.storage.memory['td_error'][learn.replay_idxs].abs().sum() > 0
+    assert len(mem) == 30 and (learn.experience_replay.batch.idxs % 2 == 0).all()
+    assert mem.storage.memory['td_error'][learn.experience_replay.batch.idxs].abs().sum() > 0

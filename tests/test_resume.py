@@ -8,7 +8,8 @@ from fastai.callback.core import Callback, CancelFitException
 from fastrl_replay.agents.dqn import dqn_learner
 from fastrl_replay.checkpoint import CheckpointCallback, CheckpointError, read_checkpoint, write_checkpoint
 from fastrl_replay.memory.persist import load_memory
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.cli import main
 
 EXE = Path(sys.executable).parent/'fastrl-replay'
@@ -50,7 +51,8 @@ WALL = ('wall_s', 'env_steps_per_s')
 def report_without_wall_time(run:Path) -> str:
     "The report, with the wall-clock rows and plotly's random figure ids taken out"
     page = (run/'report.html').read_text()
-    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s)</th><td>[^<]*</td></tr>', '', page)
+    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s|training time|speed)</th><td>[^<]*</td></tr>', '', page)
+    page = re.sub(r'\d{4}-\d{2}-\d{2} \d{2}:\d{2}', 'DATE', page)  # when the report was made
     return re.sub(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', 'ID', page)
 
 
@@ -85,8 +87,9 @@ def test_a_run_killed_after_a_checkpoint_resumes_exactly(tmp_path, replay):
     same(load_memory(a['memories']['experience_replay']).state_dict(), load_memory(b['memories']['experience_replay']).state_dict())
 
 
-def small_dqn(**kwargs):
-    return dqn_learner(**dict(dict(steps_per_epoch=200, warmup_sz=100, max_sz=500, hidden=(16,), seed=0), **kwargs))
+def small_dqn(warmup_sz=100, hidden=(16,), memory=None, **kwargs):
+    replay = None if memory is not None else dict(warmup_sz=warmup_sz, max_sz=500)
+    return dqn_learner(**dict(dict(steps_per_epoch=200, seed=0), memory=memory, replay=replay, net=dict(hidden=hidden), **kwargs))
 
 
 def fit(learn, *cbs, epochs=3):
@@ -238,7 +241,7 @@ def test_the_command_line_refuses_what_it_cannot_resume(tmp_path, capsys):
     assert refused(capsys, 'train', '--resume', tmp_path/'run') == \
         f"fastrl-replay: error: {tmp_path}/run/run.json lacks the settings ['seed', 'replay_size', 'lr', 'replay', 'checkpoint_every', 'learner']"
     (tmp_path/'run'/'run.json').write_text(json.dumps(dict(env='CartPole-v1', steps=100, seed=0, replay_size=100, lr=1e-3,
-                                                           replay='uniform', checkpoint_every=50, learner=dict(warmup_sz=20))))
+                                                           replay='uniform', checkpoint_every=50, learner=dict(replay=dict(warmup_sz=20)))))
     assert refused(capsys, 'train', '--resume', tmp_path/'run') == \
         f'fastrl-replay: error: no checkpoint at {tmp_path}/run/checkpoint: expected a folder written by CheckpointCallback'
     assert refused(capsys, 'train', '--resume', tmp_path/'run', '--steps', 200, '--seed', 3) == \
@@ -249,7 +252,8 @@ def test_the_command_line_refuses_what_it_cannot_resume(tmp_path, capsys):
 
 class OwnMemory:
     "A replay memory of its own making, over a `Replay`: it has no `save`"
-    def __init__(self, m): self.m = m
+    makes_n_step, prioritized = False, False
+    def __init__(self, m): self.m, self.warmup_sz = m, m.warmup_sz
     def __add__(self, b):
         self.m + b
         return self
@@ -262,7 +266,7 @@ class OwnMemory:
 
 def test_a_memory_that_cannot_be_saved_is_refused(tmp_path):
     memory = OwnMemory(ExperienceReplay(bs=32, max_sz=500, warmup_sz=100, seed=0))
-    learn = small_dqn(replay_cb=ExperienceReplayCallback(experience_replay=memory))
+    learn = small_dqn(memory=memory)
     with pytest.raises(CheckpointError, match=r"the replay memories \{'experience_replay': 'OwnMemory'\} cannot be checkpointed: "
                                               r"a memory needs the `save` of a `Replay`$"):
         fit(learn, CheckpointCallback(tmp_path/'ck', every=150))

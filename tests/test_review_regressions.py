@@ -2,7 +2,8 @@
 import numpy as np, pytest, torch
 from fastai.callback.core import Callback
 from fastrl_replay.core import BD
-from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayException, ExperienceReplayCallback
+from fastrl_replay.memory.experience_replay import ExperienceReplay, ExperienceReplayException
+from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.test_utils import synth_replay_learner
 
 def two_cols(n=4, a=0., b=0.): return {'a': torch.full((n, 1), a), 'b': torch.full((n, 1), b)}
@@ -84,19 +85,19 @@ def test_small_misuses_raise_replay_exceptions():
     with pytest.raises(ExperienceReplayException): ExperienceReplay(4, 4, 0) + {'a': np.array([[1]], dtype='datetime64[s]')}
 
 def test_td_error_set_late_lands_on_its_own_rows():
-    "A callback that sets `learn.td_error` after the replay callback's `after_loss` still writes to the right rows"
+    "A callback that reports TD errors after the replay callback's `after_loss` still writes to the right rows, and its report wins"
     class LateTD(Callback):
         order = 0
         def __init__(self): self.writes = []
         def after_loss(self):
             if not self.training: return
-            td = torch.full((len(self.learn.replay_idxs),), float(len(self.writes) + 1))
-            self.learn.td_error = td
-            self.writes.append((self.learn.replay_idxs.clone(), td))
+            b = self.xb[0]
+            td = torch.full((len(b.idxs),), float(len(self.writes) + 1))
+            b.set_td_error(td)
+            self.writes.append((b.idxs.clone(), td))
     late = LateTD()
     learn = synth_replay_learner(n_batches=3, bs=10, cbs=[ExperienceReplayCallback(bs=4, max_sz=30, warmup_sz=10, seed=0), late])
-    learn.loss_func.learn = None  # only LateTD reports TD errors
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     expected = torch.zeros(30)
     for idxs, td in late.writes: expected[idxs] = td
-    assert len(late.writes) == 3 and torch.equal(learn.experience_replay.experience_replay.memory['td_error'].flatten(), expected)
+    assert len(late.writes) == 3 and torch.equal(learn.experience_replay.memory.memory['td_error'].flatten(), expected)

@@ -12,7 +12,7 @@
    other notebook in file-name order, so a new notebook gets its page without any change here.
 3. Sphinx with myst-nb renders those pages into `docs/_site/` with the configuration in `docs/conf.py`.
    Unchanged pages are not rewritten, so Sphinx rebuilds only what changed."""
-import argparse, json, re, shutil, subprocess, sys, time
+import argparse, ast, functools, importlib, inspect, json, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,7 @@ def fix_outputs(outputs: list) -> list:
     for o in outputs:
         data = o.get('data')
         if data is not None:
+            if not data: continue  # an execute_result whose value was displayed instead (plotly's figures)
             if PLOTLY_MIME in data:
                 data['text/html'] = plotly_json_html(data.pop(PLOTLY_MIME))
             if 'text/html' in data:
@@ -106,6 +107,16 @@ def linkify(md: str, page: str, entries: dict) -> str:
         elif not fence and not l.startswith(('    ', '#')): lines[i] = _re_backticks.sub(link, l)  # headings stay plain
     return '\n'.join(lines)
 
+@functools.lru_cache(None)
+def docs_url() -> str:
+    "The address the site is published at, from `pyproject.toml` (`[project.urls] Documentation`), with a final `/`"
+    import tomllib
+    return tomllib.loads((ROOT/'pyproject.toml').read_text())['project']['urls']['Documentation'].rstrip('/') + '/'
+
+def local_links(md: str, page: str) -> str:
+    "`md` with links to pages of the published site (README.md's, which must work on GitHub) made links to the pages' sources, which Sphinx resolves"
+    return re.sub(r'\]\(' + re.escape(docs_url()) + r'([^)#]*?)\.html', lambda m: '](' + '../' * page.count('/') + m.group(1) + '.ipynb', md)
+
 # ---- pages -------------------------------------------------------------------------------------------------------
 def frontmatter(cell) -> dict:
     "The YAML front matter nbdev's processors put in a raw first cell (title, description, output-file)"
@@ -118,6 +129,67 @@ def page_name(rel: Path, fm: dict) -> str:
     stem = Path(fm.get('output-file') or rel.name).stem
     return (rel.parent/stem).as_posix()
 
+# ---- API entries: parameter tables and source links --------------------------------------------------------------
+@functools.lru_cache(None)
+def symbols() -> dict:
+    "Each documented symbol of the library by the name its `show_doc` heading shows (`Class.method`), as `(module, file)`"
+    from fastrl_replay._modidx import d
+    res = {}
+    for mod, syms in d['syms'].items():
+        for full, (_, file) in syms.items(): res.setdefault(full[len(mod) + 1:], (mod, file))
+    return res
+
+def resolve(name: str):
+    "The object a `show_doc` heading names, or `None` if it is not a symbol of the library"
+    if name not in symbols(): return None
+    mod, file = symbols()[name]
+    try:
+        obj = importlib.import_module(mod)
+        for part in name.split('.'): obj = getattr(obj, part)
+        return obj
+    except Exception: return None
+
+@functools.lru_cache(None)
+def repo_url() -> str:
+    "The repository's web address and branch, from `pyproject.toml`, for source links"
+    import tomllib
+    cfg = tomllib.loads((ROOT/'pyproject.toml').read_text())
+    return cfg['project']['urls']['Repository'].rstrip('/') + '/blob/' + cfg.get('tool', {}).get('nbdev', {}).get('branch', 'main')
+
+def source_link(name: str, obj) -> str | None:
+    "A link to the line of the library's source that defines `obj`"
+    try:
+        fn = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
+        line = inspect.getsourcelines(fn)[1]
+    except (TypeError, OSError): return None
+    return f'{repo_url()}/{symbols()[name][1]}#L{line}'
+
+def params_table(obj) -> str:
+    "The parameters of `obj` as a markdown table (name, type, default, details) from its signature and docments; '' if none"
+    from fastcore.docments import DocmentTbl
+    try: md = DocmentTbl(obj)._repr_markdown_()
+    except Exception: return ''
+    rows = [l for l in md.splitlines()[2:] if l.strip()]
+    if not rows: return ''
+    return '\n'.join(['| Parameter | Type | Default | Details |', '| --- | --- | --- | --- |', *rows])
+
+_re_comment = re.compile(r'\s+#(?![^\'"]*[\'"]\s*[,)]).*$')
+def signature_without_comments(md: str) -> str:
+    "The first code fence of a `show_doc` entry without the trailing docments comments that the table shows"
+    m = re.search(r'```python\n(.*?)\n```', md, re.S)
+    if not m: return md
+    sig = '\n'.join(_re_comment.sub('', l) for l in m.group(1).splitlines())
+    return md[:m.start(1)] + sig + md[m.end(1):]
+
+def api_details(md: str, names: list) -> str:
+    "`md` of one `show_doc` entry with its source link after the heading and its parameter table after the docstring"
+    if len(names) != 1 or (obj := resolve(names[0])) is None: return md
+    if (tbl := params_table(obj)): md = signature_without_comments(md) + '\n\n' + tbl
+    if (url := source_link(names[0], obj)):
+        md = re.sub(r'^(\{\.api-entry\}\n#{1,6} .*)$', lambda m: m.group(1) + f'\n\n<a class="api-source" href="{url}">source</a>',
+                    md, count=1, flags=re.M)
+    return md
+
 def show_doc_cell(cell, directives):
     "The markdown cell showing what a hidden `show_doc` cell displays, or `None` for other cells"
     outs = cell.get('outputs', [])
@@ -126,7 +198,7 @@ def show_doc_cell(cell, directives):
     names, mds = [], []
     for o in outs:
         md, found = api_headings(re.sub(r'^\s*---\s*\n', '', ''.join(o['data']['text/markdown'])).strip())
-        names += found; mds.append(md)
+        names += found; mds.append(api_details(md, found))
     return dict(cell_type='markdown', metadata={'api': names}, source='\n\n'.join(mds))
 
 _re_heading = re.compile(r'^(#{1,6})\s+(.+?)\s*$')
@@ -140,6 +212,21 @@ def api_headings(md: str):
             lines[i] = '{.api-entry}\n' + m.group(1) + ' ' + re.sub(r'([_*])', r'\\\1', m.group(2))
     return '\n'.join(lines), names
 
+TEST_CALLS = re.compile(r'^(test_\w*|expect_fail)$')
+def is_test_only(src: str) -> bool:
+    "Whether every statement of the code `src` is a test (`assert`, `test_eq(...)`, `test_fail(...)`, ...): such a cell checks, it does not teach"
+    try: tree = ast.parse(src)
+    except SyntaxError: return False
+    def test(s): return isinstance(s, ast.Assert) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                                                       and isinstance(s.value.func, ast.Name) and bool(TEST_CALLS.match(s.value.func.id)))
+    return bool(tree.body) and all(test(s) for s in tree.body)
+
+README_ONLY = '<!-- README only -->'  # a markdown cell for README.md alone, e.g. a picture of a figure the page shows drawn
+
+def copy_images():
+    "Put `nbs/images/` next to the page sources, where the pages' `images/...` links find them"
+    if (NBS/'images').is_dir(): shutil.copytree(NBS/'images', SRC/'images', dirs_exist_ok=True)
+
 def to_page(nb: dict) -> tuple[dict, dict]:
     "A processed notebook as the notebook Sphinx renders (a title, no directives, no hidden input), and its front matter"
     cells, fm = nb['cells'], {}
@@ -150,16 +237,17 @@ def to_page(nb: dict) -> tuple[dict, dict]:
     for c in cells:
         src = ''.join(c.get('source', ''))
         if c['cell_type'] == 'markdown':
-            if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
+            if src.strip().startswith(('<!-- WARNING: THIS FILE WAS AUTOGENERATED', README_ONLY)): continue
             out.append(dict(cell_type='markdown', metadata={}, source=src))
         elif c['cell_type'] == 'code':
             d, src = split_directives(src)
             if d.get('include') == 'false': continue
             if (doc := show_doc_cell(c, d)) is not None:
                 out.append(doc); continue
+            outputs = fix_outputs(c.get('outputs', []))
+            if is_test_only(src) and not outputs: continue  # tests stay in the notebook; the page shows the lesson
             tags = (['remove-input'] if d.get('echo') == 'false' or not src.strip() else []) + \
                    (['remove-output'] if d.get('output') == 'false' else [])
-            outputs = fix_outputs(c.get('outputs', []))
             if not src.strip() and not outputs: continue
             out.append(dict(cell_type='code', execution_count=None, metadata={'tags': tags} if tags else {},
                             outputs=outputs, source=src))
@@ -168,7 +256,32 @@ def to_page(nb: dict) -> tuple[dict, dict]:
             'language_info': {'name': 'python'}}
     return dict(cells=out, metadata=meta, nbformat=4, nbformat_minor=5), fm
 
+CONTRIBUTOR_PAGES = {'test_utils', 'project_layout'}  # pages for those who work on the library, not its API reference
+EXTRA_PAGES = {'benchmarks'}  # the measurements, made from `bench/stored/` (`extra_pages`)
+
+def markdown_page(md: str) -> dict:
+    "A page of one markdown cell"
+    return dict(cells=[dict(cell_type='markdown', id='cell-0', metadata={}, source=md)],
+                metadata={'language_info': {'name': 'python'}}, nbformat=4, nbformat_minor=5)
+
+def extra_pages() -> list:
+    "Pages made from files other than notebooks: the benchmarks (from `bench/stored/*.json`) and the project layout"
+    sys.path.insert(0, str(ROOT/'bench'))
+    try: from benchmarks_page import benchmarks_notebook
+    finally: sys.path.pop(0)
+    return [('benchmarks', benchmarks_notebook()), ('project_layout', markdown_page((DOCS/'project_layout.md').read_text()))]
+
+def distinct_titles(pages: list, titles: dict):
+    "Give pages that share a title (a sidebar entry twice) their page name after it: 'Checkpoints (memory.persist)', '... (tutorial)'"
+    seen = [t for t in titles.values() if t]
+    for name, nb in pages:
+        t = titles.get(name)
+        if not t or seen.count(t) < 2: continue
+        first = nb['cells'][0]
+        first['source'] = first['source'].replace(f'# {t}', f'# {t} ({"tutorial" if name.startswith(TUTORIALS + "/") else name})', 1)
+
 def toctree(caption: str, pages: list) -> str:
+    if not pages: return ''
     return '\n'.join(['```{toctree}', ':hidden:', ':maxdepth: 1', f':caption: {caption}', '', *pages, '```'])
 
 def write_if_changed(p: Path, text: str) -> bool:
@@ -177,24 +290,29 @@ def write_if_changed(p: Path, text: str) -> bool:
 
 def make_sources(proc: Path) -> list:
     "Write the page sources under `docs/_build/src`; return the page names"
-    pages = []
+    pages, titles = [], {}
     for p in processed(proc):
         rel = p.relative_to(proc)
         page, fm = to_page(json.loads(p.read_text()))
-        pages.append((page_name(rel, fm), page))
+        pages.append((page_name(rel, fm), page)); titles[pages[-1][0]] = fm.get('title')
+    pages += extra_pages()
     names = [n for n, _ in pages]
+    distinct_titles(pages, titles)
     dup = {n for n in names if names.count(n) > 1}
     if dup: raise SystemExit(f'two notebooks make the same page: {sorted(dup)}')
     if 'index' not in names: raise SystemExit('nbs/index.ipynb is missing: it is the home page')
     entries = api_entries(pages)
     for name, nb in pages:
         for c in nb['cells']:
-            if c['cell_type'] == 'markdown': c['source'] = linkify(c['source'], name, entries)
+            if c['cell_type'] == 'markdown': c['source'] = local_links(linkify(c['source'], name, entries), name)
     tutorials = [n for n in names if n.startswith(TUTORIALS + '/')]
-    modules = [n for n in names if n != 'index' and n not in tutorials]
+    extra = [n for n in names if n in EXTRA_PAGES]
+    contributing = [n for n in names if n in CONTRIBUTOR_PAGES]
+    modules = [n for n in names if n != 'index' and n not in tutorials + extra + contributing]
     index = dict(pages)['index']
-    index['cells'].append(dict(cell_type='markdown', metadata={},
-                               source=(toctree('Tutorials', tutorials) + '\n\n' if tutorials else '') + toctree('API reference', modules)))
+    toc = [toctree('Tutorials', tutorials), toctree('API reference', modules), toctree('Measurements', extra),
+           toctree('Contributing', contributing)]
+    index['cells'].append(dict(cell_type='markdown', metadata={}, source='\n\n'.join(t for t in toc if t)))
     keep = set()
     for name, nb in pages:
         dest = SRC/f'{name}.ipynb'; keep.add(dest)
@@ -230,6 +348,7 @@ def build(out: Path = SITE, fresh=False) -> list:
         shutil.rmtree(BUILD, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
     proc = process_notebooks(force=fresh)
     names = make_sources(proc)
+    copy_images()
     copy_plotly_js()
     sphinx(out, fresh)
     prune(out, names)

@@ -1,13 +1,14 @@
 """Check that the notebooks, the exported library and README.md agree.
 
-1. `nbdev-clean` changes no notebook.
+1. `nbdev-clean` changes no notebook, and no stored output holds a copy of plotly.js (`setup_plotly` puts one, 4.8 MB,
+   in a notebook when it runs; the documentation site ships its own, so the stored notebooks keep none).
 2. Deleting every generated module and running `nbdev-export` reproduces `fastrl_replay/` exactly:
    no file changed, none missing, none left over (an orphan module cannot hide).
 3. README.md is the rendering of `nbs/index.ipynb`.
 
 With `--fix` the cleaned notebooks, the fresh export and the README are kept and reported; without it the
 check fails on any difference (they are kept too, so `git diff` shows what changed)."""
-import hashlib, subprocess, sys
+import hashlib, json, re, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +26,30 @@ def diff(before, after):
     return ([f'changed: {k}' for k in before if k in after and before[k] != after[k]] +
             [f'removed: {k}' for k in before if k not in after] + [f'added: {k}' for k in after if k not in before])
 
+_re_script = re.compile(r'<script\b[^>]*>.*?</script>', re.I|re.S)
+def is_plotlyjs(o) -> bool:
+    "Whether the output `o` is nothing but scripts, one of them plotly.js inlined"
+    html = ''.join(o.get('data', {}).get('text/html', ''))
+    return len(html) > 1_000_000 and 'plotly.js' in html[:5000] + html[-5000:] and not _re_script.sub('', html).strip()
+
+def drop_plotlyjs(p: Path) -> bool:
+    "Remove the outputs of notebook `p` that inline plotly.js; whether there were any"
+    nb = json.loads(p.read_text())
+    n = 0
+    for c in nb['cells']:
+        if 'outputs' not in c: continue
+        keep = [o for o in c['outputs'] if not is_plotlyjs(o)]
+        n += len(c['outputs']) - len(keep); c['outputs'] = keep
+    if n: p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    return bool(n)
+
 def run(cmd): subprocess.run([str(BIN/cmd)], cwd=ROOT, check=True)
 
 def main(fix=False):
     problems = []
-    before = snapshot(notebooks()); run('nbdev-clean')
+    before = snapshot(notebooks())
+    for p in notebooks(): drop_plotlyjs(p)
+    run('nbdev-clean')
     problems += [f'nbdev-clean {d}' for d in diff(before, snapshot(notebooks()))]
     before = snapshot(lib_files())
     for p in lib_files():

@@ -19,7 +19,7 @@ def render_readme(nb_path) -> str:
     nb, parts = json.loads(Path(nb_path).read_text()), []
     for c in nb['cells']:
         src = ''.join(c['source'])
-        if c['cell_type'] == 'markdown': parts.append(src.strip()); continue
+        if c['cell_type'] == 'markdown': parts.append(re.sub(r'\]\(images/', '](nbs/images/', src.strip())); continue  # README.md is one folder up
         if c['cell_type'] != 'code' or 'hide' in _directives(src): continue
         code = _code(src)
         if code and 'hide_input' not in _directives(src): parts.append(f'```python\n{code}\n```')

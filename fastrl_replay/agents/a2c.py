@@ -24,8 +24,8 @@ from ..errors import WarmupNotReached
 from ..envs.changing import changing_env_id, pair_rewards
 
 # %% auto #0
-__all__ = ['ActorCritic', 'PolicySampler', 'returns', 'a2c_loss', 'TrialSource', 'A2CTrainer', 'a2c_learner', 'replay_loss',
-           'TrialReplay']
+__all__ = ['ActorCritic', 'PolicySampler', 'returns', 'a2c_loss', 'TrialSource', 'A2CTrainer', 'A2CLoss', 'a2c_learner',
+           'replay_loss', 'TrialReplay']
 
 # %% ../../nbs/10b_agents.a2c.ipynb #9c34d2f7
 class ActorCritic(nn.Module):
@@ -146,7 +146,10 @@ class A2CTrainer(Callback):
         self.rates.append(float((pr[np.arange(len(pr)), b['action'].numpy()] == pr.max(1)).mean()))
         self.learn.xb, self.learn.yb = (b,), (b,)
 
-    def loss(self, pred, b) -> torch.Tensor:
+class A2CLoss:
+    "The A2C loss of a batch that `A2CTrainer` prepared, with the weights of its value loss and entropy bonus"
+    def __init__(self, value_cost:float=0.4, entropy_cost:float=0.001): self.value_cost, self.entropy_cost = value_cost, entropy_cost
+    def __call__(self, pred, b) -> torch.Tensor:
         value, logits = pred
         return a2c_loss(value, logits, b['action'], b['ret'], self.value_cost, self.entropy_cost)
 
@@ -169,7 +172,7 @@ def a2c_learner(mode:int=1, # The mode of `ChangingEnv` to train on
     dls = gym_dataloaders(src, n=steps * src.env.trials, bs=src.env.trials, device='cpu')
     trainer = A2CTrainer(gamma, value_cost, entropy_cost)
     rmsprop = partial(torch.optim.RMSprop, eps=1e-5)
-    learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=rmsprop), lr=lr, wd=0.,
+    learn = LeanLearner(dls, model, loss_func=A2CLoss(value_cost, entropy_cost), opt_func=partial(OptimWrapper, opt=rmsprop), lr=lr, wd=0.,
                         cbs=[trainer, NoValidation(), *(cbs or [])])
     learn.remove_cb(CastToTensor)
     return learn

@@ -7,15 +7,17 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/agents.dqn.html.md"""
 # %% ../../nbs/10a_agents.dqn.ipynb #ee3da07b
 from __future__ import annotations
 import copy, time
+from dataclasses import dataclass, field, fields
 from collections.abc import Mapping
 import numpy as np, torch, gymnasium as gym
 from torch import nn
 import torch.nn.functional as F
 from ..core import BD
-from ..memory.experience_replay import ExperienceReplay, ExperienceReplayCallback
+from ..memory.experience_replay import ExperienceReplay
+from ..callback import ExperienceReplayCallback, ReplayBatch
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
-from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, gym_dataloaders, check_env
+from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env
 from fastcore.basics import store_attr, patch
 from fastai.callback.core import Callback
 from fastai.learner import Learner, Metric, CastToTensor
@@ -24,11 +26,14 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
 from fastai.callback.progress import ProgressCallback
 from ..learner import LeanLearner
+from ..threads import TorchThreads
 from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
 
 # %% auto #0
-__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'dqn_learner', 'dqn_defaults']
+__all__ = ['MEMORIES', 'DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'env_spaces',
+           'NetSettings', 'ExploreSettings', 'ReplaySettings', 'OptimSettings', 'settings', 'dqn_assembly',
+           'memory_settings', 'dqn_learner', 'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -42,86 +47,88 @@ class QNet(nn.Module):
     def forward(self, x): return self.net(x['state'] if isinstance(x, Mapping) else x)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f10718a8
-class DQNTrainer(Callback):
-    "Target network, TD targets, Huber loss and per-sample TD errors for a DQN `Learner`"
-    order = -4  # after the replay callback has swapped in the sampled batch
+class DQNLoss:
+    "A DQN's loss on a replayed batch: the Huber loss of each row's TD error against a target network, reported to the batch"
     def __init__(self,
-                 target_sync:int=500, # Optimizer steps between hard copies to the target network
-                 tau:float|None=None, # Polyak factor for a soft update after every step, instead of hard copies
+                 model:nn.Module, # The online network: the `Learner`'s model
                  double:bool=True, # Double DQN: the online network picks the next action, the target one values it
                  huber:bool=True): # Huber (smooth L1) loss on the TD errors; squared error otherwise
-        store_attr()
-        self.target, self.n_updates = None, 0
+        self.model, self.double, self.huber, self.target = model, double, huber, None
 
-    def before_fit(self):
+    def make_target(self) -> nn.Module:
+        "The target network, a frozen copy of the model made now if there is none yet"
         if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.target.to(next(self.model.parameters()).device)
+        return self.target
+
+    def td_targets(self, b:Mapping) -> torch.Tensor:
+        "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
+        if self.target is None: raise ValueError("DQNLoss has no target network yet: add DQNTrainer(loss) to the Learner's callbacks, which makes and updates it")
+        if 'discount' not in b:
+            raise ValueError("the batch has no 'discount' column: fold the environment steps into n-step transitions with "
+                             "Source([GymLoop(...), FirstLast(gamma)]) (GymLoop(n_steps=1) for one-step returns)")
+        with torch.no_grad():
+            q_next = self.target(b['next_state'])
+            a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
+            boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
+        return b['reward'] + boot
+
+    def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
+        "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, which a `ReplayBatch` `b` is told of"
+        td = pred.gather(1, b['action'].long()) - self.td_targets(b)
+        if isinstance(b, ReplayBatch): b.set_td_error(td)
+        per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
+        return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
+
+    def surrogate_priorities(self, b:Mapping) -> torch.Tensor:
+        "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
+        b = b.to(next(self.model.parameters()).device)
+        with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
+        return td.abs().flatten()
+
+class DQNTrainer(Callback):
+    "Makes a `DQNLoss`'s target network and updates it: a hard copy every `target_sync` optimizer steps, or Polyak averaging"
+    order = -4  # after the replay callback has swapped in the sampled batch
+    def __init__(self,
+                 dqn_loss:DQNLoss, # The loss whose target network this trainer keeps
+                 target_sync:int=500, # Optimizer steps between hard copies to the target network
+                 tau:float|None=None): # Polyak factor for a soft update after every step, instead of hard copies
+        self.dqn_loss, self.target_sync, self.tau, self.n_updates = dqn_loss, target_sync, tau, 0
+
+    def before_fit(self): self.dqn_loss.make_target().to(next(self.model.parameters()).device)
 
     def after_step(self):
         self.n_updates += 1
+        target = self.dqn_loss.target
         if self.tau is not None:
             with torch.no_grad():
-                for p, t in zip(self.model.parameters(), self.target.parameters()): t.lerp_(p, self.tau)
-        elif self.n_updates % self.target_sync == 0: self.target.load_state_dict(self.model.state_dict())
+                for p, t in zip(self.model.parameters(), target.parameters()): t.lerp_(p, self.tau)
+        elif self.n_updates % self.target_sync == 0: target.load_state_dict(self.model.state_dict())
 
-# %% ../../nbs/10a_agents.dqn.ipynb #e8228463
-@patch
-def td_targets(self:DQNTrainer, b:Mapping) -> torch.Tensor:
-    "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
-    with torch.no_grad():
-        q_next = self.target(b['next_state'])
-        a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
-        boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
-    return b['reward'] + boot
+    def state_dict(self) -> dict:
+        "The target network's weights and the count of optimizer steps"
+        t = self.dqn_loss.target
+        return dict(target=None if t is None else t.state_dict(), n_updates=self.n_updates)
 
-# %% ../../nbs/10a_agents.dqn.ipynb #0f748181
-@patch
-def loss(self:DQNTrainer, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-    "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors; sets `learn.td_error`"
-    td = pred.gather(1, b['action'].long()) - self.td_targets(b)
-    self.learn.td_error = td.detach()
-    per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
-    return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
-
-# %% ../../nbs/10a_agents.dqn.ipynb #1414f81b
-@patch
-def surrogate_priorities(self:DQNTrainer, b:Mapping) -> torch.Tensor:
-    "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
-    b = b.to(next(self.model.parameters()).device)
-    with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
-    return td.abs().flatten()
-
-# %% ../../nbs/10a_agents.dqn.ipynb #88e072b4
-@patch
-def state_dict(self:DQNTrainer) -> dict:
-    "The target network's weights and the count of optimizer steps"
-    return dict(target=None if self.target is None else self.target.state_dict(), n_updates=self.n_updates)
-
-@patch
-def load_state_dict(self:DQNTrainer, state:dict):
-    "Restore what `state_dict` returned; the target network is made from the learner's model if there is none yet"
-    if state['target'] is not None:
-        if self.target is None: self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.target.load_state_dict(state['target'])
-    self.n_updates = state['n_updates']
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned; the target network is made from the model if there is none yet"
+        if state['target'] is not None: self.dqn_loss.make_target().load_state_dict(state['target'])
+        self.n_updates = state['n_updates']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f5876050
-class _LoopMetric(Metric):
-    "A value of the training source's `GymLoop`, read when the recorder asks for it"
-    def __init__(self, name, get): self._name, self.get, self.loop = name, get, None
+class _SourceMetric(Metric):
+    "A value of what the training source reports (`stats()`), read when the recorder asks for it"
+    def __init__(self, name, get): self._name, self.get, self.source = name, get, None
     def reset(self): pass
-    def accumulate(self, learn): self.loop = learn.dls.train.dataset.loop
+    def accumulate(self, learn): self.source = learn.dls.train.dataset
     @property
-    def value(self): return None if self.loop is None else self.get(self.loop)
+    def value(self): return None if self.source is None else self.get(self.source.stats())
     @property
     def name(self): return self._name
 
-def _rolling_return(loop): return float(np.mean(loop.episode_returns)) if loop.episode_returns else None
-
 def loop_metrics():
-    "The rolling return of the last 100 finished episodes, the episode count and epsilon"
-    return [_LoopMetric('return', _rolling_return), _LoopMetric('episodes', lambda l: l.n_episodes),
-            _LoopMetric('epsilon', lambda l: round(l.agent.epsilon, 4))]
+    "The rolling return of the last 100 finished episodes, the episode count and epsilon, as the training source reports them"
+    return [_SourceMetric('return', lambda s: s.recent_return), _SourceMetric('episodes', lambda s: s.episodes),
+            _SourceMetric('epsilon', lambda s: None if s.epsilon is None else round(s.epsilon, 4))]
 
 # %% ../../nbs/10a_agents.dqn.ipynb #98409bde
 def evaluate(model:nn.Module, # Maps a state batch to action values
@@ -147,24 +154,17 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
     return returns
 
 # %% ../../nbs/10a_agents.dqn.ipynb #11ce47a4
-_MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
+MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
 
-def replay_memory(replay:str, # 'uniform', 'per' or 'laber'
-                  trainer:DQNTrainer, # Scores LaBER's large batches
-                  **kwargs # Passed on to the memory
-                 ) -> ExperienceReplay:
-    "The replay memory `replay` names, set up for a DQN trained by `trainer`"
-    if replay not in _MEMORIES: raise ValueError(f"replay must be 'uniform', 'per' or 'laber', got {replay!r}")
-    if replay == 'laber': kwargs.setdefault('score', trainer.surrogate_priorities)
-    return _MEMORIES[replay](**kwargs)
-
-def _replay_cb(replay:str, trainer:DQNTrainer, n_batches:int, replay_kwargs:dict|None, **kwargs) -> ExperienceReplayCallback:
-    "The replay callback of `dqn_learner`: memory settings `kwargs`, the DQN's defaults for 'per', then `replay_kwargs`"
-    per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay == 'per' else {}  # annealed over 10 epochs
-    return ExperienceReplayCallback(experience_replay=replay_memory(replay, trainer, **dict(kwargs, **per) | (replay_kwargs or {})))
+def replay_memory(kind:str, # 'uniform', 'per' or 'laber': a key of `MEMORIES`
+                  **settings # The memory's settings: `bs`, `max_sz`, `warmup_sz`, `seed`, ...; `score` for 'laber'
+                 ) -> ReplayMemory:
+    "A new replay memory of the kind `kind` names"
+    if kind not in MEMORIES: raise ValueError(f"replay must be 'uniform', 'per' or 'laber', got {kind!r}")
+    return MEMORIES[kind](**settings)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
-def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
+def env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
     "The observation space and the action space of one environment of `env`, which must have discrete actions"
     if isinstance(env, str):
         check_env(env)
@@ -178,81 +178,132 @@ def _env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Sp
     return obs_sp, act_sp
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f8fb6664
-def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
-                steps_per_epoch:int=5_000, # Environment steps per fastai epoch
-                hidden:tuple=(256, 256), # Hidden layer sizes of the Q-network
-                gamma:float=0.99, # Discount factor
-                n_steps:int=3, # Steps folded into each transition (n-step returns)
-                n_envs:int=1, # Environments stepped together (for an environment id)
-                train_every:int=4, # Environment steps collected between trainings (the batch size of the data loader)
-                grad_steps:int=1, # Gradient steps after each `train_every` environment steps, one fastai batch each
-                bs:int=128, # Replayed transitions per gradient step
-                max_sz:int=50_000, # Capacity of the replay memory
-                warmup_sz:int=1_000, # Transitions stored before training starts
-                eps_start:float=1., # Exploration at the first step
-                eps_end:float=0.05, # Exploration once decayed
-                eps_steps:int=10_000, # Environment steps over which exploration decays
-                target_sync:int=125, # Optimizer steps between hard target copies
-                tau:float|None=None, # Polyak factor instead of hard copies
-                double:bool=True, # Double DQN targets
-                lr:float=1e-3, # Learning rate
-                seed:int|None=0, # Seed for the network, the environments, exploration and replay
-                device=None, # Device for the model and the batches (default: fastai's default device)
-                replay:str='uniform', # 'uniform', 'per' (prioritized, Schaul et al.) or 'laber' (large batches scored by |TD|)
-                replay_kwargs:dict|None=None, # Passed on to the memory: `alpha`, `beta`, `beta_steps` for 'per'; `m`, `variant` for 'laber'
-                replay_cb:Callback|None=None, # A replay callback to use instead of `ExperienceReplayCallback`
-                model:nn.Module|None=None, # Maps a batch of observations to one value per action (default: a `QNet` of `hidden`)
-                memory:ReplayMemory|None=None, # A ready replay memory instead of the one `replay` names (e.g. a `CircularReplayBuffer`)
-                random_warmup:bool=True, # Act uniformly at random until the memory holds `warmup_sz` transitions
-                max_grad_norm:float|None=None, # Clip the gradients' global norm to this (None: no clipping)
-                actors:int=0, # Collector actors on Ray (0: the environments are stepped in this process); see `distributed`
-                shards:int=1, # Replay shard actors on Ray, when `actors` > 0
-                ray_kwargs:dict|None=None # Passed on to `distributed.ray_dqn_learner` (`address`, `prefetch`, `checkpoint_every`, ...)
-               ) -> Learner:
-    "A fastai `Learner` that trains a DQN on `env` with experience replay"
-    if actors:  # collectors and replay shards on Ray, the same DQN
-        if model is not None or memory is not None or not isinstance(env, str):
-            raise ValueError('with actors, each collector makes its environment from an id and the shards make their memories: '
-                             'pass env as a gymnasium id, and no model or memory')
-        from fastrl_replay.distributed import ray_dqn_learner
-        return ray_dqn_learner(**{k: v for k, v in locals().items() if k not in ('ray_kwargs', 'replay_cb', 'model', 'memory')}, **(ray_kwargs or {}))
-    obs_sp, act_sp = _env_spaces(env)
-    n_actions = int(act_sp.n)
-    if seed is not None: torch.manual_seed(seed)
-    model = model if model is not None else QNet(int(np.prod(obs_sp.shape)), n_actions, hidden)
-    obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
-    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
-        with torch.no_grad(): model(torch.zeros(1, *obs_sp.shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
-    if memory is not None: warmup_sz = getattr(memory, 'warmup_sz', warmup_sz)
-    ready = None if isinstance(env, str) else env
-    n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
-    agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_steps, seed=seed,
-                          random_steps=-(-warmup_sz // n_par) if random_warmup else 0)
-    folds = memory is not None and hasattr(memory, 'update_horizon')  # the memory makes the n-step returns itself
-    loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed,
-                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype)
-    source = Source([loop] if folds else [loop, FirstLast(gamma)])
-    dls = gym_dataloaders(source, n=steps_per_epoch, bs=train_every, device=device, updates=grad_steps)
-    trainer = DQNTrainer(target_sync=target_sync, tau=tau, double=double)
-    if memory is not None and replay_cb is None: replay_cb = ExperienceReplayCallback(experience_replay=memory)
-    replay_cb = replay_cb or _replay_cb(replay, trainer, len(dls.train), replay_kwargs,
-                                        bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed)
+@dataclass
+class NetSettings:
+    "The Q-network and its target network"
+    hidden:tuple = (256, 256) # Hidden layer sizes of the default `QNet` (a ready model has its own)
+    double:bool = True # Double DQN: the online network picks the next action, the target one values it
+    target_sync:int = 125 # Optimizer steps between hard copies to the target network
+    tau:float|None = None # Polyak factor for a soft update after every step, instead of hard copies
+
+@dataclass
+class ExploreSettings:
+    "Epsilon-greedy exploration"
+    eps_start:float = 1. # Exploration at the first step
+    eps_end:float = 0.05 # Exploration once decayed
+    eps_steps:int = 10_000 # Environment steps over which exploration decays linearly
+    random_warmup:bool = True # Act uniformly at random until the memory holds its warm-up
+
+@dataclass
+class ReplaySettings:
+    "The replay memory a learner makes when it is given none"
+    kind:str = 'uniform' # 'uniform', 'per' (prioritized, Schaul et al.) or 'laber' (large batches scored by |TD|)
+    bs:int = 128 # Replayed transitions per gradient step
+    max_sz:int = 50_000 # Capacity: transitions kept before the oldest are overwritten
+    warmup_sz:int = 1_000 # Transitions stored before training starts
+    options:dict = field(default_factory=dict) # The kind's own settings: `alpha`, `beta`, `beta_steps`, `weight_norm` for 'per'; `m`, `variant` for 'laber'; `device`
+
+@dataclass
+class OptimSettings:
+    "How often, and how, the network trains"
+    lr:float = 1e-3 # Learning rate (fastai's `fit` may give its own)
+    train_every:int = 4 # Environment steps collected between trainings: the batch size of the data loader
+    grad_steps:int = 1 # Gradient steps after each `train_every` environment steps, one fastai batch each
+    max_grad_norm:float|None = None # Clip the gradients' global norm to this (None: no clipping)
+
+def settings(cls:type, given) -> object:
+    "`given` as a `cls`: a `cls` as it is, a dict of its fields, or None for its defaults; an unknown field raises"
+    if given is None: return cls()
+    if isinstance(given, cls): return given
+    if not isinstance(given, Mapping): raise TypeError(f'{cls.__name__}: expected a {cls.__name__} or a dict of its fields, got a {type(given).__name__}')
+    known = [f.name for f in fields(cls)]
+    if unknown := sorted(set(given) - set(known)): raise TypeError(f'unknown {cls.__name__} {unknown}; its settings are {known}')
+    return cls(**given)
+
+# %% ../../nbs/10a_agents.dqn.ipynb #1c0a0004
+def dqn_assembly(dls, # The loaders: fresh transitions in training batches, an empty validation loader
+                 loss:DQNLoss, # The loss, holding the model it trains
+                 memory:ReplayMemory, # The replay memory the callback adds to and samples from
+                 net:NetSettings, # For the target network's updates
+                 optim:OptimSettings, # Learning rate and gradient clipping
+                 cbs=() # More callbacks
+                ) -> LeanLearner:
+    "The DQN `Learner` of `loss.model` trained on `dls` through `memory`: the assembly every DQN builder shares"
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
-    cbs = [replay_cb, trainer, NoValidation()] + ([GradientClip(max_grad_norm)] if max_grad_norm is not None else [])
-    learn = LeanLearner(dls, model, loss_func=trainer.loss, opt_func=partial(OptimWrapper, opt=adam), lr=lr, wd=0.,
-                        metrics=loop_metrics(), cbs=cbs)
+    clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
+    learn = LeanLearner(dls, loss.model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=loop_metrics(),
+                        cbs=[ExperienceReplayCallback(memory), DQNTrainer(loss, net.target_sync, net.tau), NoValidation(),
+                             TorchThreads(1), *clip, *cbs])  # one thread: see `threads`
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn
+
+def memory_settings(replay:ReplaySettings, # The replay settings
+                    n_batches:int, # Training batches per epoch: prioritized replay anneals its weights over 10 epochs
+                    seed:int|None # The memory's seed
+                   ) -> dict:
+    "The settings of the memory `replay` describes, with the DQN's defaults for prioritized replay (`options` take their place)"
+    per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay.kind == 'per' else {}
+    return dict(bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, seed=seed, **(per | replay.options))
+
+# %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
+def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
+                *,
+                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `CircularReplayBuffer`); default: the one `replay` describes
+                model:nn.Module|None=None, # Maps a batch, or a state tensor, to one value per action (default: a `QNet` of `net.hidden`)
+                cbs=(), # More callbacks
+                net:NetSettings|dict|None=None, # The Q-network and its target
+                explore:ExploreSettings|dict|None=None, # Epsilon-greedy exploration
+                replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None
+                optim:OptimSettings|dict|None=None, # Learning rate, training frequency, gradient clipping
+                steps_per_epoch:int=5_000, # Environment steps per fastai epoch
+                gamma:float=0.99, # Discount factor
+                n_steps:int=3, # Steps folded into each transition (n-step returns)
+                n_envs:int=1, # Environments stepped together (for an environment id)
+                seed:int|None=0, # Seed for the network, the environments, exploration and replay
+                device=None # Device for the model and the batches (default: fastai's default device)
+               ) -> LeanLearner:
+    "A fastai `Learner` that trains a DQN on `env` with experience replay"
+    net, explore, optim = settings(NetSettings, net), settings(ExploreSettings, explore), settings(OptimSettings, optim)
+    if memory is not None and replay is not None:
+        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
+    if model is not None and net.hidden != NetSettings.hidden:
+        raise ValueError('net.hidden sizes the default QNet, and a ready model has its own layers: give model= or net.hidden, not both')
+    replay = settings(ReplaySettings, replay)
+    obs_sp, act_sp = env_spaces(env)
+    n_actions = int(act_sp.n)
+    if seed is not None: torch.manual_seed(seed)
+    model = model if model is not None else QNet(int(np.prod(obs_sp.shape)), n_actions, net.hidden)
+    obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
+        with torch.no_grad(): model(torch.zeros(1, *obs_sp.shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
+    if memory is not None and not isinstance(memory, ReplayMemory):
+        raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
+                        f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
+    warmup_sz = replay.warmup_sz if memory is None else memory.warmup_sz
+    ready = None if isinstance(env, str) else env
+    n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
+    agent = EpsilonGreedy(model, n_actions, explore.eps_start, explore.eps_end, explore.eps_steps, seed=seed,
+                          random_steps=-(-warmup_sz // n_par) if explore.random_warmup else 0)
+    folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
+    loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed,
+                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype)
+    source = Source([loop] if folds else [loop, FirstLast(gamma)])
+    dls = gym_dataloaders(source, n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
+    loss = DQNLoss(model, double=net.double)
+    if memory is None:
+        score = dict(score=loss.surrogate_priorities) if replay.kind == 'laber' else {}
+        memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed), **score)
+    return dqn_assembly(dls, loss, memory, net, optim, cbs)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ad1aae18
 DQN_DEFAULTS = {
     'CartPole-v1': dict(steps=50_000),
     'Acrobot-v1': dict(steps=100_000),
-    'MountainCar-v0': dict(steps=120_000, lr=4e-3, gamma=0.98, max_sz=10_000, train_every=16, grad_steps=8,
-                           target_sync=300, eps_end=0.07, eps_steps=24_000),
+    'MountainCar-v0': dict(steps=120_000, gamma=0.98, replay=dict(max_sz=10_000), optim=dict(lr=4e-3, train_every=16, grad_steps=8),
+                           net=dict(target_sync=300), explore=dict(eps_end=0.07, eps_steps=24_000)),
 }
 
 def dqn_defaults(env:str) -> dict:
-    "`steps`, `lr`, `max_sz` and the other `dqn_learner` settings to train a DQN on `env`: `DQN_DEFAULTS[env]` over CartPole-v1's"
-    return dict(steps=50_000, lr=1e-3, max_sz=50_000) | DQN_DEFAULTS.get(env, {})
+    "`steps` and the `dqn_learner` settings, grouped as its arguments, to train a DQN on `env`: `DQN_DEFAULTS[env]`, CartPole-v1's for another"
+    return dict(steps=50_000) | DQN_DEFAULTS.get(env, {})

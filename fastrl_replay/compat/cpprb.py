@@ -16,6 +16,7 @@ from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind
+from ..nstep import nstep_returns
 
 # %% auto #0
 __all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer']
@@ -269,18 +270,7 @@ def _nstep_push(self:ReplayBuffer, rows:dict, priorities) -> tuple[dict|None, np
     P, n = self._pending, self.Nstep['size']
     A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k, v in rows.items()}
     if priorities is not None: A['__priorities'] = priorities if P is None else np.concatenate([P['__priorities'], priorities])
-    m, N = (0 if P is None else len(P['done'])), len(rows['done'])
-    L = m + N
-    d = A['done'].reshape(L)
-    g = (1 - d.astype(np.result_type(d.dtype, np.float32))) * np.float32(self.Nstep['gamma'])
-    for r in self.Nstep['rew']:
-        R, ext = A[r], rows[r].astype(A[r].dtype, copy=True)  # the new rewards, discounted step by step backwards
-        gr = g.reshape(L, *[1] * (R.ndim - 1))
-        for k in range(1, n):
-            lo = max(k - m, 0)  # the first new step with a transition k steps before it
-            if lo >= N: break
-            ext[lo:] *= gr[m + lo - k:L - k]
-            R[m + lo - k:L - k] += ext[lo:]
+    L = len(A['done'])
     E = max(L - (n - 1), 0)
     self._pending = {k: v[E:] for k, v in A.items()}
     if not E: return None, None
@@ -297,6 +287,11 @@ def _nstep_rows(self:ReplayBuffer, A:dict, E:int, L:int) -> tuple[dict, np.ndarr
         j = np.minimum(t + k, L - 1)
         last = np.where(ends[j] & (j <= last), j, last)
     out = {k: v[:E] for k, v in A.items() if k != '__priorities'}
+    steps = np.minimum(t[:, None] + np.arange(n), L - 1)  # each window's steps; those past the window's data get discount 0
+    d = A['done'].reshape(L)
+    g = (1 - d.astype(np.result_type(d.dtype, np.float32))) * np.float32(self.Nstep['gamma'])
+    disc = np.where(t[:, None] + np.arange(n) < L - 1, g[steps], g.dtype.type(0))
+    for r in self.Nstep['rew']: out[r] = nstep_returns(A[r][steps], disc)
     for k in self.Nstep['next']: out[k] = A[k][last]
     out['done'] = A['done'][last]
     return out, A['__priorities'][:E] if '__priorities' in A else None

@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy, difflib, os
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
 from ..errors import check_positive
-from fastcore.basics import ifnone, patch
+from ..nstep import nstep_returns
+from fastcore.basics import ifnone
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
 from fastai.learner import Learner
@@ -21,7 +23,8 @@ from fastai.callback.progress import ProgressCallback  # registers the progress 
 
 # %% auto #0
 __all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce',
-           'FirstLast', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
+           'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
+           'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -29,13 +32,20 @@ class RandomAgent:
     def __init__(self, action_space:gym.Space, seed:int|None=None):
         self.action_space = action_space
         self.rng = np.random.default_rng(seed)
-        self.epsilon = 1.
 
     def __call__(self, state) -> np.ndarray:
         "One action per row of `state`"
         sp = self.action_space
         if isinstance(sp, gym.spaces.Discrete): return self.rng.integers(sp.n, size=len(state)) + sp.start
         return self.rng.uniform(sp.low, sp.high, size=(len(state), *sp.shape)).astype(sp.dtype)
+
+    def state_dict(self) -> dict:
+        "The generator's state, as plain data"
+        return dict(rng=self.rng.bit_generator.state)
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned"
+        self.rng.bit_generator.state = state['rng']
 
 # %% ../../nbs/05b_data.gym.ipynb #e1490f0b
 class EpsilonGreedy:
@@ -75,27 +85,14 @@ class EpsilonGreedy:
         if type(state) is np.ndarray and dev.type == 'cpu' and state.flags.writeable: return torch.from_numpy(state)
         return torch.as_tensor(state, device=dev)
 
-# %% ../../nbs/05b_data.gym.ipynb #0a749be5
-@patch
-def state_dict(self:RandomAgent) -> dict:
-    "The generator's state, as plain data"
-    return dict(rng=self.rng.bit_generator.state)
+    def state_dict(self) -> dict:
+        "The schedule's position (the steps counted so far) and the generator's state, as plain data"
+        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
 
-@patch
-def load_state_dict(self:RandomAgent, state:dict):
-    "Restore what `state_dict` returned"
-    self.rng.bit_generator.state = state['rng']
-
-@patch
-def state_dict(self:EpsilonGreedy) -> dict:
-    "The schedule's position (the steps counted so far) and the generator's state, as plain data"
-    return dict(steps=self.steps, rng=self.rng.bit_generator.state)
-
-@patch
-def load_state_dict(self:EpsilonGreedy, state:dict):
-    "Restore what `state_dict` returned"
-    self.steps = state['steps']
-    self.rng.bit_generator.state = state['rng']
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned"
+        self.steps = state['steps']
+        self.rng.bit_generator.state = state['rng']
 
 # %% ../../nbs/05b_data.gym.ipynb #b2495e8b
 def check_env(env:str):
@@ -160,65 +157,100 @@ class GymLoop:
         self.state = None
         self.env_steps, self.n_episodes, self.episode_returns, self.returns = 0, 0, deque(maxlen=100), []
 
+    def _start(self):
+        "Reset the environments and the per-environment episode counters"
+        if self.env is None: raise RuntimeError('this GymLoop has no environment: it holds the settings of an exported Learner; make a GymLoop to step')
+        obs, _ = self.env.reset(seed=self.seed)
+        self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
+        self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
+        self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
+        self.next_episode = self.episode_id.max() + 1
+        self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
+
+    def step(self) -> list[dict]:
+        "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
+        if self.state is None: self._start()
+        frames = self.env.render() if self.mode == 'rgb_array' else None
+        actions = np.asarray(self.agent(self.state)) if not self.resetting.all() else self._no_actions()
+        obs, rew, term, trunc, infos = self.env.step(actions)
+        obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
+        final = obs
+        if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
+            final = obs.copy()
+            for i in np.flatnonzero(infos['_final_obs']): final[i] = infos['final_obs'][i]
+        done = term | trunc
+        live = ~self.resetting  # NEXT_STEP mode: this call reset those environments and ignored their actions
+        self.ep_step += live
+        self.ep_return += np.where(live, rew, 0.)
+        n, act_shape = self.n_envs, self.env.single_action_space.shape or (1,)
+        cols = dict(state=self.state, next_state=final, action=(actions.astype(np.int64) if self.discrete else actions).reshape(n, *act_shape),
+                    reward=np.asarray(rew, np.float32).reshape(n, 1), terminated=term.reshape(n, 1),
+                    truncated=trunc.reshape(n, 1), done=done.reshape(n, 1), episode_id=self.episode_id.reshape(n, 1).copy(),
+                    step=self.ep_step.reshape(n, 1).copy(), env_id=np.arange(n).reshape(n, 1))
+        if frames is not None: cols['image'] = np.stack(frames)
+        if n == 1: rows = [cols] if live[0] else []  # already one row each
+        else: rows = [{k: v[i:i+1] for k, v in cols.items()} for i in np.flatnonzero(live)]
+        for i in (np.flatnonzero(live & done) if done.any() else ()):
+            self.n_episodes += 1; self.episode_returns.append(float(self.ep_return[i])); self.returns.append(self.episode_returns[-1])
+            self.ep_step[i], self.ep_return[i] = 0, 0.
+            self.episode_id[i], self.next_episode = self.next_episode, self.next_episode + 1
+        self.env_steps += len(rows)
+        self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
+        self.state = obs
+        return rows
+
+    def _no_actions(self) -> np.ndarray:
+        "Placeholder actions for a step in which every environment resets and ignores its action"
+        sp = self.env.single_action_space
+        if isinstance(sp, gym.spaces.Discrete): return np.full(self.n_envs, sp.start, np.int64)
+        return np.zeros((self.n_envs, *sp.shape), sp.dtype)
+
+    def state_dict(self) -> dict:
+        "The loop's counters and episodes, its environments' current states and episode counters, its agent's and its environments' state"
+        state = dict(env_steps=self.env_steps, n_episodes=self.n_episodes, episode_returns=list(self.episode_returns),
+                     returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
+                     started=self.state is not None)
+        if state['started']: state.update({k: np.array(getattr(self, k)) for k in _LOOP_ARRAYS}, env=env_state(self.env))
+        return state
+
+    def load_state_dict(self, state:dict) -> bool:
+        "Restore what `state_dict` returned into a loop made with the same settings; False if the environments started new episodes"
+        if state['started'] and len(state['resetting']) != self.n_envs:
+            raise ValueError(f"the state is of a loop over {len(state['resetting'])} environments, this one steps {self.n_envs}")
+        self.env_steps, self.n_episodes, self.returns = state['env_steps'], state['n_episodes'], list(state['returns'])
+        self.episode_returns = deque(state['episode_returns'], maxlen=100)
+        if state['agent'] is not None: self.agent.load_state_dict(state['agent'])
+        if not state['started']:
+            self.state = None
+            return True
+        for k in _LOOP_ARRAYS: setattr(self, k, state[k][()] if k == 'next_episode' else state[k])
+        if load_env_state(self.env, state['env']): return True
+        self._restart()
+        return False
+
+    def _restart(self):
+        "Start a new episode in every environment, from the environments' own generators"
+        obs, _ = self.env.reset()
+        self.state = np.array(obs, dtype=self.obs_dtype)
+        self.resetting = np.zeros(self.n_envs, bool)
+        self.episode_id = np.arange(self.n_envs) + self.next_episode
+        self.next_episode = self.episode_id.max() + 1
+        self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
+
+    def new_empty(self) -> GymLoop:
+        "A loop with the same settings and no environment, agent or history"
+        res = copy.copy(self)
+        for k in _LOOP_ARRAYS: vars(res).pop(k, None)
+        res.env = res.agent = res.state = None
+        res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
+        return res
+
 # %% ../../nbs/05b_data.gym.ipynb #95028958
 def _n_steps(n_steps:int|None, steps_count:int|None) -> int:
     "`n_steps`, or fastrl's `steps_count` given in its place; 1 if neither is given"
     if n_steps is not None and steps_count is not None:
         raise ValueError(f'give n_steps or its alias steps_count, not both: got n_steps={n_steps}, steps_count={steps_count}')
     return ifnone(n_steps, ifnone(steps_count, 1))
-
-# %% ../../nbs/05b_data.gym.ipynb #7eb4fde9
-@patch
-def _start(self:GymLoop):
-    "Reset the environments and the per-environment episode counters"
-    if self.env is None: raise RuntimeError('this GymLoop has no environment: it holds the settings of an exported Learner; make a GymLoop to step')
-    obs, _ = self.env.reset(seed=self.seed)
-    self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
-    self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
-    self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
-    self.next_episode = self.episode_id.max() + 1
-    self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
-
-# %% ../../nbs/05b_data.gym.ipynb #4458dadf
-@patch
-def step(self:GymLoop) -> list[dict]:
-    "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
-    if self.state is None: self._start()
-    frames = self.env.render() if self.mode == 'rgb_array' else None
-    actions = np.asarray(self.agent(self.state)) if not self.resetting.all() else self._no_actions()
-    obs, rew, term, trunc, infos = self.env.step(actions)
-    obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
-    final = obs
-    if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
-        final = obs.copy()
-        for i in np.flatnonzero(infos['_final_obs']): final[i] = infos['final_obs'][i]
-    done = term | trunc
-    live = ~self.resetting  # NEXT_STEP mode: this call reset those environments and ignored their actions
-    self.ep_step += live
-    self.ep_return += np.where(live, rew, 0.)
-    n, act_shape = self.n_envs, self.env.single_action_space.shape or (1,)
-    cols = dict(state=self.state, next_state=final, action=(actions.astype(np.int64) if self.discrete else actions).reshape(n, *act_shape),
-                reward=np.asarray(rew, np.float32).reshape(n, 1), terminated=term.reshape(n, 1),
-                truncated=trunc.reshape(n, 1), done=done.reshape(n, 1), episode_id=self.episode_id.reshape(n, 1).copy(),
-                step=self.ep_step.reshape(n, 1).copy(), env_id=np.arange(n).reshape(n, 1))
-    if frames is not None: cols['image'] = np.stack(frames)
-    if n == 1: rows = [cols] if live[0] else []  # already one row each
-    else: rows = [{k: v[i:i+1] for k, v in cols.items()} for i in np.flatnonzero(live)]
-    for i in (np.flatnonzero(live & done) if done.any() else ()):
-        self.n_episodes += 1; self.episode_returns.append(float(self.ep_return[i])); self.returns.append(self.episode_returns[-1])
-        self.ep_step[i], self.ep_return[i] = 0, 0.
-        self.episode_id[i], self.next_episode = self.next_episode, self.next_episode + 1
-    self.env_steps += len(rows)
-    self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
-    self.state = obs
-    return rows
-
-@patch
-def _no_actions(self:GymLoop) -> np.ndarray:
-    "Placeholder actions for a step in which every environment resets and ignores its action"
-    sp = self.env.single_action_space
-    if isinstance(sp, gym.spaces.Discrete): return np.full(self.n_envs, sp.start, np.int64)
-    return np.zeros((self.n_envs, *sp.shape), sp.dtype)
 
 # %% ../../nbs/05b_data.gym.ipynb #22a89309
 def _luma(frame:np.ndarray, reduce_by:int) -> np.ndarray:
@@ -296,51 +328,6 @@ def load_env_state(env, state:dict) -> bool:
 # %% ../../nbs/05b_data.gym.ipynb #9a3fe425
 _LOOP_ARRAYS = ('state', 'resetting', 'episode_id', 'next_episode', 'ep_step', 'ep_return')
 
-@patch
-def state_dict(self:GymLoop) -> dict:
-    "The loop's counters and episodes, its environments' current states and episode counters, its agent's and its environments' state"
-    state = dict(env_steps=self.env_steps, n_episodes=self.n_episodes, episode_returns=list(self.episode_returns),
-                 returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
-                 started=self.state is not None)
-    if state['started']: state.update({k: np.array(getattr(self, k)) for k in _LOOP_ARRAYS}, env=env_state(self.env))
-    return state
-
-@patch
-def load_state_dict(self:GymLoop, state:dict) -> bool:
-    "Restore what `state_dict` returned into a loop made with the same settings; False if the environments started new episodes"
-    if state['started'] and len(state['resetting']) != self.n_envs:
-        raise ValueError(f"the state is of a loop over {len(state['resetting'])} environments, this one steps {self.n_envs}")
-    self.env_steps, self.n_episodes, self.returns = state['env_steps'], state['n_episodes'], list(state['returns'])
-    self.episode_returns = deque(state['episode_returns'], maxlen=100)
-    if state['agent'] is not None: self.agent.load_state_dict(state['agent'])
-    if not state['started']:
-        self.state = None
-        return True
-    for k in _LOOP_ARRAYS: setattr(self, k, state[k][()] if k == 'next_episode' else state[k])
-    if load_env_state(self.env, state['env']): return True
-    self._restart()
-    return False
-
-@patch
-def _restart(self:GymLoop):
-    "Start a new episode in every environment, from the environments' own generators"
-    obs, _ = self.env.reset()
-    self.state = np.array(obs, dtype=self.obs_dtype)
-    self.resetting = np.zeros(self.n_envs, bool)
-    self.episode_id = np.arange(self.n_envs) + self.next_episode
-    self.next_episode = self.episode_id.max() + 1
-    self.ep_step, self.ep_return = np.zeros(self.n_envs, np.int64), np.zeros(self.n_envs)
-
-# %% ../../nbs/05b_data.gym.ipynb #1efd1eb9
-@patch
-def new_empty(self:GymLoop) -> GymLoop:
-    "A loop with the same settings and no environment, agent or history"
-    res = copy.copy(self)
-    for k in _LOOP_ARRAYS: vars(res).pop(k, None)
-    res.env = res.agent = res.state = None
-    res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
-    return res
-
 # %% ../../nbs/05b_data.gym.ipynb #e6e4d02c
 class ResReduce:
     "Keep every `reduce_by`-th pixel of the `image` column in both directions"
@@ -355,12 +342,26 @@ class FirstLast:
     def __init__(self, gamma:float=0.99): self.gamma = gamma
     def __call__(self, window: list[dict]) -> dict:
         first, last, k = window[0], window[-1], len(window)
-        reward = sum(self.gamma ** i * float(w['reward'][0, 0]) for i, w in enumerate(window))
-        return {**first, 'next_state': last['next_state'], 'reward': np.array([[reward]], np.float32),
+        reward = nstep_returns(np.array([[float(w['reward'][0, 0]) for w in window]]), np.full((1, k), float(self.gamma)))
+        return {**first, 'next_state': last['next_state'], 'reward': reward.astype(np.float32)[:, None],
                 'terminated': last['terminated'], 'truncated': last['truncated'], 'done': last['done'],
                 'discount': np.array([[self.gamma ** k]], np.float32)}
 
 # %% ../../nbs/05b_data.gym.ipynb #8cb94357
+@dataclass
+class SourceStats:
+    "What a source of transitions reports of its environments, for metrics and reports (the lists are the source's own: read them, do not change them)"
+    env_steps:int # Environment steps taken
+    episodes:int # Episodes finished
+    returns:list # The return of every finished episode, in order
+    recent_returns:list # The returns of the last 100 finished episodes
+    epsilon:float|None # The acting agent's exploration now; None when it does not explore by epsilon
+
+    @property
+    def recent_return(self) -> float|None:
+        "The mean return of the last 100 finished episodes; None before the first ends"
+        return float(np.mean(self.recent_returns)) if len(self.recent_returns) else None
+
 class Source:
     "An endless stream of one-row transitions from a `GymLoop`, shaped by `ResReduce`, `FirstLast` and the like"
     def __init__(self, cbs:list):
@@ -386,43 +387,73 @@ class Source:
         while not self.queue: self._fill()
         return self.queue.popleft()
 
-# %% ../../nbs/05b_data.gym.ipynb #f2bb2a04
-@patch
-def _fill(self:Source):
-    "Step the environments once and queue the transitions whose windows are complete"
-    for row in self.loop.step():
-        for tfm in self.row_tfms: row = tfm(row)
-        win = self.windows[row['env_id'][0, 0]]
-        win.append(row)
-        if row['done'][0, 0]:
-            while win: self._emit(list(win)); win.popleft()
-        elif len(win) == self.loop.n_steps:
-            self._emit(list(win)); win.popleft()
+    def stats(self) -> SourceStats:
+        "The environment steps, episodes, returns and exploration of the loop so far"
+        l = self.loop
+        return SourceStats(l.env_steps, l.n_episodes, l.returns, l.episode_returns,
+                           l.agent.epsilon if isinstance(l.agent, EpsilonGreedy) else None)
 
-@patch
-def _emit(self:Source, window:list[dict]):
-    "Queue the transition `window` makes, unless it starts between two `steps_delta` steps"
-    if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
-    self.queue.append(self.first_last(window) if self.first_last else
-                      {k: np.concatenate([r[k] for r in window]) for k in window[0]})
+    def _fill(self):
+        "Step the environments once and queue the transitions whose windows are complete"
+        for row in self.loop.step():
+            for tfm in self.row_tfms: row = tfm(row)
+            win = self.windows[row['env_id'][0, 0]]
+            win.append(row)
+            if row['done'][0, 0]:
+                while win: self._emit(list(win)); win.popleft()
+            elif len(win) == self.loop.n_steps:
+                self._emit(list(win)); win.popleft()
+
+    def _emit(self, window:list[dict]):
+        "Queue the transition `window` makes, unless it starts between two `steps_delta` steps"
+        if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
+        self.queue.append(self.first_last(window) if self.first_last else
+                          {k: np.concatenate([r[k] for r in window]) for k in window[0]})
+
+    def state_dict(self) -> dict:
+        "The loop's state, and the steps and transitions waiting in the windows and the queue"
+        return dict(loop=self.loop.state_dict(), windows=[list(w) for w in self.windows], queue=list(self.queue))
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned into a source made with the same settings"
+        if len(state['windows']) != len(self.windows):
+            raise ValueError(f"the state holds windows of {len(state['windows'])} environments, this source has {len(self.windows)}")
+        exact = self.loop.load_state_dict(state['loop'])
+        self.windows = [deque(w if exact else ()) for w in state['windows']]
+        self.queue = deque(state['queue'])
+
+    def new_empty(self) -> Source:
+        "A source with the same loop settings and transforms, and no environment"
+        res = copy.copy(self)
+        res.loop, res.row_tfms, res.windows, res.queue = self.loop.new_empty(), list(self.row_tfms), [deque() for _ in self.windows], deque()
+        return res
 
 # %% ../../nbs/05b_data.gym.ipynb #7bb45e69
 class TransitionLoader(DataLoader):
     "A fastai `DataLoader` of `(BD,)` batches of `bs` transitions taken whole from a `Source`, each followed by `updates - 1` batches of none"
-    start = 0  # the batch the next pass begins at: set by a run resumed part-way through an epoch
+    _start = 0
     def __init__(self, dataset=None, updates:int=1, **kwargs):
         check_positive(updates, 'updates')
         super().__init__(dataset, **kwargs)
         self.updates = updates
+
+    @property
+    def start(self) -> int:
+        "The batch the next pass begins at: 0 unless `resume_at` set it"
+        return self._start
+
+    def resume_at(self, batch:int):
+        "Begin the next pass at `batch`, the first batch a run interrupted part-way through an epoch had not trained on"
+        if not isinstance(batch, int) or batch % self.updates or not 0 <= batch <= len(self):
+            raise ValueError(f'resume_at expects a multiple of updates={self.updates} between 0 and {len(self)}, got {batch!r}')
+        self._start = batch
 
     def __len__(self): return super().__len__() * self.updates
     def new(self, dataset=None, cls=None, **kwargs):
         return super().new(dataset, cls, **{'updates': self.updates, 'n': self.n, **kwargs})  # a source has no length: keep `n`
 
     def __iter__(self):
-        first, self.start = self.start, 0
-        if not isinstance(first, int) or first % self.updates or not 0 <= first <= len(self):
-            raise ValueError(f'start must be a multiple of updates={self.updates} between 0 and {len(self)}, got {first!r}')
+        first, self._start = self._start, 0
         self.randomize(); self.before_iter()
         for i in range(first // self.updates, super().__len__()):
             b = self.dataset.batch(min(self.bs, self.n - i * self.bs))  # the last is short unless `drop_last`
@@ -457,25 +488,3 @@ def fake_gym_learner(source:Source, n:int=1000, bs:int=1, cbs=None) -> Learner:
     "A `Learner` over `source` with an identity model and no loss, for trying callbacks on real transitions"
     return Learner(gym_dataloaders(source, n, bs, device='cpu'), _Identity(), loss_func=lambda *a: torch.zeros(()),
                    cbs=[NoValidation()] + list(cbs or []))
-
-# %% ../../nbs/05b_data.gym.ipynb #826bb2bf
-@patch
-def state_dict(self:Source) -> dict:
-    "The loop's state, and the steps and transitions waiting in the windows and the queue"
-    return dict(loop=self.loop.state_dict(), windows=[list(w) for w in self.windows], queue=list(self.queue))
-
-@patch
-def load_state_dict(self:Source, state:dict):
-    "Restore what `state_dict` returned into a source made with the same settings"
-    if len(state['windows']) != len(self.windows):
-        raise ValueError(f"the state holds windows of {len(state['windows'])} environments, this source has {len(self.windows)}")
-    exact = self.loop.load_state_dict(state['loop'])
-    self.windows = [deque(w if exact else ()) for w in state['windows']]
-    self.queue = deque(state['queue'])
-
-@patch
-def new_empty(self:Source) -> Source:
-    "A source with the same loop settings and transforms, and no environment"
-    res = copy.copy(self)
-    res.loop, res.row_tfms, res.windows, res.queue = self.loop.new_empty(), list(self.row_tfms), [deque() for _ in self.windows], deque()
-    return res

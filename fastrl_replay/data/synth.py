@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from ..core import BD
+from ..callback import ReplayBatch
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
 from fastai.learner import Learner
@@ -42,11 +43,10 @@ class SynthQ(nn.Module):
     def forward(self, b): return self.lin(b['state'])
 
 class RewardLoss:
-    "Squared error of the taken action's value against `reward`, weighted by `weight` when the batch has it; sets `learn.td_error`"
-    learn = None
+    "Squared error of the taken action's value against `reward`, weighted by `weight` when the batch has it; reports the errors to a `ReplayBatch`"
     def __call__(self, pred, b):
         err = pred.gather(1, b['action']) - b['reward']
-        if self.learn is not None: self.learn.td_error = err.detach()
+        if isinstance(b, ReplayBatch): b.set_td_error(err)
         return (err ** 2 * b['weight']).mean() if 'weight' in b else (err ** 2).mean()
 
 def synth_replay_learner(n_batches:int=3, # Training batches per epoch
@@ -55,11 +55,9 @@ def synth_replay_learner(n_batches:int=3, # Training batches per epoch
                          lr:float=1e-2, # Learning rate
                          seed:int=0 # Seed for the model's initial weights
                         ) -> Learner:
-    "A small `Learner` over synthetic transitions whose loss sets `learn.td_error`"
+    "A small `Learner` over synthetic transitions whose loss reports its per-sample errors as TD errors"
     rows = synth_transitions(n_batches * bs)
     items = [({k: v[i] for k, v in rows.items()},) for i in range(len(rows))]
     dls = DataLoaders(DataLoader(items, bs=bs), DataLoader(items[:bs], bs=bs), device='cpu')
     torch.manual_seed(seed)
-    loss = RewardLoss()
-    loss.learn = Learner(dls, SynthQ(rows['state'].shape[1]), loss_func=loss, opt_func=Adam, lr=lr, cbs=cbs)
-    return loss.learn
+    return Learner(dls, SynthQ(rows['state'].shape[1]), loss_func=RewardLoss(), opt_func=Adam, lr=lr, cbs=cbs)

@@ -19,6 +19,7 @@ from .checks import cast_exactly, as_idxs, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, UniformSampler, Replay, forward_attrs
 from .prioritized import PrioritizedSampler
+from ..nstep import nstep_returns
 
 # %% auto #0
 __all__ = ['ReplayElement', 'FrameStorage', 'CircularReplayBuffer']
@@ -139,6 +140,7 @@ _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'gener
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
 class CircularReplayBuffer(Replay):
     "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority: ReAgent's interface"
+    makes_n_step = True  # fed single steps, it builds the `update_horizon`-step returns when it samples
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
                  replay_capacity:int, # Steps kept before the oldest are overwritten
                  batch_size:int, # Transitions per sample
@@ -389,8 +391,9 @@ def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
         valid &= live | (p < 0)  # 0 <= p < lo: the step was overwritten
         W[:, S - 1 - j] = np.where(live, p, _ZERO if self.padding == 'zero' else W[:, S - j])
         cur = np.where(live, p % C, cur)
-    g, ti = self._gpow, rows
-    R = 0. + g[0] * self.reward[ti].reshape(m, w).astype(np.float64)
+    ti = rows
+    rew, disc = np.zeros((m, n, w)), np.zeros((m, n))  # each window's rewards, and the discount from each step to the next
+    rew[:, 0] = self.reward[ti].reshape(m, w)
     k = np.ones(m, np.int64)
     term = self.terminal[ti]
     trunc = self.truncated[ti] & ~term
@@ -402,12 +405,12 @@ def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
         W[:, S - 1 + i] = np.where(open_, nx, np.where(trunc, _FINAL, _ZERO))
         if i == n: break
         ti = np.where(open_, nx % C, ti)
-        R = np.where(open_[:, None], R + g[i] * self.reward[ti].reshape(m, w).astype(np.float64), R)
+        rew[:, i], disc[:, i - 1] = self.reward[ti].reshape(m, w), np.where(open_, self.gamma, 0.)
         k += open_
         tt = self.terminal[ti]
         term, trunc = np.where(open_, tt, term), np.where(open_, self.truncated[ti] & ~tt, trunc)
         ended = term | trunc
-    return dict(valid=valid, window=W, reward=R, k=k, terminated=term, truncated=trunc, final_key=self.final_key[ti])
+    return dict(valid=valid, window=W, reward=nstep_returns(rew, disc), k=k, terminated=term, truncated=trunc, final_key=self.final_key[ti])
 
 @patch
 def valid(self:FrameStorage, rows:np.ndarray) -> np.ndarray:

@@ -8,77 +8,56 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.continual.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
-from fastcore.basics import patch
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_positive, check_nonneg, is_int, to_numpy, dtype_name
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
 from .checks import batch_of
-from .core import Replay, Sampler, UniformSampler, as_transition, forward_attrs
-from .experience_replay import ColumnStorage, _one, _MISSING
-from .persist import register_kind
+from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
+from .experience_replay import ColumnStorage
+import fastrl_replay.memory.persist  # `save` and `load` for these memories too
 
 # %% auto #0
-__all__ = ['ReservoirStorage', 'ReservoirReplay', 'TaskStorage', 'TaskBalancedSampler', 'TaskBalancedReplay']
+__all__ = ['Reservoir', 'ReservoirStorage', 'ReservoirReplay', 'TaskShares', 'TaskStorage', 'TaskBalancedSampler',
+           'TaskBalancedReplay']
 
 # %% ../../nbs/06g_memory.continual.ipynb #d72b7e87
-class _PolicyStorage(ColumnStorage):
-    "A `ColumnStorage` whose rows go where `_destinations` says rather than at a ring pointer"
-    def _destinations(self, b:Mapping, n:int) -> np.ndarray:
-        "The stored row each of the `n` incoming rows goes to, -1 for a row not kept; may change state only once the batch is known to fit"
-        raise NotImplementedError
+class Reservoir(Writer):
+    "Vitter's Algorithm R: the first `max_sz` rows fill the storage, then row `t` replaces a random stored row with probability `max_sz / t`"
+    def __init__(self,
+                 generator:torch.Generator|None=None, # CPU generator for the eviction draws
+                 seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
+        self.generator, self.seen = new_generator(generator, seed), 0
 
-    def add(self, batch) -> tuple[int, int]:
-        "Check `batch` whole, then write each row where the policy puts it; the rows written are in `last_rows`"
-        b = batch_of(batch)
-        cols = self._cols if self._cols is not None else self._schema(b)
-        n, srcs = self._check(b, cols)
-        self.last_rows = np.empty(0, np.int64)
-        if self._cols is None: self._allocate(cols)
-        if n <= 0: return 0, 0
-        dst = self._destinations(b, n)
-        keep = np.flatnonzero(dst >= 0)
-        rows, last = np.unique(dst[keep][::-1], return_index=True)  # for a row written twice, the later source
-        src = keep[::-1][last]
-        for c, s in zip(self._cols, srcs):
-            if c.host: c.np[rows] = 0 if s is None else s[src]
-            else:
-                r = torch.from_numpy(rows).to(c.data.device)
-                c.data[r] = 0 if s is None else s[torch.from_numpy(src).to(s.device)].to(c.data.device)
-        if len(rows): self._len = max(self._len, int(rows[-1]) + 1)  # both policies fill rows 0, 1, ... before evicting
-        self.pointer = self._len
-        self._wrote(rows, src, n)
-        if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
-        self.last_rows = np.sort(rows)
-        return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
-
-    def _wrote(self, rows:np.ndarray, src:np.ndarray, n:int):
-        "Rows `rows` now hold incoming rows `src` of a batch of `n`"
-
-    def add_row(self, row:Mapping) -> tuple[int, int]:
-        "Check one transition (values without a batch dimension) and add it as a batch of one"
-        if self._cols is None: return super().add_row(row)  # the first row types the columns, then comes back to `add`
-        b, found = {}, 0
-        for c in self._cols:
-            v = row.get(c.key, _MISSING)
-            if v is _MISSING:
-                if c.is_td or c.key == self._optional: continue
-                b = None; break
-            v = _one(c, v); found += 1
-            b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
-        if b is None or found != len(row):
-            keys = row.keys()
-            raise ExperienceReplayException(f'the transition does not match the memory: missing '
-                                            f'{sorted(self._without_td - keys - {self._optional})}, extra {sorted(keys - self._with_td)}')
-        return self.add(b)
-    _optional = None  # a column a batch may leave out, besides `td_error`
-
-    def new_empty(self):
-        res = type(self)(**{k: v for k, v in self.settings().items() if k != 'storage_dir'})
-        res.reserve(self.reserved)
+    def settings(self) -> dict: return {'seed': 0}  # the generator itself comes with the state
+    def new_empty(self) -> Reservoir:
+        "A writer with no rows seen and a copy of the generator"
+        res = Reservoir(seed=0)
+        res.generator.set_state(self.generator.get_state())
         return res
 
+    def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
+        max_sz = self.storage.max_sz
+        t = self.seen + np.arange(n)  # rows added before each incoming one
+        dst = np.where(t < max_sz, t, -1)
+        late = np.flatnonzero(t >= max_sz)
+        if len(late):  # j uniform in [0, t]; the row is kept at j when j < max_sz
+            u = torch.rand(len(late), dtype=torch.float64, generator=self.generator).numpy()
+            j = np.minimum((u * (t[late] + 1)).astype(np.int64), t[late])
+            dst[late] = np.where(j < max_sz, j, -1)
+        self.seen += n
+        return dst
+
+    def state_dict(self) -> dict: return {'seen': self.seen, 'generator': self.generator.get_state()}
+    def check_state(self, state:dict):
+        max_sz = self.storage.max_sz
+        if not is_int(state.get('seen')) or state['seen'] < state['len'] or state['len'] != min(state['seen'], max_sz):
+            raise ExperienceReplayException(f"seen={state.get('seen')!r} does not fit len={state['len']} and max_sz={max_sz}")
+    def load_state_dict(self, state:dict):
+        self.seen = int(state['seen'])
+        self.generator.set_state(torch.as_tensor(state['generator']))
+
 # %% ../../nbs/06g_memory.continual.ipynb #917d0f97
-class ReservoirStorage(_PolicyStorage):
-    "Columns holding a uniform sample of every row ever added: row `t` replaces a random stored row with probability `max_sz / t`"
+class ReservoirStorage(ColumnStorage):
+    "Columns holding a uniform sample of every row ever added: a `ColumnStorage` written by a `Reservoir`"
     def __init__(self,
                  max_sz:int=200, # Capacity
                  device:str|torch.device|None=None, # Where the columns live (default: CPU)
@@ -86,45 +65,18 @@ class ReservoirStorage(_PolicyStorage):
                  reuse_files:bool=False, # Open the column files already in `storage_dir`
                  generator:torch.Generator|None=None, # CPU generator for the eviction draws
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
-        super().__init__(max_sz, device, storage_dir, reuse_files)
-        self.generator, self.seen, self.last_rows = new_generator(generator, seed), 0, np.empty(0, np.int64)
+        super().__init__(max_sz, device, storage_dir, reuse_files, Reservoir(generator, seed))
 
-    def settings(self) -> dict: return {**super().settings(), 'seed': 0}  # the generator itself comes with the state
-    def new_empty(self):
+    @property
+    def seen(self) -> int:
+        "Rows added so far, kept or not"
+        return self.writer.seen
+    def settings(self) -> dict: return {**super().settings(), **self.writer.settings()}
+    def new_empty(self) -> ReservoirStorage:
         "A storage with the same settings, no rows and a copy of the generator"
-        res = ReservoirStorage(self.max_sz, self.device, seed=0)
-        res.generator.set_state(self.generator.get_state())
+        res = ReservoirStorage(self.max_sz, self.device, generator=self.writer.new_empty().generator)
         res.reserve(self.reserved)
         return res
-
-    def _destinations(self, b, n):
-        t = self.seen + np.arange(n)  # rows added before each incoming one
-        dst = np.where(t < self.max_sz, t, -1)
-        late = np.flatnonzero(t >= self.max_sz)
-        if len(late):  # Algorithm R: j uniform in [0, t]; the row is kept at j when j < max_sz
-            u = torch.rand(len(late), dtype=torch.float64, generator=self.generator).numpy()
-            j = np.minimum((u * (t[late] + 1)).astype(np.int64), t[late])
-            dst[late] = np.where(j < self.max_sz, j, -1)
-        self.seen += n
-        return dst
-
-# %% ../../nbs/06g_memory.continual.ipynb #6e791718
-@patch
-def state_dict(self:ReservoirStorage) -> dict:
-    return {**ColumnStorage.state_dict(self), 'kind': type(self).__name__, 'seen': self.seen, 'generator': self.generator.get_state()}
-
-@patch
-def check_state(self:ReservoirStorage, state:dict):
-    cols = ColumnStorage.check_state(self, state)
-    if not is_int(state.get('seen')) or state['seen'] < state['len'] or state['len'] != min(state['seen'], self.max_sz):
-        raise ExperienceReplayException(f"seen={state.get('seen')!r} does not fit len={state['len']} and max_sz={self.max_sz}")
-    return cols
-
-@patch
-def load_state_dict(self:ReservoirStorage, state:dict, assign:bool=False):
-    ColumnStorage.load_state_dict(self, state, assign)
-    self.seen = int(state['seen'])
-    self.generator.set_state(torch.as_tensor(state['generator']))
 
 # %% ../../nbs/06g_memory.continual.ipynb #1f8488cf
 class _WrittenRows:
@@ -174,25 +126,18 @@ class ReservoirReplay(_WrittenRows, Replay):
     @property
     def keys(self) -> list[str]: return self.storage.keys
 
-forward_attrs(ReservoirReplay, 'storage', 'seen')
-for _c in (ReservoirStorage, ReservoirReplay): register_kind(_c)
+forward_attrs(ReservoirReplay, 'storage', 'seen')  # read only
 
 # %% ../../nbs/06g_memory.continual.ipynb #41a73a13
-class TaskStorage(_PolicyStorage):
-    "Columns holding a share of rows per task: once full, a row of a task under its share replaces the oldest row of the largest task"
+class TaskShares(Writer):
+    "Once full, a row of a task under its share replaces the oldest row of the task holding most; a task at its share replaces its own oldest"
     def __init__(self,
-                 max_sz:int=200, # Capacity
-                 device:str|torch.device|None=None, # Where the columns live (default: CPU)
-                 storage_dir=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False, # Open the column files already in `storage_dir`
                  task_key:str='task', # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
                  task:int=0): # The task of rows added without a task column
-        super().__init__(max_sz, device, storage_dir, reuse_files)
-        self.task_key, self.last_rows, self.task = task_key, np.empty(0, np.int64), task
-        self.stamp, self.clock = np.zeros(self.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
+        self.task_key, self.task = task_key, task
 
     @property
-    def _optional(self): return self.task_key
+    def optional(self) -> str: return self.task_key
     @property
     def task(self) -> int: return self._task
     @task.setter
@@ -200,98 +145,108 @@ class TaskStorage(_PolicyStorage):
         check_nonneg(t, 'task')
         self._task = int(t)
 
-    def settings(self) -> dict: return {**super().settings(), 'task_key': self.task_key, 'task': self.task}
+    def attach(self, storage):
+        super().attach(storage)
+        self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
 
+    def settings(self) -> dict: return {'task_key': self.task_key, 'task': self.task}
+
+    def tasks(self) -> np.ndarray:
+        "The task of each stored row, in storage order"
+        st = self.storage
+        return np.empty(0, np.int64) if st._cols is None else to_numpy(st.column(self.task_key)[:len(st), 0]).copy()
+
+    def wrote(self, rows, src, n):
+        self.stamp[rows] = self.clock + src
+        self.clock += n
+
+    def prepare(self, b:Mapping) -> Mapping:
+        "`b` with the current `task` for every row where it has no task column; raise on a task column that holds no task ids"
+        if self.task_key not in b:
+            n = next((v.shape[0] for v in b.values() if getattr(v, 'ndim', 0)), None)
+            if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
+        else:
+            tv = to_numpy(b[self.task_key])
+            if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
+                raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
+                                                f'values {tv.reshape(-1)[:5].tolist()}')
+        return b
+
+    def check_columns(self, cols:list) -> list:
+        "Raise unless the task column is there, (n, 1) int64"
+        c = next((c for c in cols if c.key == self.task_key), None)
+        if c is None: raise ExperienceReplayException(f'the state has no task column {self.task_key!r}')
+        if c.shape != (1,) or c.dtype != torch.int64:
+            raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
+                                            f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
+        return cols
+
+    def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
+        max_sz = self.storage.max_sz
+        new = to_numpy(b[self.task_key]).reshape(-1).astype(np.int64)
+        dst = np.full(n, -1, np.int64)
+        free = min(max_sz - length, n)
+        dst[:free] = length + np.arange(free)
+        if free == n: return dst
+        owner = np.concatenate([self.tasks(), new[:free]])  # the full memory as it stands before each evicting row
+        stamps = np.concatenate([self.stamp[:length], self.clock + np.arange(free)])
+        ids, cnt = np.unique(owner, return_counts=True)
+        counts = dict(zip(ids.tolist(), cnt.tolist()))
+        for j in range(free, n):
+            t = int(new[j])
+            share = max_sz // (len(counts) + (t not in counts))
+            v = t if counts.get(t, 0) >= share else max(counts, key=lambda x: (counts[x], -x))
+            mine = np.flatnonzero(owner == v)
+            row = mine[np.argmin(stamps[mine])]
+            dst[j], owner[row], stamps[row] = row, t, self.clock + j
+            counts[v] -= 1
+            if not counts[v]: del counts[v]
+            counts[t] = counts.get(t, 0) + 1
+        return dst
+
+    def state_dict(self) -> dict: return {'stamp': self.stamp.copy(), 'clock': self.clock, 'task': self.task}
+
+    def check_state(self, state:dict):
+        st, max_sz = state.get('stamp'), self.storage.max_sz
+        if st is None or tuple(st.shape) != (max_sz,):
+            raise ExperienceReplayException(f'the state holds write times of shape {None if st is None else tuple(st.shape)}, '
+                                            f'this storage needs ({max_sz},)')
+
+    def load_state_dict(self, state:dict):
+        self.stamp[:] = np.asarray(state['stamp'])
+        self.clock, self.task = int(state['clock']), state['task']
+
+# %% ../../nbs/06g_memory.continual.ipynb #a87853ec
+class TaskStorage(ColumnStorage):
+    "Columns holding a share of rows per task: a `ColumnStorage` written by `TaskShares`"
+    def __init__(self,
+                 max_sz:int=200, # Capacity
+                 device:str|torch.device|None=None, # Where the columns live (default: CPU)
+                 storage_dir=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
+                 reuse_files:bool=False, # Open the column files already in `storage_dir`
+                 task_key:str='task', # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
+                 task:int=0): # The task of rows added without a task column
+        super().__init__(max_sz, device, storage_dir, reuse_files, TaskShares(task_key, task))
+
+    def settings(self) -> dict: return {**super().settings(), **self.writer.settings()}
+    def new_empty(self) -> TaskStorage:
+        res = TaskStorage(self.max_sz, self.device, **self.writer.settings())
+        res.reserve(self.reserved)
+        return res
+    @property
+    def task_key(self) -> str: return self.writer.task_key
+    @property
+    def task(self) -> int: return self.writer.task
+    @task.setter
+    def task(self, t): self.writer.task = t
     @property
     def tasks(self) -> np.ndarray:
         "The task of each stored row, in storage order"
-        return np.empty(0, np.int64) if self._cols is None else self._task_col.np[:self._len, 0].copy()
-
+        return self.writer.tasks()
     def counts(self) -> dict:
         "Rows stored per task"
         t, n = np.unique(self.tasks, return_counts=True)
         return dict(zip(t.tolist(), n.tolist()))
-
-    def _wrote(self, rows, src, n):
-        self.stamp[rows] = self.clock + src
-        self.clock += n
-
-# %% ../../nbs/06g_memory.continual.ipynb #a79c3585
-@patch
-def add(self:TaskStorage, batch) -> tuple[int, int]:
-    "Check `batch` whole (rows without a task get the current `task`), then write each row where the task shares put it"
-    b = batch_of(batch)
-    if self.task_key not in b:
-        n = next((v.shape[0] for v in b.values() if getattr(v, 'ndim', 0)), None)
-        if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}
-    else:
-        t = b[self.task_key]
-        tv = to_numpy(t)
-        if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
-            raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
-                                            f'values {tv.reshape(-1)[:5].tolist()}')
-    return _PolicyStorage.add(self, b)
-
-@patch
-def _schema(self:TaskStorage, b):
-    cols = ColumnStorage._schema(self, b)
-    c = next(c for c in cols if c.key == self.task_key)
-    if c.shape != (1,) or c.dtype != torch.int64:
-        raise ExperienceReplayException(f'column {self.task_key!r}: expected shape (n, 1) int64, got '
-                                        f'(n, {", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}')
-    return cols
-
-@patch
-def _allocate(self:TaskStorage, cols, given=None, rows=None):
-    ColumnStorage._allocate(self, cols, given, rows)
-    self._task_col = next(c for c in self._cols if c.key == self.task_key)
-
-# %% ../../nbs/06g_memory.continual.ipynb #4f0b39fb
-@patch
-def _destinations(self:TaskStorage, b, n):
-    tv = b[self.task_key]
-    new = to_numpy(tv).reshape(-1).astype(np.int64)
-    dst = np.full(n, -1, np.int64)
-    free = min(self.max_sz - self._len, n)
-    dst[:free] = self._len + np.arange(free)
-    if free == n: return dst
-    owner = np.concatenate([self.tasks, new[:free]])  # the full memory as it stands before each evicting row
-    stamps = np.concatenate([self.stamp[:self._len], self.clock + np.arange(free)])
-    ids, cnt = np.unique(owner, return_counts=True)
-    counts = dict(zip(ids.tolist(), cnt.tolist()))
-    for j in range(free, n):
-        t = int(new[j])
-        share = self.max_sz // (len(counts) + (t not in counts))
-        v = t if counts.get(t, 0) >= share else max(counts, key=lambda x: (counts[x], -x))
-        mine = np.flatnonzero(owner == v)
-        row = mine[np.argmin(stamps[mine])]
-        dst[j], owner[row], stamps[row] = row, t, self.clock + j
-        counts[v] -= 1
-        if not counts[v]: del counts[v]
-        counts[t] = counts.get(t, 0) + 1
-    return dst
-
-# %% ../../nbs/06g_memory.continual.ipynb #a87853ec
-@patch
-def state_dict(self:TaskStorage) -> dict:
-    return {**ColumnStorage.state_dict(self), 'stamp': self.stamp.copy(), 'clock': self.clock, 'task': self.task}
-
-@patch
-def check_state(self:TaskStorage, state:dict):
-    cols = ColumnStorage.check_state(self, state)
-    st = state.get('stamp')
-    if st is None or tuple(st.shape) != (self.max_sz,):
-        raise ExperienceReplayException(f'the state holds write times of shape {None if st is None else tuple(st.shape)}, '
-                                        f'this storage needs ({self.max_sz},)')
-    if cols is not None and self.task_key not in state['columns']:
-        raise ExperienceReplayException(f'the state has no task column {self.task_key!r}')
-    return cols
-
-@patch
-def load_state_dict(self:TaskStorage, state:dict, assign:bool=False):
-    ColumnStorage.load_state_dict(self, state, assign)
-    self.stamp[:] = np.asarray(state['stamp'])
-    self.clock, self.task = int(state['clock']), state['task']
 
 # %% ../../nbs/06g_memory.continual.ipynb #2f9dcde1
 class TaskBalancedSampler(UniformSampler):
@@ -358,4 +313,3 @@ class TaskBalancedReplay(_WrittenRows, Replay):
         return self.storage.counts()
 
 forward_attrs(TaskBalancedReplay, 'storage', 'task task_key tasks')
-for _c in (TaskStorage, TaskBalancedSampler, TaskBalancedReplay): register_kind(_c)

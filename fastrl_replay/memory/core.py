@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 import numpy as np, torch
-import copy, dataclasses
-from fastcore.basics import ifnone, patch
+import copy, dataclasses, importlib, re
+from pathlib import Path
+from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
                                   new_generator)
@@ -19,13 +20,41 @@ from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['Storage', 'Sampler', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'kind_name',
-           'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'UniformSampler', 'ReplayMemory',
+           'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+
+# %% ../../nbs/06_memory.core.ipynb #960ca4dc
+KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
+
+def kind_name(cls:type) -> str:
+    "A class's name with its module, which tells apart classes of the same name"
+    return f'{cls.__module__}.{cls.__qualname__}'
+
+_PKG = 'fastrl_replay'
+
+def own_kind(cls:type):
+    "Register `cls` under its kind name if this package defines it"
+    if cls.__module__.split('.')[0] == _PKG and '<locals>' not in cls.__qualname__: KINDS[kind_name(cls)] = cls
+
+def find_kind(name) -> type|None:
+    "The class registered as `name`, importing its module first if that is a module of this package; else None"
+    if not isinstance(name, str): return None
+    cls = KINDS.get(name)
+    if cls is not None or not re.fullmatch(rf'{_PKG}(\.[A-Za-z][A-Za-z0-9_]*)+', name): return cls
+    mod = name.rsplit('.', 1)[0]
+    try: spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError): return None
+    home = Path(importlib.import_module(_PKG).__file__).resolve().parent
+    if spec is None or spec.origin is None or not Path(spec.origin).resolve().is_relative_to(home):
+        return None
+    importlib.import_module(mod)  # defining its classes registers them
+    return KINDS.get(name)
 
 # %% ../../nbs/06_memory.core.ipynb #7355d67e
 class Storage:
     "Rows of transitions in a ring of `max_sz`: what `Replay` and the samplers ask of a storage"
     always_valid = True  # every stored row can be sampled; False: `valid` says which can
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self, max_sz:int, device=None):
         check_positive(max_sz, 'max_sz')
         self.max_sz, self.device, self.reserved = int(max_sz), torch.device(ifnone(device, 'cpu')), {}
@@ -84,10 +113,43 @@ class Storage:
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
         raise NotImplementedError
 
+# %% ../../nbs/06_memory.core.ipynb #7e9aa10f
+class Writer:
+    "Where the rows of a batch go in a storage: the write position and the eviction policy, as one part"
+    optional = None  # a column a transition may leave out, which `prepare` fills
+    def attach(self, storage:Storage):
+        "Write into `storage`"
+        self.storage = storage
+    def prepare(self, b:Mapping) -> Mapping:
+        "`b`, completed or checked before the storage checks it whole; change nothing"
+        return b
+    def check_columns(self, cols:list) -> list:
+        "Raise unless the columns a first batch makes suit this writer; `cols`"
+        return cols
+    def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
+        "The row each of `n` incoming rows goes to (-1: not kept), `length` rows being stored; called once the batch is known to fit"
+        raise NotImplementedError
+    def wrote(self, rows:np.ndarray, src:np.ndarray, n:int):
+        "Rows `rows` now hold the incoming rows `src` of a batch of `n`"
+    def settings(self) -> dict: return {}
+    def new_empty(self) -> Writer:
+        "A writer with the same settings and state of its own, for an empty storage"
+        return type(self)(**self.settings())
+    def state_dict(self) -> dict:
+        "The writer's state, kept in its storage's state (so its keys must differ from the storage's)"
+        return {}
+    def check_state(self, state:dict):
+        "Raise `ExperienceReplayException` unless the storage's `state` holds a state this writer can load; change nothing"
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` put in the storage's `state`"
+
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
+    prioritized = False  # draws by priority, with importance weights
+    shardable = True  # can run in a replay shard in another process (False when it calls back into the learner)
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  generator:torch.Generator|None=None, # Random generator, on the device the sampler draws on
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
@@ -173,7 +235,10 @@ class UniformSampler(Sampler):
 # %% ../../nbs/06_memory.core.ipynb #3a5868b5
 @runtime_checkable
 class ReplayMemory(Protocol):
-    "What `ExperienceReplayCallback` needs of a memory"
+    "What `ExperienceReplayCallback` and the learners built on it need of a memory: what it does, declared, and the calls"
+    warmup_sz: int # Rows needed before `sample` returns a batch
+    makes_n_step: bool # Whether the memory builds the n-step returns itself from the steps it is given (then feed it single steps)
+    prioritized: bool # Whether `sample` draws by priority, with a `weight` column of importance weights
     def __add__(self, batch): "Add a batch of transitions in place and return the memory"
     def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]: "A batch and its storage indices; `WarmupNotReached` during warm-up"
     def update_td(self, td_errors, idxs): "Write TD errors back to the sampled rows"
@@ -184,6 +249,7 @@ class ReplayMemory(Protocol):
 # %% ../../nbs/06_memory.core.ipynb #1db017b4
 class Replay:
     "A replay memory made of a storage and a sampler: `+` adds, `sample` draws, `update_td` writes TD errors back"
+    def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  storage:Storage, # Keeps the rows
                  sampler:Sampler|None=None, # Picks the rows of a sample (default: `UniformSampler()`)
@@ -198,6 +264,9 @@ class Replay:
         if memory is not None: self + memory
 
     fields = None  # names of the elements of a transition given as a plain tuple to `append`
+    makes_n_step = False  # the rows are transitions as given: whoever feeds the memory folds the n-step returns
+    @property
+    def prioritized(self) -> bool: return self.sampler.prioritized
     def __len__(self): return len(self.storage)
     @property
     def max_sz(self) -> int: return self.storage.max_sz
@@ -212,27 +281,85 @@ class Replay:
         return (f'{type(self).__name__}(bs={self.bs}, max_sz={self.max_sz}, warmup_sz={self.warmup_sz}, '
                 f'len={len(self)}, pointer={self.storage.pointer})')
 
+    def __add__(self, other) -> Replay:
+        "Write the rows of `other` at the write position, in place, and return the memory"
+        start, n = self.storage.add(other)
+        if n: self.sampler.added(start, n)
+        return self
+
+    def append(self,
+               transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
+        "Add one transition in place and return the memory"
+        start, n = self.storage.add_row(as_transition(transition, self.fields))
+        if n: self.sampler.added(start, n)
+        return self
+
+    def row(self, i:int):
+        "Row `i` in storage order, as a named tuple of its values"
+        return self.storage.row(i)
+
+    def __radd__(self, other):
+        raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
+                                        '(so `0 + er` and `sum([er, ...])` are not)')
+
+    def sample(self,
+               bs:int|None=None # Rows to draw (default: `self.bs`)
+              ) -> tuple[BD, torch.Tensor]:
+        "A batch of `bs` rows drawn by the sampler, and their storage indices"
+        bs = ifnone(bs, self.bs)
+        check_positive(bs)
+        if len(self) < max(self.warmup_sz, 1):
+            raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
+        return self.sampler.sample(bs)
+
+    def update_td(self,
+                  td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
+                  idxs): # n storage indices, as `sample` returned them
+        "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
+        self.sampler.update_td(td_errors, idxs)
+
+    def __getitem__(self, idx) -> Replay:
+        "A new memory of the same kind holding the rows `idx` selects, in storage order"
+        rows, positions = self.storage.select(idx)
+        new = copy.copy(self)
+        new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
+        new.sampler.attach(new.storage)
+        new + rows
+        new.sampler.copy_rows(self.sampler, positions)
+        return new
+
+    def state_dict(self) -> dict:
+        "Everything that restores this memory into one made with the same settings"
+        return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
+                'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
+
+    def load_state_dict(self,
+                        state:dict, # What `state_dict` returned
+                        assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
+        "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
+        check_kind(self, state)
+        self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
+        self.storage.load_state_dict(state['storage'], assign=assign)
+        self.sampler.load_state_dict(state['sampler'])
+        self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
+
+    def settings(self) -> dict:
+        "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"
+        return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
+                    storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
+                    sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
+
+    @classmethod
+    def from_parts(cls, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
+        "A memory of class `cls` joining `storage` and `sampler`"
+        self = cls.__new__(cls)
+        Replay.__init__(self, storage, sampler, bs, warmup_sz)
+        if fields is not None: self.fields = tuple(fields)
+        return self
+
+own_kind(Replay)  # the plain join is a kind too
+
 # %% ../../nbs/06_memory.core.ipynb #e636832d
-@patch
-def __add__(self:Replay, other) -> Replay:
-    "Write the rows of `other` at the write position, in place, and return the memory"
-    start, n = self.storage.add(other)
-    if n: self.sampler.added(start, n)
-    return self
-
-@patch
-def append(self:Replay,
-           transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
-    "Add one transition in place and return the memory"
-    start, n = self.storage.add_row(as_transition(transition, self.fields))
-    if n: self.sampler.added(start, n)
-    return self
-
-@patch
-def row(self:Replay, i:int):
-    "Row `i` in storage order, as a named tuple of its values"
-    return self.storage.row(i)
-
 def as_transition(t, fields:tuple|None=None) -> Mapping:
     "One transition as a dict of its values"
     if type(t) is dict or isinstance(t, Mapping): return t
@@ -243,80 +370,6 @@ def as_transition(t, fields:tuple|None=None) -> Mapping:
         return dict(zip(fields, t))
     raise ExperienceReplayException(f'one transition is a dict, a named tuple, a dataclass, or a tuple when the memory was made with '
                                     f'fields=(...) naming its elements; got {type(t).__name__}')
-
-@patch
-def __radd__(self:Replay, other):
-    raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
-                                    '(so `0 + er` and `sum([er, ...])` are not)')
-
-# %% ../../nbs/06_memory.core.ipynb #071ea84f
-@patch
-def sample(self:Replay,
-           bs:int|None=None # Rows to draw (default: `self.bs`)
-          ) -> tuple[BD, torch.Tensor]:
-    "A batch of `bs` rows drawn by the sampler, and their storage indices"
-    bs = ifnone(bs, self.bs)
-    check_positive(bs)
-    if len(self) < max(self.warmup_sz, 1):
-        raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
-    return self.sampler.sample(bs)
-
-@patch
-def update_td(self:Replay,
-              td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-              idxs): # n storage indices, as `sample` returned them
-    "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
-    self.sampler.update_td(td_errors, idxs)
-
-# %% ../../nbs/06_memory.core.ipynb #ecad28ef
-@patch
-def __getitem__(self:Replay, idx) -> Replay:
-    "A new memory of the same kind holding the rows `idx` selects, in storage order"
-    rows, positions = self.storage.select(idx)
-    new = copy.copy(self)
-    new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
-    new.sampler.attach(new.storage)
-    new + rows
-    new.sampler.copy_rows(self.sampler, positions)
-    return new
-
-# %% ../../nbs/06_memory.core.ipynb #14c8cecc
-@patch
-def state_dict(self:Replay) -> dict:
-    "Everything that restores this memory into one made with the same settings"
-    return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
-            'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
-
-@patch
-def load_state_dict(self:Replay,
-                    state:dict, # What `state_dict` returned
-                    assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
-    "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
-    check_kind(self, state)
-    self.storage.check_state(state['storage']); self.sampler.check_state(state['sampler'])
-    self.storage.load_state_dict(state['storage'], assign=assign)
-    self.sampler.load_state_dict(state['sampler'])
-    self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
-
-# %% ../../nbs/06_memory.core.ipynb #37992e97
-@patch
-def settings(self:Replay) -> dict:
-    "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"
-    return dict(kind=kind_name(type(self)), bs=self.bs, warmup_sz=self.warmup_sz, fields=self.fields,
-                storage=dict(kind=kind_name(type(self.storage)), **self.storage.settings()),
-                sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
-
-def kind_name(cls:type) -> str:
-    "A class's name with its module, which tells apart classes of the same name"
-    return f'{cls.__module__}.{cls.__qualname__}'
-
-@patch(cls_method=True)
-def from_parts(cls:Replay, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
-    "A memory of class `cls` joining `storage` and `sampler`"
-    self = cls.__new__(cls)
-    Replay.__init__(self, storage, sampler, bs, warmup_sz)
-    if fields is not None: self.fields = tuple(fields)
-    return self
 
 # %% ../../nbs/06_memory.core.ipynb #3df18c64
 def forward_attrs(cls, part:str, names:str):

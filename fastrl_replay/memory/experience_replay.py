@@ -1,4 +1,4 @@
-"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly; and the fastai callback that trains a `Learner` on a memory.
+"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly. `ExperienceReplayCallback` (in `callback`) trains a `Learner` on a memory.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.experience_replay.html.md"""
 
@@ -13,15 +13,14 @@ from pathlib import Path
 import math
 import numpy as np, torch
 from fastcore.basics import patch
-from fastai.callback.core import Callback, CancelBatchException
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, lossless, batch_of, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
-from .core import Storage, Sampler, UniformSampler, Replay, ReplayMemory
+from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay', 'ExperienceReplayCallback']
+__all__ = ['ColumnStorage', 'ExperienceReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -80,12 +79,15 @@ class ColumnStorage(Storage):
                  max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
                  device:str|torch.device|None=None, # Where the columns live (default: CPU)
                  storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False): # Open the column files already in `storage_dir` (a checkpoint over them)
+                 reuse_files:bool=False, # Open the column files already in `storage_dir` (a checkpoint over them)
+                 writer:Writer|None=None): # Where incoming rows go (default: round robin at the pointer)
         super().__init__(max_sz, device)
         if storage_dir is not None and self.device.type != 'cpu':
             raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; device must be the CPU, got {self.device}')
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
         self.pointer, self._len, self._cols, self.td_host, self._rows = 0, 0, None, None, None
+        self.writer, self.last_rows = writer, np.empty(0, np.int64)  # with a writer: the rows the last batch went to
+        if writer is not None: writer.attach(self)
 
     def settings(self) -> dict:
         return dict(max_sz=self.max_sz, device=str(self.device), storage_dir=None if self.files is None else str(self.files.path))
@@ -222,6 +224,7 @@ def _shape_error(self:ColumnStorage, b, c, v, n):
 @patch
 def add(self:ColumnStorage, batch) -> tuple[int, int]:
     "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
+    if self.writer is not None: return self._add_by_writer(batch)
     b = batch_of(batch)
     if self._cols is not None:
         if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
@@ -331,6 +334,7 @@ def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
 def state_dict(self:ColumnStorage) -> dict:
     "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
     res = dict(kind=type(self).__name__, max_sz=self.max_sz, pointer=self.pointer, len=self._len, columns=None)
+    if self.writer is not None: res.update(self.writer.state_dict())
     if self._cols is None: return res
     if self._rows is not None:
         res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset) for c in self._cols}
@@ -357,6 +361,9 @@ def check_state(self:ColumnStorage, state:dict) -> list[_Col]|None:
                 if tuple(d.shape) != (self.max_sz, *c.shape) or dtype_name(d.dtype) != dtype_name(c.dtype):
                     raise ExperienceReplayException(f'column {c.key!r}: expected ({self.max_sz}, {", ".join(map(str, c.shape))}) '
                                                     f'{dtype_name(c.dtype)}, got {tuple(d.shape)} {dtype_name(d.dtype)}')
+    if self.writer is not None:
+        if cols is not None: self.writer.check_columns(cols)
+        self.writer.check_state(state)
     return cols
 
 def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
@@ -381,6 +388,7 @@ def load_state_dict(self:ColumnStorage,
     "Restore what `state_dict` returned into a storage with the same `max_sz`"
     cols = self.check_state(state)
     self.pointer, self._len, self._cols, self.td_host = state['pointer'], state['len'], None, None
+    if self.writer is not None: self.writer.load_state_dict(state)
     if cols is None: return
     if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
     data = {c.key: state['columns'][c.key]['data'] for c in cols}
@@ -404,7 +412,7 @@ def _load_block(self:ColumnStorage, cols:list[_Col], rows, assign:bool):
 @patch
 def new_empty(self:ColumnStorage) -> ColumnStorage:
     "A storage with the same settings and no rows"
-    res = ColumnStorage(self.max_sz, self.device)
+    res = ColumnStorage(self.max_sz, self.device, writer=None if self.writer is None else self.writer.new_empty())
     res.reserve(self.reserved)
     return res
 
@@ -489,6 +497,7 @@ def _one_shape_error(c:_Col, got:tuple):
 def add_row(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
     "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
     if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
+    if self.writer is not None: return self._add_row_by_writer(row)
     vals, found = [], 0
     for c in self._cols:  # every value checked before any is written
         v = row.get(c.key, _MISSING)
@@ -516,41 +525,46 @@ def row(self:ColumnStorage, i:int):
     i = i + self._len if i < 0 else i
     return self._row_type(*(c.data[i] for c in self._cols))
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #21e04725
-class ExperienceReplayCallback(Callback):
-    "Store each training batch in a replay memory and train on samples from it"
-    order, run_valid = -5, False
-    def __init__(self,
-                 bs:int=16, # Rows per replayed batch
-                 max_sz:int=200, # Capacity of the memory
-                 warmup_sz:int=100, # Rows stored before training starts
-                 memory:Mapping|None=None, # Transitions to start with
-                 experience_replay:ReplayMemory|None=None, # A ready memory to use instead of a new one
-                 **kwargs): # Passed on to `ExperienceReplay`: `device`, `generator`, `seed`
-        if experience_replay is None: experience_replay = ExperienceReplay(bs, max_sz, warmup_sz, memory, **kwargs)
-        elif memory is not None or kwargs:
-            raise ExperienceReplayException(f'a ready memory comes with its own settings and rows; got memory= or '
-                                            f'{sorted(kwargs)} too')
-        self.experience_replay = experience_replay
+# %% ../../nbs/06a_memory.experience_replay.ipynb #119fedb9
+@patch
+def _add_by_writer(self:ColumnStorage, batch) -> tuple[int, int]:
+    "Check `batch` whole, then write each row where the writer puts it; the first row written and how many"
+    w = self.writer
+    b = w.prepare(batch_of(batch))
+    cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
+    n, srcs = self._check(b, cols)
+    self.last_rows = np.empty(0, np.int64)
+    if self._cols is None: self._allocate(cols)
+    if n <= 0: return 0, 0
+    dst = w.slots(n, self._len, b)
+    keep = np.flatnonzero(dst >= 0)
+    rows, last = np.unique(dst[keep][::-1], return_index=True)  # for a row written twice, the later source
+    src = keep[::-1][last]
+    for c, s in zip(self._cols, srcs):
+        if c.host: c.np[rows] = 0 if s is None else s[src]
+        else:
+            r = torch.from_numpy(rows).to(c.data.device)
+            c.data[r] = 0 if s is None else s[torch.from_numpy(src).to(s.device)].to(c.data.device)
+    if len(rows): self._len = max(self._len, int(rows[-1]) + 1)  # a writer fills rows 0, 1, ... before it evicts
+    self.pointer = self._len
+    w.wrote(rows, src, n)
+    if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
+    self.last_rows = np.sort(rows)
+    return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
 
-    def before_fit(self): self.learn.fresh_xb, self.learn.replay_idxs, self.learn.td_error = None, None, None
-
-    def before_batch(self):
-        "Store the fresh transitions; cancel the batch during warm-up, otherwise swap in a replayed batch"
-        if len(self.xb) != 1 or len(self.yb):
-            raise ExperienceReplayException(f'ExperienceReplayCallback expects each batch to be a 1-tuple holding a BD of '
-                                            f'transitions, with no targets; got {len(self.xb)} inputs and {len(self.yb)} targets')
-        fresh = self.xb
-        self.experience_replay + fresh[0]
-        self.learn.fresh_xb, self.learn.replay_idxs, self.learn.td_error = fresh, None, None
-        try: batch, idxs = self.experience_replay.sample()
-        except WarmupNotReached: raise CancelBatchException() from None
-        batch = batch.to(next(iter(fresh[0].values())).device)
-        self.learn.xb, self.learn.yb, self.learn.replay_idxs = (batch,), (batch,), idxs
-
-    def after_batch(self):
-        "Write the learner's per-sample `td_error` back to the replayed rows"
-        td = getattr(self.learn, 'td_error', None)
-        if td is None or self.learn.replay_idxs is None: return
-        self.experience_replay.update_td(td.detach(), self.learn.replay_idxs)
-        self.learn.td_error = None
+@patch
+def _add_row_by_writer(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
+    "Check one transition (values without a batch dimension) and add it as a batch of one"
+    b, found, optional = {}, 0, self.writer.optional
+    for c in self._cols:
+        v = row.get(c.key, _MISSING)
+        if v is _MISSING:
+            if c.is_td or c.key == optional: continue
+            b = None; break
+        v = _one(c, v); found += 1
+        b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
+    if b is None or found != len(row):
+        keys = row.keys()
+        raise ExperienceReplayException(f'the transition does not match the memory: missing '
+                                        f'{sorted(self._without_td - keys - {optional})}, extra {sorted(keys - self._with_td)}')
+    return self._add_by_writer(b)

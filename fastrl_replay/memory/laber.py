@@ -86,6 +86,7 @@ _VARIANTS = {'mean': LaBERmean, 'lazy': LaBERlazy, 'max': LaBERmax}
 class LaBERSampler(UniformSampler):
     "Draws `m * bs` rows uniformly, scores them with `score`, and keeps `bs` of them by LaBER, with a `weight` column"
     reserved = dict(weight='sample() puts the LaBER weights there')
+    shardable = False  # it scores its large batches with the learner's network
     def __init__(self,
                  m:int=4, # Each sample scores `m * bs` uniformly drawn rows
                  variant:str='mean', # Weight normalization: 'mean', 'lazy' or 'max'

@@ -15,11 +15,8 @@ from fastcore.basics import patch
 from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
 from .checks import NP_DTYPES
 from .alloc import PAGE, page_aligned_zeros, use_huge_pages
-from .core import Replay, Storage, Sampler, UniformSampler, kind_name
-from .experience_replay import ColumnStorage, ExperienceReplay
-from .prioritized import PrioritizedSampler, PrioritizedExperienceReplay
-from .laber import LaBERSampler, LaBERExperienceReplay
-from .circular import FrameStorage, CircularReplayBuffer
+from .core import Replay, Storage, Sampler, kind_name, KINDS, find_kind
+
 
 # %% auto #0
 __all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_memory', 'load_into']
@@ -28,9 +25,6 @@ __all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_m
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 3, 'manifest.json'
 READS = (1, 2, 3)  # 1: a column storage's columns one array each; 2: its block of rows; 3: the manifest sealed, tuples, scalars and non-finite floats tagged
 SEAL = '.crc32'  # `<manifest>.crc32` holds the CRC-32 of the manifest's bytes
-
-KINDS = {kind_name(c): c for c in (Replay, ExperienceReplay, PrioritizedExperienceReplay, LaBERExperienceReplay, CircularReplayBuffer,
-                                 ColumnStorage, FrameStorage, UniformSampler, PrioritizedSampler, LaBERSampler)}  # what a checkpoint may name
 
 # %% ../../nbs/06f_memory.persist.ipynb #035865a0
 def register_kind(cls:type) -> type:
@@ -524,11 +518,7 @@ def _check_counters(v, f, path='state'):
         else: _check_counters(x, f, f'{path}.{k}')
 
 def _kind(name, base:type, where:str) -> type:
-    cls = KINDS.get(name) if isinstance(name, str) else None
-    if cls is None and isinstance(name, str) and name.startswith('fastrl_replay.') and name.count('.') >= 2:
-        try: importlib.import_module(name.rsplit('.', 1)[0])  # one of the library's own modules, which registers its classes
-        except ImportError: pass
-        cls = KINDS.get(name)
+    cls = find_kind(name)  # a library class registers itself, its module imported here if need be
     if cls is None or not issubclass(cls, base):
         raise CheckpointError(f'{where}: {name!r} is not a known {base.__name__} class; '
                               'classes defined outside the library are made known with `register_kind`')

@@ -57,6 +57,7 @@ def _nb_priorities(td_col, write_col, written_at, sampled_at, idxs, td, eps, alp
 class PrioritizedSampler(Sampler):
     "Rows drawn in proportion to priorities (|td_error| + eps) ** alpha held in a sum tree, with importance-sampling weights"
     reserved = dict(weight='sample() puts the importance-sampling weights there')
+    prioritized = True
     def __init__(self,
                  alpha:float=0.6, # Priority exponent: a row's priority is (|td_error| + eps) ** alpha; 0 is uniform
                  beta:float=0.4, # Importance-sampling exponent at the first sample

@@ -1,0 +1,65 @@
+"""Training speed with torch's default number of CPU threads against one thread: `python bench/threads_bench.py`.
+
+Two small-network workloads, each in a fresh process per setting, alternating settings for `--repeats` rounds:
+- `dqn`: `dqn_learner('CartPole-v1')` fitted for 5,000 environment steps in 10 epochs, as `fastrl-replay train --steps 5000`
+  (without the `TorchThreads` callback `dqn_learner` adds, so that the setting measured is the one used);
+- `learner`: a plain fastai `Learner` (`synth_replay_learner`, an MLP on a synthetic stream) with the replay callback
+  replaying batches of 64 from a memory of 10,000, 2,000 batches.
+Writes `bench/results/threads.json` (the rates, the machine, its load average before and after)."""
+import argparse, json, os, platform, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+def work(kind: str, threads: str) -> float:
+    "Run workload `kind` with `threads` ('default' or a count) in this process; its rate"
+    import torch
+    if threads != 'default': torch.set_num_threads(int(threads))
+    if kind == 'dqn':
+        from fastrl_replay.agents.dqn import dqn_learner
+        learn = dqn_learner('CartPole-v1', steps_per_epoch=500, seed=0)
+        try:  # dqn_learner fits on one thread itself: to measure torch's default, that callback goes
+            from fastrl_replay.threads import TorchThreads
+            learn.remove_cbs([cb for cb in learn.cbs if isinstance(cb, TorchThreads)])
+        except ImportError: pass
+        t = time.perf_counter()
+        with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(10, 1e-3)
+        return learn.dls.train.dataset.loop.env_steps / (time.perf_counter() - t)
+    import inspect
+    from fastrl_replay.memory.experience_replay import ExperienceReplay
+    from fastrl_replay.all import ExperienceReplayCallback
+    from fastrl_replay.data.synth import synth_replay_learner
+    mem = ExperienceReplay(bs=64, max_sz=10_000, warmup_sz=500, seed=0)
+    params = inspect.signature(ExperienceReplayCallback).parameters
+    cb = ExperienceReplayCallback(mem) if 'experience_replay' in params else ExperienceReplayCallback(mem)
+    learn = synth_replay_learner(n_batches=500, bs=10, cbs=cb, seed=0)
+    t = time.perf_counter()
+    with learn.no_bar(), learn.no_logging(): learn.fit(4)
+    return 2000 / (time.perf_counter() - t)
+
+def main(repeats: int):
+    import torch
+    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), machine=f'{platform.machine()}, {os.cpu_count()} CPUs, '
+               f'torch {torch.__version__}, default threads {torch.get_num_threads()}', command='python bench/threads_bench.py',
+               load_before=os.getloadavg(), runs={})
+    for r in range(repeats):
+        for kind in ('dqn', 'learner'):
+            for threads in ('default', '1') if r % 2 == 0 else ('1', 'default'):
+                out = subprocess.run([sys.executable, __file__, '--one', kind, threads], capture_output=True, text=True, check=True,
+                                     env=os.environ | {'PYTHONPATH': str(ROOT)})
+                rate = float(out.stdout.strip().splitlines()[-1])
+                res['runs'].setdefault(f'{kind} threads={threads}', []).append(round(rate, 1))
+                print(kind, threads, round(rate, 1), flush=True)
+    res['load_after'] = os.getloadavg()
+    res['units'] = {'dqn': 'environment steps/s', 'learner': 'batches/s'}
+    out = ROOT/'bench'/'results'/'threads.json'
+    out.parent.mkdir(exist_ok=True); out.write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--repeats', type=int, default=2)
+    ap.add_argument('--one', nargs=2, metavar=('KIND', 'THREADS'), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one: print(work(*a.one))
+    else: main(a.repeats)

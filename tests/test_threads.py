@@ -1,0 +1,34 @@
+"The library's own training runs fit on one torch thread and give the setting back afterwards."
+import torch
+from fastai.callback.core import Callback
+from fastrl_replay.agents.dqn import dqn_learner
+from fastrl_replay.threads import TorchThreads, torch_threads
+
+class Seen(Callback):
+    "The torch thread counts seen during the batches of a fit"
+    order = 100
+    def before_fit(self): self.seen = set()
+    def after_batch(self): self.seen.add(torch.get_num_threads())
+
+def test_dqn_learner_fits_on_one_thread_and_restores_the_setting():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        learn, seen = dqn_learner('CartPole-v1', steps_per_epoch=40, warmup_sz=16, bs=8, hidden=(8,), seed=0), Seen()
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, cbs=seen)
+        assert seen.seen == {1} and torch.get_num_threads() == 2
+        assert sum(isinstance(cb, TorchThreads) for cb in learn.cbs) == 1
+    finally: torch.set_num_threads(before)
+
+def test_torch_threads_restores_after_an_exception():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        try:
+            with torch_threads(1):
+                assert torch.get_num_threads() == 1
+                raise KeyError('x')
+        except KeyError: pass
+        assert torch.get_num_threads() == 2
+        with torch_threads(None): assert torch.get_num_threads() == 2
+    finally: torch.set_num_threads(before)
