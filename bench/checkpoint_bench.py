@@ -8,8 +8,9 @@ Cases (the peers' published anchor for low-dim, and a pixel case):
 Configurations:
 - ours:        `ExperienceReplay` (lowdim) or `CircularReplayBuffer((84, 84), 1, ...)` (frames): `memory.save(dir)`
                (a .npy per array, the column storage's rows as one block, large arrays written and read past the page
-               cache (O_DIRECT); a JSON manifest, a CRC-32 per array computed on save and checked on load, every file
-               fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory).
+               cache (O_DIRECT); a JSON manifest sealed by its own CRC-32, a CRC-32 per array computed on save and checked
+               on load, every file fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory,
+               every field, header and checksum checked, files opened only inside the checkpoint).
 - ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but no file or directory
                is flushed (fsync), as no peer here flushes; large arrays still go to the disk directly.
 - ours[per]:   the same with prioritized sampling (the sum and min trees, the clocks and the generator saved too).

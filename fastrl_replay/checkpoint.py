@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/checkpoint.html.md"""
 
 # %% ../nbs/12_checkpoint.ipynb #715f485a
 from __future__ import annotations
-import json, random, time, zlib
+import io, json, os, random, re, time, zlib
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
@@ -18,56 +18,11 @@ from .callback import ExperienceReplayCallback
 from .errors import ExperienceReplayException, CheckpointError, is_int, check_positive
 _all_ = ['CheckpointError']  # defined in `errors`
 from .memory.core import Replay
-from .memory.persist import load_memory, atomic_dir, last_complete
+from .memory.persist import (load_into, atomic_dir, last_complete, write_tree, read_sealed, read_tree,
+                                          read_small, open_dir, open_inside, check_keys, pack, unpack, SEAL, MANIFEST as MEMORY_MANIFEST)
 
 # %% auto #0
 __all__ = ['rng_states', 'set_rng_states', 'write_checkpoint', 'read_checkpoint', 'CheckpointCallback', 'CheckpointError']
-
-# %% ../nbs/12_checkpoint.ipynb #42a1201d
-_TAGS = ('__tensor__', '__array__', '__scalar__', '__tuple__', '__items__')
-
-def pack_state(v, tensors:list, path:str='state'):
-    "`v` as JSON data, its tensors and NumPy arrays appended to `tensors` and replaced by their index"
-    if isinstance(v, torch.Tensor):
-        tensors.append(v.detach())
-        return {'__tensor__': len(tensors) - 1}
-    if isinstance(v, (np.ndarray, np.generic)):
-        a = np.array(v)  # a copy, so that later changes to `v` do not reach the checkpoint
-        if a.dtype.kind not in 'biuf': raise CheckpointError(f'{path}: a {a.dtype} array cannot be written to a checkpoint')
-        tensors.append(torch.from_numpy(a))
-        return {'__scalar__' if isinstance(v, np.generic) else '__array__': len(tensors) - 1}
-    if isinstance(v, dict):
-        if all(isinstance(k, str) and k not in _TAGS for k in v): return {k: pack_state(x, tensors, f'{path}.{k}') for k, x in v.items()}
-        return {'__items__': [[pack_state(k, tensors, path), pack_state(x, tensors, f'{path}[{k!r}]')] for k, x in v.items()]}
-    if isinstance(v, tuple): return {'__tuple__': [pack_state(x, tensors, f'{path}[{i}]') for i, x in enumerate(v)]}
-    if isinstance(v, list): return [pack_state(x, tensors, f'{path}[{i}]') for i, x in enumerate(v)]
-    if v is None or isinstance(v, (bool, int, float, str)): return v
-    raise CheckpointError(f'{path}: a {type(v).__name__} cannot be written to a checkpoint')
-
-def unpack_state(v, tensors:list):
-    "The data `pack_state` made, with its tensors and arrays back in place"
-    if isinstance(v, list): return [unpack_state(x, tensors) for x in v]
-    if not isinstance(v, dict): return v
-    if len(v) == 1 and next(iter(v)) in _TAGS:
-        (tag, x), = v.items()
-        if tag == '__tensor__': return tensors[x]
-        if tag == '__array__': return tensors[x].numpy()
-        if tag == '__scalar__': return tensors[x].numpy()[()]
-        if tag == '__tuple__': return tuple(unpack_state(o, tensors) for o in x)
-        return {unpack_state(k, tensors): unpack_state(o, tensors) for k, o in x}
-    return {k: unpack_state(x, tensors) for k, x in v.items()}
-
-# %% ../nbs/12_checkpoint.ipynb #9616e62a
-def write_state(v, folder:Path, name:str):
-    "Write `v` as `folder/<name>.json`, its plain data, and `folder/<name>.pth`, its tensors and arrays"
-    tensors = []
-    (folder/f'{name}.json').write_text(json.dumps(pack_state(v, tensors, name)))
-    torch.save(tensors, folder/f'{name}.pth')
-
-def read_state(folder:Path, name:str):
-    "What `write_state` wrote, the tensors read with `torch.load(weights_only=True)`"
-    tensors = torch.load(folder/f'{name}.pth', map_location='cpu', weights_only=True)
-    return unpack_state(json.loads((folder/f'{name}.json').read_text()), tensors)
 
 # %% ../nbs/12_checkpoint.ipynb #28fd8472
 def rng_states() -> dict:
@@ -90,48 +45,111 @@ def save_memory(memory:Replay, path:Path):
 
 def load_memory_state(memory:Replay, path:Path):
     "Put the memory saved in the folder `path` into `memory`, made with the same settings: every row, priority, counter and generator"
-    memory.load_state_dict(load_memory(path, type(memory)).state_dict(), assign=True)  # the arrays just read, not a copy
+    load_into(memory, path)
 
 # %% ../nbs/12_checkpoint.ipynb #bc766282
-FORMAT, VERSION, MANIFEST = 'fastrl_replay.checkpoint', 1, 'checkpoint.json'
+FORMAT, VERSION, MANIFEST = 'fastrl_replay.checkpoint', 2, 'checkpoint.json'
+READS = (1, 2)  # 1: the state in state.json and state.pth (read with torch's weights-only unpickler), every file listed with its CRC-32; 2: the memory format's sealed manifest and .npy arrays
+_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}')  # a memory's folder: memory/<name>
 
-def _crc32(f:Path) -> int:
-    "The CRC-32 of file `f`, read in pieces"
-    crc = 0
-    with open(f, 'rb') as o:
-        for chunk in iter(lambda: o.read(1 << 22), b''): crc = zlib.crc32(chunk, crc)
-    return crc
+def _check_name(name, where):
+    if not isinstance(name, str) or not _NAME.fullmatch(name): raise CheckpointError(f'{where}: {name!r} is not a memory name (letters, digits, _ . -)')
+
+def _memory_seal(root:int, path:Path, name) -> int:
+    "The CRC-32 sealing the manifest of memory `name` in the checkpoint open at `root` (a real folder inside it, no link)"
+    _check_name(name, f'{path/MANIFEST}: memories')
+    f = f'memory/{name}/{MEMORY_MANIFEST}{SEAL}'
+    raw = read_small(root, f, str(path/f))
+    try: return int(raw.decode('ascii'))
+    except (ValueError, UnicodeDecodeError): raise CheckpointError(f'{path/f}: not a CRC-32') from None
+
+def _from_v1(v, tensors:list, arrays:list, where:str, path:str='state'):
+    "Version 1's tags (an index into the tensors of state.pth) as version 2's"
+    if isinstance(v, list): return [_from_v1(x, tensors, arrays, where, f'{path}[{i}]') for i, x in enumerate(v)]
+    if not isinstance(v, dict): return v
+    tag = next(iter(v), None)
+    if len(v) != 1 or tag not in ('__tensor__', '__array__', '__scalar__'): return {k: _from_v1(x, tensors, arrays, where, path) for k, x in v.items()}
+    i = v[tag]
+    if not is_int(i) or not 0 <= i < len(tensors): raise CheckpointError(f'{where}: {path}: {v} is not one of the {len(tensors)} tensors')
+    t = tensors[i] if tag == '__tensor__' else tensors[i].numpy()
+    if tag == '__scalar__': return pack(t[()], arrays, None, path)
+    arrays.append(t)
+    return {'__array__': len(arrays) - 1}
+
+def _read_v1(root:int, path:Path, m:dict) -> dict:
+    "The state of a version-1 checkpoint: every file in the folder listed and matching its CRC-32, state.pth read with torch's weights-only unpickler"
+    f = path/MANIFEST
+    check_keys(m, ('memories', 'files'), f, exact=False)
+    files, names = m['files'], m['memories']
+    if not isinstance(files, dict) or not all(is_int(c) for c in files.values()) or not isinstance(names, list):
+        raise CheckpointError(f'{f}: expected files (path: CRC-32) and memories (a list of names)')
+    for d, dirs, fs in os.walk(path):
+        for n in fs + [n for n in dirs if os.path.islink(os.path.join(d, n))]:
+            rel = Path(d, n).relative_to(path).as_posix()
+            if rel != MANIFEST and rel not in files: raise CheckpointError(f'{path/rel} is not listed in {MANIFEST}: the checkpoint was changed')
+    for name, digest in files.items():
+        fd, crc = open_inside(root, name, str(path/name)), 0
+        with open(fd, 'rb') as o:
+            for chunk in iter(lambda: o.read(1 << 22), b''): crc = zlib.crc32(chunk, crc)
+        if crc != digest: raise CheckpointError(f'{path/name} does not match its checksum in {MANIFEST}: the checkpoint is damaged')
+    for name in names:
+        _check_name(name, f'{f}: memories')
+        os.close(open_inside(root, f'memory/{name}/{MEMORY_MANIFEST}', f'{path}/memory/{name}/{MEMORY_MANIFEST}'))
+    try: tensors = torch.load(io.BytesIO(read_small(root, 'state.pth', str(path/'state.pth'))), map_location='cpu', weights_only=True)
+    except CheckpointError: raise
+    except Exception as e: raise CheckpointError(f'{path}/state.pth: the tensors cannot be read ({e})') from None
+    if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors): raise CheckpointError(f'{path}/state.pth: expected a list of tensors')
+    try: tree = json.loads(read_small(root, 'state.json', str(path/'state.json')))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{path}/state.json: not valid JSON ({e})') from None
+    arrays = []
+    return unpack(_from_v1(tree, tensors, arrays, str(path/'state.json')), arrays, str(path/'state.json'))
 
 # %% ../nbs/12_checkpoint.ipynb #72a4de84
 def write_checkpoint(path:str|Path, # The checkpoint's folder, made or replaced
                      state:dict, # The run's state: plain data, tensors and arrays
                      memories:dict|None=None): # Replay memories by name
     "Write a checkpoint to `path` atomically: into a temporary sibling folder, flushed to the disk, then put in place in one step"
+    memories = memories or {}
+    for name in memories: _check_name(name, 'write_checkpoint: memories')
     def write(tmp:Path):
-        (tmp/'memory').mkdir()
-        write_state(state, tmp, 'state')
-        for name, mem in (memories or {}).items(): save_memory(mem, tmp/'memory'/name)
-        files = {f.relative_to(tmp).as_posix(): _crc32(f) for f in sorted(tmp.rglob('*')) if f.is_file()}
-        (tmp/MANIFEST).write_text(json.dumps(dict(format=FORMAT, version=VERSION, memories=sorted(memories or {}), files=files), indent=1))
+        seals = {}
+        for name, mem in memories.items():
+            save_memory(mem, tmp/'memory'/name)
+            seals[name] = int((tmp/'memory'/name/f'{MEMORY_MANIFEST}{SEAL}').read_text())
+        write_tree(tmp, MANIFEST, dict(format=FORMAT, version=VERSION, memories=seals), state)
     return atomic_dir(path, write)
 
 # %% ../nbs/12_checkpoint.ipynb #7bd46879
 def read_checkpoint(path:str|Path) -> dict:
-    "The state in the checkpoint at `path`, with `memories` (name: path); every file checked against the manifest first"
-    path = last_complete(path)
-    if not path.is_dir(): raise CheckpointError(f'no checkpoint at {path}: expected a folder written by CheckpointCallback')
-    f = path/MANIFEST
-    try: m = json.loads(f.read_text())
-    except FileNotFoundError: raise CheckpointError(f'{f} is missing: {path} is not a whole checkpoint') from None
-    except (ValueError, UnicodeDecodeError) as e: raise CheckpointError(f'{f} is not valid JSON ({e}): the checkpoint is damaged') from None
-    if not isinstance(m, dict) or m.get('format') != FORMAT: raise CheckpointError(f'{f} is not a {FORMAT} manifest')
-    if m.get('version') != VERSION: raise CheckpointError(f"{f}: format version {m.get('version')!r}; this library reads version {VERSION}")
-    for name, digest in m['files'].items():
-        if not (path/name).is_file(): raise CheckpointError(f'{path/name} is missing: the checkpoint is incomplete')
-        if _crc32(path/name) != digest: raise CheckpointError(f'{path/name} does not match its checksum in {MANIFEST}: the checkpoint is damaged')
-    try: state = read_state(path, 'state')
-    except Exception as e: raise CheckpointError(f'{path}: the state cannot be read ({e})') from None
-    return dict(state, memories={name: path/'memory'/name for name in m['memories']})
+    "The state in the checkpoint at `path`, with `memories` (name: path); the manifest, every array and each memory's seal checked first"
+    path = last_complete(Path(path))
+    root = open_dir(path, f'no checkpoint at {path}: expected a folder written by CheckpointCallback')
+    try:
+        try: os.stat(MANIFEST, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError: raise CheckpointError(f'{path/MANIFEST} is missing: {path} is not a whole checkpoint') from None
+        m, current = read_sealed(root, path, MANIFEST, FORMAT, READS)
+        if current:
+            check_keys(m, ('format', 'version', 'memories', 'state', 'arrays'), path/MANIFEST)
+            if not isinstance(m['memories'], dict): raise CheckpointError(f'{path/MANIFEST}: memories: expected a dict (name: CRC-32)')
+            for name, crc in m['memories'].items():
+                if _memory_seal(root, path, name) != crc:
+                    raise CheckpointError(f'{path}/memory/{name}/{MEMORY_MANIFEST}{SEAL} does not match its CRC-32 in {MANIFEST}: the checkpoint was changed')
+            state, names = read_tree(root, path, MANIFEST, m, True), list(m['memories'])
+        else: state, names = _read_v1(root, path, m), m['memories']
+    finally: os.close(root)
+    if not isinstance(state, dict): raise CheckpointError(f'{path/MANIFEST}: state: expected a dict, got a {type(state).__name__}')
+    return dict(state, memories={name: path/'memory'/name for name in names})
+
+_RUN_KEYS = ('position', 'env_steps', 'elapsed', 'model', 'opt', 'callbacks', 'data', 'recorder', 'schedules', 'rng')
+
+def _run_state(ck:dict, path:Path) -> dict:
+    "Checkpoint `ck`, checked to hold every part of a run's state that `run_state` writes"
+    check_keys(ck, _RUN_KEYS + ('memories',), f'{path/MANIFEST}: state', exact=False)
+    check_keys(ck['position'] if isinstance(ck['position'], dict) else {}, ('epoch', 'batch', 'n_epoch', 'n_iter', 'train_iter', 'pct_train'),
+               f'{path/MANIFEST}: state.position', exact=False)
+    bad = [k for k in ('callbacks', 'recorder', 'schedules', 'rng', 'model', 'opt') if not isinstance(ck[k], dict)]
+    if bad: raise CheckpointError(f'{path/MANIFEST}: state: {bad} must be dicts')
+    return ck
 
 # %% ../nbs/12_checkpoint.ipynb #650ce9a9
 def _stateful(cb) -> bool: return callable(getattr(type(cb), 'state_dict', None)) and callable(getattr(type(cb), 'load_state_dict', None))
@@ -145,7 +163,7 @@ class CheckpointCallback(Callback):
                  resume:bool=False): # Restore the run from `path` when fit starts, and carry on from where it stopped
         check_positive(every, 'every', none_ok=True)
         self.path, self.every = Path(path), every
-        self.saved = read_checkpoint(self.path) if resume else None  # a missing or damaged checkpoint is refused here
+        self.saved = _run_state(read_checkpoint(self.path), self.path) if resume else None  # a missing or damaged checkpoint is refused here
         self.resumed_elapsed, self.last = 0., None  # seconds the run had trained before it was resumed; the last position saved
 
     def before_fit(self):
@@ -234,6 +252,7 @@ def _restore(self:CheckpointCallback, ck:dict):
         for name, cb in cbs.items(): cb.load_state_dict(ck['callbacks'][name])
         for name, mem in mems.items(): load_memory_state(mem, ck['memories'][name])
         self.dls.train.dataset.load_state_dict(ck['data'])
+    except CheckpointError: raise  # damage, named by file
     except (RuntimeError, KeyError, ValueError, TypeError, ExperienceReplayException) as e:
         raise CheckpointError(f'the checkpoint at {self.path} does not fit this learner: {e}') from e
     set_rng_states(ck['rng'])

@@ -6,6 +6,7 @@ from fastrl_replay.compat.reagent import (ReplayBuffer, PrioritizedReplayBuffer,
                                           OutOfGraphPrioritizedReplayBuffer, PaddedFrameStorage)
 from fastrl_replay.memory.circular import ReplayElement
 from fastrl_replay.memory.core import ExperienceReplayException, NoValidTransitions
+from fastrl_replay.errors import CheckpointError
 from fastrl_replay.memory.persist import load_memory
 
 SCREEN = (84, 84)
@@ -558,7 +559,7 @@ def test_checkpoint_refusals(tmp_path):
     twin.load(tmp_path/'its', 5)  # in place
     for x, y in zip(_snapshot(twin), _snapshot(memory)): np.testing.assert_equal(x, y)
     assert twin.sample_index_batch(8).tolist() == memory.sample_index_batch(8).tolist()
-    with pytest.raises(ExperienceReplayException, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
+    with pytest.raises(CheckpointError, match='holds a ReplayBuffer checkpoint; PrioritizedReplayBuffer.load reads'):
         PrioritizedReplayBuffer.load(tmp_path/'m')
     with pytest.raises(ExperienceReplayException, match='the buffer has no columns yet'): ReplayBuffer().save(tmp_path/'e')
     other = _filled(SAVED[1])

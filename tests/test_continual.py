@@ -1,6 +1,7 @@
 "Statistical and protocol tests of the continual-learning memories: reservoir inclusion, task shares, bad input, checkpoints"
 import numpy as np, pytest, torch
 from fastrl_replay.memory.core import ExperienceReplayException
+from fastrl_replay.errors import CheckpointError
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.continual import ReservoirReplay, TaskBalancedReplay
 from fastrl_replay.memory.persist import load_memory
@@ -160,4 +161,4 @@ def test_checkpoint_round_trip_samples_and_evicts_alike(tmp_path, make):
     mem + numbered(500, 700); back + numbered(500, 700)
     assert torch.equal(mem.memory['x'], back.memory['x'])
     assert type(mem).load(tmp_path/'ckpt').state_dict()['bs'] == 16
-    with pytest.raises(ExperienceReplayException, match='holds a'): ExperienceReplay.load(tmp_path/'ckpt')
+    with pytest.raises(CheckpointError, match='holds a'): ExperienceReplay.load(tmp_path/'ckpt')

@@ -1,5 +1,5 @@
 "Exact resume: a run killed right after a checkpoint and resumed ends as the run that was never interrupted; bad checkpoints are refused."
-import json, os, re, shutil, signal, subprocess, sys
+import json, os, re, shutil, signal, subprocess, sys, zlib
 from pathlib import Path
 import numpy as np, pytest, torch
 import gymnasium as gym
@@ -51,8 +51,8 @@ WALL = ('wall_s', 'env_steps_per_s')
 def report_without_wall_time(run:Path) -> str:
     "The report, with the wall-clock rows and plotly's random figure ids taken out"
     page = (run/'report.html').read_text()
-    page = re.sub(r'<tr><th>(training time|speed)</th><td>[^<]*</td></tr>', '', page)
-    page = re.sub(r'<p class="sub">[^<]*</p>', '', page)  # the version and the date the report was written
+    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s|training time|speed)</th><td>[^<]*</td></tr>', '', page)
+    page = re.sub(r'\d{4}-\d{2}-\d{2} \d{2}:\d{2}', 'DATE', page)  # when the report was made
     return re.sub(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', 'ID', page)
 
 
@@ -179,19 +179,31 @@ def flip_last_bit(f:Path):
 
 
 def test_a_damaged_checkpoint_is_refused_naming_the_file(checkpoint, tmp_path):
-    ck = damaged(checkpoint, tmp_path, lambda c: flip_last_bit(c/'state.pth'))
-    with pytest.raises(CheckpointError, match=f'^{ck}/state.pth does not match its checksum in checkpoint.json: the checkpoint is damaged$'):
+    man = json.loads((checkpoint/'checkpoint.json').read_text())
+    model_array = man['state']['model']['net.0.weight']['__array__']
+    ck = damaged(checkpoint, tmp_path, lambda c: flip_last_bit(c/'arrays'/f'{model_array}.npy'))
+    with pytest.raises(CheckpointError, match=f"^{ck}/arrays/{model_array}.npy: checksum [0-9]+ does not match the manifest's {man['arrays'][model_array]['crc32']}: "
+                       'the file was changed or damaged$'):
         resume(ck)
     memory_array = sorted((checkpoint/'memory'/'experience_replay'/'arrays').iterdir())[0].name
     ck = damaged(checkpoint, tmp_path/'a', lambda c: (c/'memory'/'experience_replay'/'arrays'/memory_array).unlink())
-    with pytest.raises(CheckpointError, match=f'^{ck}/memory/experience_replay/arrays/{memory_array} is missing: the checkpoint is incomplete$'):
+    with pytest.raises(CheckpointError, match=f'(?s)^Exception occured in `CheckpointCallback` when calling event `before_fit`:\n\t{ck}/memory/experience_replay/arrays/{memory_array}: missing$'):
         resume(ck)
     ck = damaged(checkpoint, tmp_path/'b', lambda c: (c/'checkpoint.json').write_text('{"format": "fastrl_replay.checkpoint", "vers'))
-    with pytest.raises(CheckpointError, match=r'checkpoint.json is not valid JSON \(.*\): the checkpoint is damaged$'):
+    with pytest.raises(CheckpointError, match=rf"^{ck}/checkpoint.json: checksum [0-9]+ does not match checkpoint.json.crc32's [0-9]+: the manifest was changed or damaged$"):
         resume(ck)
-    ck = damaged(checkpoint, tmp_path/'c', lambda c: (c/'checkpoint.json').write_text('{"format": "fastrl_replay.checkpoint", "version": 2}'))
-    with pytest.raises(CheckpointError, match='checkpoint.json: format version 2; this library reads version 1$'):
+    ck = damaged(checkpoint, tmp_path/'c', lambda c: seal(c, b'{"format": "fastrl_replay.checkpoint", "vers'))
+    with pytest.raises(CheckpointError, match=rf'^{ck}/checkpoint.json: not valid JSON \(.*\)$'):
         resume(ck)
+    ck = damaged(checkpoint, tmp_path/'d', lambda c: seal(c, b'{"format": "fastrl_replay.checkpoint", "version": 3}'))
+    with pytest.raises(CheckpointError, match='checkpoint.json: format version 3; this library reads versions 1, 2$'):
+        resume(ck)
+
+
+def seal(ck, raw:bytes):
+    "Write `raw` as the checkpoint's manifest and seal it again, as a deliberate edit would"
+    (ck/'checkpoint.json').write_bytes(raw)
+    (ck/'checkpoint.json.crc32').write_text(f'{zlib.crc32(raw)}\n')
 
 
 def test_a_checkpoint_of_another_run_is_refused(checkpoint):
@@ -259,3 +271,67 @@ def test_a_memory_that_cannot_be_saved_is_refused(tmp_path):
                                               r"a memory needs the `save` of a `Replay`$"):
         fit(learn, CheckpointCallback(tmp_path/'ck', every=150))
     assert not (tmp_path/'ck').exists()
+
+
+DATA = Path(__file__).parent/'data'
+
+
+def test_run_checkpoints_of_version_1_still_load():
+    "tests/data/run_v1 was written by the version-1 writer (state.json, state.pth and every file listed with its CRC-32)"
+    ck = read_checkpoint(DATA/'run_v1')
+    assert sorted(ck) == ['counts', 'lr', 'memories', 'name', 'opt', 'rng', 'w']
+    assert torch.equal(ck['w'], torch.arange(6.).reshape(2, 3)) and ck['counts'].dtype == np.uint32 and ck['counts'].tolist() == [0, 1, 2, 3]
+    assert type(ck['lr']) is np.float64 and ck['lr'] == 0.25 and ck['rng'] == (3, (1, 2), None) and ck['name'] == 'dqn'
+    assert ck['opt'][0] == [1.5, float('inf')] and torch.equal(ck['opt']['k'], torch.tensor(7))
+    assert ck['memories'] == {'experience_replay': DATA/'run_v1'/'memory'/'experience_replay'}
+    assert len(load_memory(ck['memories']['experience_replay'])) == 30
+
+
+def v1_copy(tmp_path, change=None):
+    ck = tmp_path/'v1'
+    shutil.copytree(DATA/'run_v1', ck)
+    if change is not None:
+        m = json.loads((ck/'checkpoint.json').read_text())
+        change(ck, m)
+        (ck/'checkpoint.json').write_text(json.dumps(m))
+    return ck
+
+
+def test_a_version_1_manifest_cannot_reach_outside_or_drop_a_file(tmp_path, monkeypatch):
+    opened, real_open = [], os.open
+    monkeypatch.setattr(os, 'open', lambda p, *a, **k: opened.append((p, k.get('dir_fd'))) or real_open(p, *a, **k))
+    def outside(ck, m): m['files']['../../etc/hostname'] = 0
+    with pytest.raises(CheckpointError, match=r"v1/../../etc/hostname: '../../etc/hostname' is not a path inside the checkpoint$"): read_checkpoint(v1_copy(tmp_path/'a', outside))
+    def dropped(ck, m): del m['files']['state.pth']
+    ck = v1_copy(tmp_path/'b', dropped)
+    with pytest.raises(CheckpointError, match=f'^{ck}/state.pth is not listed in checkpoint.json: the checkpoint was changed$'): read_checkpoint(ck)
+    def linked(ck, m):
+        (ck/'state.json').unlink(); (ck/'state.json').symlink_to(DATA/'run_v1'/'state.json')
+    ck = v1_copy(tmp_path/'c', linked)
+    with pytest.raises(CheckpointError, match=rf'^{ck}/state.json: not a regular file inside the checkpoint \(a link, a FIFO, a device or a directory\)$'): read_checkpoint(ck)
+    def memory_elsewhere(ck, m): m['memories'] = ['../../x']
+    with pytest.raises(CheckpointError, match=r"checkpoint.json: memories: '../../x' is not a memory name \(letters, digits, _ . -\)$"): read_checkpoint(v1_copy(tmp_path/'d', memory_elsewhere))
+    assert not [p for p, d in opened if d is None and 'etc' in str(p)]
+
+
+def test_a_run_checkpoint_cannot_reach_outside(tmp_path):
+    mem = ExperienceReplay(bs=2, max_sz=10, warmup_sz=2, seed=0)
+    mem + {'x': torch.arange(6.)[:, None]}
+    ck = write_checkpoint(tmp_path/'ck', dict(step=1), {'er': mem})
+    assert sorted(p.relative_to(ck).as_posix() for p in ck.rglob('*') if p.is_file()) == [
+        'checkpoint.json', 'checkpoint.json.crc32', 'memory/er/arrays/0.npy', 'memory/er/arrays/1.npy', 'memory/er/manifest.json', 'memory/er/manifest.json.crc32']
+    assert read_checkpoint(ck) == dict(step=1, memories={'er': ck/'memory'/'er'})
+    other = write_checkpoint(tmp_path/'other', dict(step=2), {'er': mem + {'x': torch.ones(2, 1)}})
+    shutil.rmtree(ck/'memory'/'er'); (ck/'memory'/'er').symlink_to(other/'memory'/'er')  # a memory from elsewhere
+    with pytest.raises(CheckpointError, match=rf'^{ck}/memory/er/manifest.json.crc32: not a regular file inside the checkpoint \(a link, a FIFO, a device or a directory\)$'): read_checkpoint(ck)
+    (ck/'memory'/'er').unlink(); shutil.copytree(other/'memory'/'er', ck/'memory'/'er')  # another memory, copied in
+    with pytest.raises(CheckpointError, match=f'^{ck}/memory/er/manifest.json.crc32 does not match its CRC-32 in checkpoint.json: the checkpoint was changed$'): read_checkpoint(ck)
+    with pytest.raises(CheckpointError, match=r"^write_checkpoint: memories: '../er' is not a memory name"): write_checkpoint(tmp_path/'x', {}, {'../er': mem})
+
+
+def test_a_sibling_named_like_a_temporary_directory_does_not_break_saves(tmp_path):
+    (tmp_path/'.ck.saving-backup-1').mkdir(); (tmp_path/'.ck.saving-backup-1'/'keep').write_text('mine')
+    (tmp_path/'.ck.old-notmine').mkdir()
+    for step in range(2): write_checkpoint(tmp_path/'ck', dict(step=step))
+    assert read_checkpoint(tmp_path/'ck')['step'] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['.ck.old-notmine', '.ck.saving-backup-1', 'ck'] and (tmp_path/'.ck.saving-backup-1'/'keep').read_text() == 'mine'

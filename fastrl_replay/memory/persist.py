@@ -6,23 +6,25 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
-import ctypes, errno, importlib, io, json, os, queue, shutil, struct, threading, uuid, zlib
+import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, threading, uuid, zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
-from ..errors import ExperienceReplayException, dtype_name
+from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
 from .checks import NP_DTYPES
 from .alloc import PAGE, page_aligned_zeros, use_huge_pages
 from .core import Replay, Storage, Sampler, kind_name, KINDS, find_kind
 
+
 # %% auto #0
-__all__ = ['register_kind', 'atomic_dir', 'last_complete', 'load_memory']
+__all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_memory', 'load_into']
 
 # %% ../../nbs/06f_memory.persist.ipynb #473d1470
-FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 2, 'manifest.json'
-READS = (1, 2)  # version 1 stored a column storage's columns one array each; version 2 stores its block of rows
+FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 3, 'manifest.json'
+READS = (1, 2, 3)  # 1: a column storage's columns one array each; 2: its block of rows; 3: the manifest sealed, tuples, scalars and non-finite floats tagged
+SEAL = '.crc32'  # `<manifest>.crc32` holds the CRC-32 of the manifest's bytes
 
 # %% ../../nbs/06f_memory.persist.ipynb #035865a0
 def register_kind(cls:type) -> type:
@@ -33,31 +35,60 @@ def register_kind(cls:type) -> type:
     return cls
 
 # %% ../../nbs/06f_memory.persist.ipynb #2cb998fc
-def to_plain(v, arrays:list, dropped:list, path:str=''):
-    "`v` as JSON data: arrays appended to `arrays` and replaced by `{'__array__': i}`, functions by None and named in `dropped`"
+TAGS = ('__array__', '__scalar__', '__tuple__', '__items__', '__float__')
+
+def pack(v, arrays:list, dropped:list|None=None, path:str='state'):
+    "`v` as JSON data: each tensor and array appended to `arrays` and replaced by `{'__array__': i}`; a function replaced by None and its path put in `dropped`, where given"
     if isinstance(v, (torch.Tensor, np.ndarray)):
-        arrays.append(v)
+        if isinstance(v, np.ndarray) and (v.dtype.kind not in 'biufc' or v.dtype.fields is not None):
+            raise CheckpointError(f'{path}: a {v.dtype} array cannot be written to a checkpoint')
+        arrays.append(v.detach() if isinstance(v, torch.Tensor) else v)
         return {'__array__': len(arrays) - 1}
-    if isinstance(v, dict):
-        if not all(isinstance(k, str) for k in v): raise ExperienceReplayException(f'{path or "state"}: keys must be strings')
-        return {k: to_plain(x, arrays, dropped, f'{path}.{k}' if path else k) for k, x in v.items()}
-    if isinstance(v, (list, tuple)): return [to_plain(x, arrays, dropped, f'{path}[{i}]') for i, x in enumerate(v)]
-    if isinstance(v, np.generic): return v.item()
-    if isinstance(v, (torch.device, torch.dtype)): return dtype_name(v) if isinstance(v, torch.dtype) else str(v)
-    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)): return np.dtype(v).name
+    if isinstance(v, np.generic):  # before float: NumPy's float64 is a Python float
+        if v.dtype.kind not in 'biuf': raise CheckpointError(f'{path}: a {v.dtype} scalar cannot be written to a checkpoint')
+        return {'__scalar__': [v.dtype.name, pack(v.item(), arrays, dropped, path)]}
+    if isinstance(v, float) and not math.isfinite(v): return {'__float__': str(v)}  # JSON has no NaN or infinity
     if v is None or isinstance(v, (bool, int, float, str)): return v
-    if callable(v):
+    if isinstance(v, dict):
+        if all(isinstance(k, str) and k not in TAGS for k in v): return {k: pack(x, arrays, dropped, f'{path}.{k}') for k, x in v.items()}
+        return {'__items__': [[pack(k, arrays, dropped, path), pack(x, arrays, dropped, f'{path}[{k!r}]')] for k, x in v.items()]}
+    if isinstance(v, tuple): return {'__tuple__': [pack(x, arrays, dropped, f'{path}[{i}]') for i, x in enumerate(v)]}
+    if isinstance(v, list): return [pack(x, arrays, dropped, f'{path}[{i}]') for i, x in enumerate(v)]
+    if isinstance(v, torch.dtype): return dtype_name(v)
+    if isinstance(v, torch.device): return str(v)
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)): return np.dtype(v).name
+    if callable(v) and dropped is not None:
         dropped.append(path)
         return None
-    raise ExperienceReplayException(f'{path}: a {type(v).__name__} cannot be written to a checkpoint')
+    raise CheckpointError(f'{path}: a {type(v).__name__} cannot be written to a checkpoint')
 
-def from_plain(v, arrays:list):
-    "The tree `to_plain` made, with its arrays back in place"
-    if isinstance(v, dict):
-        if '__array__' in v: return arrays[v['__array__']]
-        return {k: from_plain(x, arrays) for k, x in v.items()}
-    if isinstance(v, list): return [from_plain(x, arrays) for x in v]
-    return v
+def unpack(v, arrays:list, where:str, path:str='state', tags:tuple=TAGS):
+    "The tree `pack` made, `arrays[i]` in place of each `{'__array__': i}`; anything else raises `CheckpointError` naming `where` and the path"
+    if isinstance(v, list): return [unpack(x, arrays, where, f'{path}[{i}]', tags) for i, x in enumerate(v)]
+    if not isinstance(v, dict): return v
+    tag = next(iter(v), None)
+    if len(v) != 1 or tag not in tags: return {k: unpack(x, arrays, where, f'{path}.{k}', tags) for k, x in v.items()}
+    x, bad = v[tag], f'{where}: {path}: {json.dumps(v)[:80]} is not'
+    if tag == '__array__':
+        if not is_int(x) or not 0 <= x < len(arrays): raise CheckpointError(f'{bad} one of the {len(arrays)} arrays')
+        return arrays[x]
+    if tag == '__float__':
+        if x not in ('nan', 'inf', '-inf'): raise CheckpointError(f"{bad} 'nan', 'inf' or '-inf'")
+        return float(x)
+    if tag == '__scalar__':
+        if not (isinstance(x, list) and len(x) == 2 and x[0] in _SCALARS and isinstance(y := unpack(x[1], arrays, where, path, tags), (bool, int, float))):
+            raise CheckpointError(f'{bad} a [dtype, number] scalar')
+        try:
+            with np.errstate(over='raise'): s = np.dtype(x[0]).type(y)
+        except (OverflowError, FloatingPointError, ValueError, TypeError): raise CheckpointError(f'{bad} a {x[0]} value') from None
+        return s
+    if not isinstance(x, list) or (tag == '__items__' and not all(isinstance(p, list) and len(p) == 2 for p in x)):
+        raise CheckpointError(f'{bad} a list{" of [key, value] pairs" if tag == "__items__" else ""}')
+    if tag == '__tuple__': return tuple(unpack(o, arrays, where, f'{path}[{i}]', tags) for i, o in enumerate(x))
+    try: return {unpack(k, arrays, where, path, tags): unpack(o, arrays, where, f'{path}[{i}]', tags) for i, (k, o) in enumerate(x)}
+    except TypeError: raise CheckpointError(f'{bad} a list of pairs with hashable keys') from None
+
+_SCALARS = ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'float32', 'float64')
 
 # %% ../../nbs/06f_memory.persist.ipynb #d85ff92d
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
@@ -77,16 +108,10 @@ def _fsync(path:Path, durable:bool=True):
     try: os.fsync(fd)
     finally: os.close(fd)
 
-def write_array(a, root:Path, name:str, final:Path, durable:bool=True) -> dict:
-    "Write `a` as `root/arrays/<name>.npy` (or point at its own file, relative to `final`) and return its manifest entry"
+def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
+    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry"
     n, dtype = _host(a)
-    entry = dict(lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
-    if isinstance(n, np.memmap) and n.filename is not None and n.mode in ('r+', 'w+'):
-        if durable: n.flush()
-        entry['file'] = os.path.relpath(n.filename, final)
-        entry['crc32'] = zlib.crc32(_bytes(n))
-        return entry
-    entry['file'] = f'arrays/{name}.npy'
+    entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
     crc = _write_direct(root/entry['file'], n) if _direct(n) else None
     entry['crc32'] = _write_buffered(root/entry['file'], n) if crc is None else crc
     return entry
@@ -168,23 +193,25 @@ def _write_direct(path:Path, a:np.ndarray) -> int|None:
         os.close(fd)
         crc.result()
 
-def _read_npy(path:Path) -> tuple[np.ndarray, int]:
-    "The array in `.npy` file `path`, read into page-aligned memory (directly where it was written so), and its CRC-32; ValueError unless the file is one whole array"
-    with open(path, 'rb') as f:
-        major, _ = np.lib.format.read_magic(f)
-        if major not in (1, 2): raise ValueError(f'.npy format version {major}')
-        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(f)
-        if fortran or dtype.hasobject: raise ValueError('only C-ordered arrays of plain values are read')
-        start, a = f.tell(), page_aligned_zeros(shape, dtype, huge=False)  # small pages, found faster than huge ones
-        data = memoryview(a.reshape(-1).view(np.uint8))
-        size = os.fstat(f.fileno()).st_size
-        if size != start + len(data): raise ValueError(f'the file holds {size - start} bytes of values, its header declares {len(data)}')
-        crc = _Crc()
+def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, int]:
+    "The array of `shape` and `dtype` in `.npy` file `f` open at `fd`, read into page-aligned memory (directly where it was written so), and its CRC-32; `CheckpointError` naming `f` unless the file is that array, checked before anything is allocated"
+    with open(fd, 'rb', closefd=False) as o:
         try:
-            done = _read_direct(path, start, data, crc) if start % PAGE == 0 and _direct(a) else 0
-            f.seek(start + done)
+            major, _ = np.lib.format.read_magic(o)
+            if major not in (1, 2): raise ValueError(f'format version {major}')
+            hshape, fortran, hdtype = (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(o)
+        except Exception as e: raise CheckpointError(f'{f}: not a whole .npy array: its header cannot be read ({type(e).__name__}: {e})') from None
+        if fortran or hdtype != dtype or hshape != shape:
+            raise CheckpointError(f'{f}: expected {shape} {dtype}, the header declares {hshape} {hdtype}{" in Fortran order" if fortran else ""}')
+        start, nbytes, size = o.tell(), math.prod(shape) * dtype.itemsize, os.fstat(fd).st_size
+        if size != start + nbytes: raise CheckpointError(f'{f}: not a whole .npy array: the file holds {size - start} bytes of values, its header declares {nbytes}')
+        a = page_aligned_zeros(shape, dtype, huge=False)  # small pages, found faster than huge ones
+        data, crc = memoryview(a.reshape(-1).view(np.uint8)), _Crc()
+        try:
+            done = _read_direct(fd, start, data, crc) if start % PAGE == 0 and _direct(a) else 0
+            o.seek(start + done)
             for s in range(done, len(data), PIECE):
-                if f.readinto(data[s:s + PIECE]) != len(data[s:s + PIECE]): raise ValueError('the file ended early')
+                if o.readinto(data[s:s + PIECE]) != len(data[s:s + PIECE]): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
                 crc.add(data[s:s + PIECE])
         finally: value = crc.result()
     use_huge_pages(a)
@@ -198,10 +225,11 @@ def _fault_in(address:int, n:int):
     "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the read that fills them faults them in"
     if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
 
-def _read_direct(path:Path, start:int, data:memoryview, crc:_Crc) -> int:
-    "Read the whole pages of `data` from byte `start` of `path` past the page cache, a piece at a time while a thread faults in the pages of the pieces ahead, adding them to `crc`; how many bytes were read"
+def _read_direct(fd:int, start:int, data:memoryview, crc:_Crc) -> int:
+    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, a piece at a time while a thread faults in the pages of the pieces ahead, adding them to `crc`; how many bytes were read"
     body, done = len(data) // PAGE * PAGE, 0
-    try: fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
     except OSError: return 0
     address, pool = np.frombuffer(data, np.uint8).ctypes.data, ThreadPoolExecutor(1)
     faults = [pool.submit(_fault_in, address + s, min(READ_PIECE, body - s)) for s in range(0, body, READ_PIECE)]
@@ -214,36 +242,80 @@ def _read_direct(path:Path, start:int, data:memoryview, crc:_Crc) -> int:
             if got % PAGE or not got: break  # a short read: the rest goes through the page cache
     except OSError as e:
         if e.errno != errno.EINVAL: raise
-    finally: os.close(fd); pool.shutdown(cancel_futures=True)
+    finally: fcntl.fcntl(fd, fcntl.F_SETFL, flags); pool.shutdown(cancel_futures=True)
     return done
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
-def read_array(root:Path, entry:dict):
-    "The array of manifest `entry`, checked for its shape, dtype and checksum; raise naming the file if it does not match"
-    f = root/entry['file']
-    want, mapped = f"{tuple(entry['shape'])} {entry['dtype']}", not entry['file'].startswith('arrays/')
-    try: a, crc = (np.load(f, mmap_mode='r' if entry['nbytes'] else None, allow_pickle=False), None) if mapped else _read_npy(f)
-    except FileNotFoundError: raise ExperienceReplayException(f'{f}: missing (the manifest lists it as {want})') from None
-    except (ValueError, OSError, EOFError) as e: raise ExperienceReplayException(f'{f}: not a whole .npy array ({e})') from None
-    stored = _stored_dtype(entry, f)
-    if a.shape != tuple(entry['shape']) or a.dtype != stored:
-        raise ExperienceReplayException(f'{f}: expected {want}, got {a.shape} {a.dtype}')
-    if crc is None: crc = zlib.crc32(_bytes(a))
-    if crc != entry['crc32']: raise ExperienceReplayException(f'{f}: checksum {crc} does not match the manifest\'s {entry["crc32"]}: the file was changed or damaged')
+def open_inside(root:int, rel, where:str) -> int:
+    "A read-only descriptor of the regular file `rel` inside the directory open at `root`: no absolute path, no `..`, no link, no FIFO or device, each checked before it is opened"
+    parts = rel.split('/') if isinstance(rel, str) else []
+    if not parts or any(p in ('', '.', '..') or '\\' in p or '\0' in p for p in parts):
+        raise CheckpointError(f'{where}: {rel!r} is not a path inside the checkpoint')
+    d, opened = root, []
+    try:
+        for p in parts[:-1]:
+            d = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+            opened.append(d)
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=d, follow_symlinks=False).st_mode): raise NotADirectoryError
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=d)  # never waits on a FIFO swapped in meanwhile
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotADirectoryError
+        return fd
+    except FileNotFoundError: raise CheckpointError(f'{where}: missing') from None
+    except OSError: raise CheckpointError(f'{where}: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)') from None
+    finally:
+        for o in opened: os.close(o)
+
+def read_small(root:int, rel:str, where:str) -> bytes:
+    "The bytes of regular file `rel` inside the directory open at `root`"
+    fd = open_inside(root, rel, where)
+    with open(fd, 'rb') as o: return o.read()
+
+def stored_dtype(entry:dict) -> np.dtype|None:
+    "The NumPy dtype the file of `entry` holds (a tensor's dtype NumPy lacks, as integers of its width); None for an unknown one"
+    try:
+        if entry['lib'] == 'numpy':
+            d = np.dtype(entry['dtype'])
+            return d if d.kind in 'biufc' and d.fields is None and d.name == entry['dtype'] else None
+        dtype = getattr(torch, entry['dtype'], None)
+        if isinstance(dtype, torch.dtype):
+            if dtype in NP_DTYPES: return np.dtype(NP_DTYPES[dtype])
+            bits = _BITS.get(torch.empty(0, dtype=dtype).element_size())
+            return None if bits is None else np.dtype(bits)
+    except TypeError: pass
+    return None
+
+_ENTRY = dict(file=str, lib=str, dtype=str, shape=list, nbytes=int, crc32=int)
+
+def check_entry(e, i:int, where:str, strict:bool=True) -> tuple[tuple, np.dtype]:
+    "Check array entry `e`, the manifest's `i`th: its keys, file, library, dtype, shape, size and checksum; its shape and stored dtype"
+    w = f'{where}: arrays[{i}]'
+    if not isinstance(e, dict) or e.keys() != _ENTRY.keys() or not all(isinstance(e[k], t) and not isinstance(e[k], bool) for k, t in _ENTRY.items()):
+        raise CheckpointError(f'{w}: expected an entry with {", ".join(f"{k} ({t.__name__})" for k, t in _ENTRY.items())}, got {str(e)[:200]}')
+    if strict and e['file'] != f'arrays/{i}.npy': raise CheckpointError(f"{w}.file: expected 'arrays/{i}.npy', got {e['file']!r}")
+    if e['lib'] not in ('torch', 'numpy'): raise CheckpointError(f"{w}.lib: expected 'torch' or 'numpy', got {e['lib']!r}")
+    dtype = stored_dtype(e)
+    if dtype is None: raise CheckpointError(f"{w}.dtype: the manifest gives an unknown dtype {e['dtype']!r}")
+    shape = e['shape']
+    if not all(is_int(d) and d >= 0 for d in shape) or len(shape) > 32:
+        raise CheckpointError(f'{w}.shape: expected at most 32 ints >= 0, got {shape}')
+    if e['nbytes'] != math.prod(shape) * dtype.itemsize:
+        raise CheckpointError(f"{w}.nbytes: {e['nbytes']} is not the size of {tuple(shape)} {e['dtype']} ({math.prod(shape) * dtype.itemsize})")
+    if not 0 <= e['crc32'] < 1 << 32: raise CheckpointError(f"{w}.crc32: {e['crc32']} is not a CRC-32")
+    return tuple(shape), dtype
+
+def read_array(root:int, entry:dict, where:Path):
+    "The array of checked manifest `entry`, from the directory open at `root` (shown as `where`), checked against the entry: its header, size and checksum"
+    f = str(where/entry['file'])
+    fd = open_inside(root, entry['file'], f)
+    try: a, crc = _read_npy(fd, f, tuple(entry['shape']), stored_dtype(entry))
+    finally: os.close(fd)
+    if crc != entry['crc32']: raise CheckpointError(f'{f}: checksum {crc} does not match the manifest\'s {entry["crc32"]}: the file was changed or damaged')
     if entry['lib'] == 'numpy': return a
     t = torch.from_numpy(a if a.size else np.array(a))
     dtype = getattr(torch, entry['dtype'])
     return t if t.dtype == dtype else t.view(dtype)
-
-def _stored_dtype(entry:dict, f:Path) -> np.dtype:
-    "The NumPy dtype the file of `entry` holds"
-    try:
-        if entry['lib'] == 'numpy': return np.dtype(entry['dtype'])
-        dtype = getattr(torch, entry['dtype'], None)
-        if isinstance(dtype, torch.dtype):
-            return np.dtype(NP_DTYPES[dtype]) if dtype in NP_DTYPES else np.dtype(_BITS[torch.empty(0, dtype=dtype).element_size()])
-    except TypeError: pass
-    raise ExperienceReplayException(f'{f}: the manifest gives an unknown dtype {entry["dtype"]!r}')
 
 # %% ../../nbs/06f_memory.persist.ipynb #fd67f06e
 _RENAME_EXCHANGE = 2
@@ -260,12 +332,16 @@ def _exchange(a:Path, b:Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 def _siblings(path:Path, what:str) -> list[Path]:
-    return sorted(path.parent.glob(f'.{path.name}.{what}-*'))
+    "The directories beside `path` that a save to it named: `.<name>.saving-<pid>-<hex>` or `.<name>.old-<hex>`, nothing merely named like them"
+    pattern = re.compile(re.escape(f'.{path.name}.{what}-') + (r'\d{1,9}-[0-9a-f]+' if what == 'saving' else '[0-9a-f]+'))
+    try: names = os.listdir(path.parent)
+    except OSError: return []
+    return sorted(p for n in names if pattern.fullmatch(n) and (p := path.parent/n).is_dir() and not p.is_symlink())
 
 def _alive(pid:int) -> bool:
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
-    except PermissionError: return True
+    except (PermissionError, OverflowError): return True
     return True
 
 def swap_in(tmp:Path, path:Path, durable:bool=True):
@@ -283,7 +359,7 @@ def swap_in(tmp:Path, path:Path, durable:bool=True):
 def _clear_leftovers(path:Path):
     "Remove what interrupted saves to `path` left, except the temporary directories of live processes"
     for p in _siblings(path, 'saving'):
-        if not _alive(int(p.name.rsplit('-', 2)[-2])): shutil.rmtree(p, ignore_errors=True)
+        if not _alive(int(p.name[len(path.name) + 9:].split('-')[0])): shutil.rmtree(p, ignore_errors=True)
     if path.exists():
         for p in _siblings(path, 'old'): shutil.rmtree(p, ignore_errors=True)
 
@@ -317,6 +393,23 @@ def last_complete(path:str|Path) -> Path:
     return old[-1] if old else path
 
 # %% ../../nbs/06f_memory.persist.ipynb #cacfaa8d
+def write_tree(tmp:Path, # The directory to write into (a save's temporary directory)
+               name:str, # The manifest's file name
+               head:dict, # What the manifest holds besides the state and its arrays: format, version, ...
+               tree, # The state: a tree of plain data, tensors and arrays
+               dropped:list|None=None, # Where the functions of `tree` are named (refused without it)
+               durable:bool=True # Write large arrays past the page cache, flushed
+              ) -> int:
+    "Write `tree`'s arrays as `tmp/arrays/<i>.npy`, then manifest `tmp/<name>` (`head`, the packed `state`, the arrays' entries) and its seal `tmp/<name>.crc32`; the manifest's CRC-32"
+    arrays = []
+    state = pack(tree, arrays, dropped)
+    (tmp/'arrays').mkdir(exist_ok=True)
+    raw = json.dumps({**head, 'state': state, 'arrays': [write_array(a, tmp, i, durable) for i, a in enumerate(arrays)]}, allow_nan=False).encode()
+    (tmp/name).write_bytes(raw)
+    crc = zlib.crc32(raw)
+    (tmp/f'{name}{SEAL}').write_text(f'{crc}\n')
+    return crc
+
 @patch
 def save(self:Replay,
          path:str|Path, # The checkpoint directory (made or replaced)
@@ -325,69 +418,190 @@ def save(self:Replay,
     path = Path(path).absolute()
     files = getattr(self.storage, 'files', None)
     if files is not None and (path == files.path.absolute() or path in files.path.absolute().parents):
-        raise ExperienceReplayException(f"{path} holds the memory's own files ({files.path}): save elsewhere")
+        raise CheckpointError(f"{path} holds the memory's own files ({files.path}): save elsewhere")
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path/MANIFEST).exists())):
-        raise ExperienceReplayException(f'{path} exists and is not a memory checkpoint: it is not replaced')
-    arrays, dropped = [], []
-    manifest = dict(format=FORMAT, version=VERSION, kind=kind_name(type(self)),
-                    settings=to_plain(self.settings(), [], dropped), state=to_plain(self.state_dict(), arrays, dropped))
-    manifest['dropped'] = dropped
-    def write(tmp:Path):
-        (tmp/'arrays').mkdir()
-        manifest['arrays'] = [write_array(a, tmp, str(i), path, durable) for i, a in enumerate(arrays)]
-        (tmp/MANIFEST).write_text(json.dumps(manifest))
-    return atomic_dir(path, write, durable)
+        raise CheckpointError(f'{path} exists and is not a memory checkpoint: it is not replaced')
+    dropped, none = [], []
+    settings = pack(self.settings(), none, dropped, 'settings')
+    if none: raise CheckpointError(f'settings: {type(self).__name__}.settings() holds arrays; settings are plain values')
+    head = dict(format=FORMAT, version=VERSION, kind=kind_name(type(self)), settings=settings, dropped=dropped)
+    return atomic_dir(path, lambda tmp: write_tree(tmp, MANIFEST, head, self.state_dict(), dropped, durable), durable)
 
 # %% ../../nbs/06f_memory.persist.ipynb #40162e25
-def read_manifest(path:Path) -> dict:
-    "The checked manifest of the checkpoint at `path`"
-    f = path/MANIFEST
-    if not f.exists(): raise ExperienceReplayException(f'{f}: missing, so {path} is not a memory checkpoint')
-    try: m = json.loads(f.read_text())
-    except (ValueError, UnicodeDecodeError) as e: raise ExperienceReplayException(f'{f}: not valid JSON ({e})') from None
-    if not isinstance(m, dict) or m.get('format') != FORMAT:
-        raise ExperienceReplayException(f"{f}: not a {FORMAT} manifest")
-    if m.get('version') not in READS:
-        raise ExperienceReplayException(f"{f}: format version {m.get('version')!r}; this library reads versions {', '.join(map(str, READS))}")
-    missing = [k for k in ('kind', 'settings', 'state', 'arrays') if k not in m]
-    if missing: raise ExperienceReplayException(f'{f}: missing {missing}')
-    return m
+def open_dir(path:Path, missing:str) -> int:
+    "A descriptor of directory `path`; `CheckpointError(missing)` where there is none"
+    try: return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError: raise CheckpointError(missing) from None
+
+def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[dict, bool]:
+    "Manifest `name` of the checkpoint directory open at `root` (shown as `where`), checked against its seal, of format `fmt` and a version in `reads`; whether it is of the last version (sealed, strict)"
+    f = where/name
+    raw = read_small(root, name, str(f))
+    try: os.stat(name + SEAL, dir_fd=root, follow_symlinks=False); sealed = True
+    except FileNotFoundError: sealed = False
+    if sealed:
+        seal = read_small(root, name + SEAL, f'{f}{SEAL}')
+        try: want = int(seal.decode('ascii'))
+        except (ValueError, UnicodeDecodeError): raise CheckpointError(f'{f}{SEAL}: not a CRC-32') from None
+        if zlib.crc32(raw) != want:
+            raise CheckpointError(f'{f}: checksum {zlib.crc32(raw)} does not match {name}{SEAL}\'s {want}: the manifest was changed or damaged')
+    constants = []
+    try: m = json.loads(raw.decode('utf-8'), parse_constant=lambda c: constants.append(c) or float(c))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{f}: not valid JSON ({str(e)[:200]})') from None
+    if _depth(m) > MAX_DEPTH: raise CheckpointError(f'{f}: nested deeper than {MAX_DEPTH} levels')
+    if not isinstance(m, dict) or m.get('format') != fmt: raise CheckpointError(f'{f}: not a {fmt} manifest')
+    v = m.get('version')
+    if not is_int(v) or v not in reads:
+        raise CheckpointError(f"{f}: format version {v!r}; this library reads versions {', '.join(map(str, reads))}")
+    current = v == reads[-1]
+    if current and not sealed: raise CheckpointError(f'{f}{SEAL}: missing: the manifest cannot be checked')
+    if current and constants: raise CheckpointError(f'{f}: {constants[0]} is not JSON')
+    return m, current
+
+MAX_DEPTH = 64  # a manifest's nesting; a run's state (an optimizer's) nests about ten deep
+
+def _depth(v) -> int:
+    "How deep JSON data `v` nests, found without recursion"
+    deepest, todo = 0, [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        deepest = max(deepest, d)
+        if isinstance(x, dict): todo.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list): todo.extend((y, d + 1) for y in x)
+    return deepest
+
+def check_keys(m:dict, want:tuple, where, exact:bool=True):
+    "Raise unless dict `m` has the keys `want` (and no other, if `exact`)"
+    missing, unknown = [k for k in want if k not in m], sorted(m.keys() - set(want)) if exact else []
+    if missing or unknown: raise CheckpointError(f'{where}: expected the keys {list(want)}, got {sorted(m)}')
+
+def _refs(v, out:list, key=None):
+    "Collect `(i, key)` for each `{'__array__': i}` in packed tree `v`, with the dict key it is under"
+    if isinstance(v, list):
+        for x in v: _refs(x, out, key)
+    elif isinstance(v, dict):
+        if len(v) == 1 and '__array__' in v: out.append((v['__array__'], key))
+        else:
+            for k, x in v.items(): _refs(x, out, k)
+    return out
+
+def read_tree(root:int, where:Path, name:str, m:dict, strict:bool, rows:int|None=None):
+    "The state of checked manifest `m`: every array entry checked against the state's references (and, with `rows`, a ring of `rows` rows justified by the arrays) before any array is read, then each read and checked"
+    f = where/name
+    entries = m['arrays']
+    if not isinstance(entries, list): raise CheckpointError(f'{f}: arrays: expected a list, got {type(entries).__name__}')
+    shapes = [check_entry(e, i, str(f), strict)[0] for i, e in enumerate(entries)]
+    refs = _refs(m['state'], [])
+    if any(not is_int(i) or not 0 <= i < len(entries) for i, _ in refs):
+        raise CheckpointError(f'{f}: state: a reference to no array, in {sorted(str(i) for i, _ in refs)[:20]}; the manifest has {len(entries)}')
+    if strict and sorted(i for i, _ in refs) != list(range(len(entries))):
+        raise CheckpointError(f'{f}: state: each of the {len(entries)} arrays must be referred to once, got references {sorted(i for i, _ in refs)[:20]}')
+    held = max((shapes[i][0] for i, k in refs if k != 'generator' and shapes[i]), default=0)
+    if rows is not None and held and rows > held:
+        raise CheckpointError(f'{f}: settings.storage.max_sz: {rows} rows, more than the arrays hold ({held}); refused before allocating')
+    arrays = [read_array(root, e, where) for e in entries]
+    return unpack(m['state'], arrays, str(f), tags=TAGS if strict else ('__array__',))
+
+COUNTERS = ('max_sz', 'pointer', 'len', 'bs', 'warmup_sz', 'clock', 'n_samples', 'n_stale', 'max_priority', 'add_count', 'n_episodes',
+            'final_lo', 'final_hi', 'seen', 'offset')  # sizes, counts and priorities of a memory's state: finite numbers >= 0
+
+def _check_counters(v, f, path='state'):
+    "Raise unless every value of packed state `v` under a name in `COUNTERS` is a finite number >= 0"
+    if isinstance(v, list):
+        for i, x in enumerate(v): _check_counters(x, f, f'{path}[{i}]')
+    if not isinstance(v, dict): return
+    for k, x in v.items():
+        if k in COUNTERS:
+            y = x['__scalar__'][1] if isinstance(x, dict) and isinstance(x.get('__scalar__'), list) and len(x['__scalar__']) == 2 else x
+            if not (isinstance(y, (int, float)) and not isinstance(y, bool) and math.isfinite(y) and y >= 0) and not (isinstance(x, dict) and '__array__' in x):
+                raise CheckpointError(f'{f}: {path}.{k}: expected a finite number >= 0, got {json.dumps(x)[:80]}')
+        else: _check_counters(x, f, f'{path}.{k}')
 
 def _kind(name, base:type, where:str) -> type:
     cls = find_kind(name)  # a library class registers itself, its module imported here if need be
     if cls is None or not issubclass(cls, base):
-        raise ExperienceReplayException(f'{where}: {name!r} is not a known {base.__name__} class; '
-                                        'classes defined outside the library are made known with `register_kind`')
+        raise CheckpointError(f'{where}: {name!r} is not a known {base.__name__} class; '
+                              'classes defined outside the library are made known with `register_kind`')
     return cls
+
+_BUILD_ERRORS = (ExperienceReplayException, TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError, OverflowError, MemoryError)
 
 def _part(spec:dict, base:type, where:str, **extra):
     "A storage or sampler made from its settings"
     spec = dict(spec)
     cls = _kind(spec.pop('kind', None), base, where)
     try: return cls(**spec, **extra)
-    except TypeError as e: raise ExperienceReplayException(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
+    except _BUILD_ERRORS as e: raise CheckpointError(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
 
 # %% ../../nbs/06f_memory.persist.ipynb #4c0698dc
-def load_memory(path:str|Path, # A checkpoint directory written by `save`
-                cls:type=Replay): # The class (or a base class) the checkpoint must hold
-    "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
-    root = last_complete(Path(path).absolute())
-    m = read_manifest(root)
-    kind = _kind(m['kind'], Replay, str(root/MANIFEST))
-    if not issubclass(kind, cls):
-        raise ExperienceReplayException(f'{root} holds a {kind.__name__} checkpoint; {cls.__name__}.load reads {cls.__name__} and its subclasses')
-    arrays = [read_array(root, e) for e in m['arrays']]  # every file checked before anything is made
-    s, where = m['settings'], str(root/MANIFEST)
-    spec = dict(s['storage'])
-    mapped = [root/e['file'] for e in m['arrays'] if not e['file'].startswith('arrays/')]
-    if mapped: spec.update(storage_dir=str(mapped[0].parent.resolve()), reuse_files=True)  # the storage reopens its own files
-    storage = _part(spec, Storage, where)
-    sampler = _part(s['sampler'], Sampler, where, seed=0)  # seeded so torch's global RNG is left alone; the state sets it
-    memory = kind.from_parts(storage, sampler, s['bs'], s['warmup_sz'], s.get('fields'))
-    memory.load_state_dict(from_plain(m['state'], arrays), assign=True)
+def _read(path:str|Path, cls:type, into:Replay|None=None, storage_dir=None):
+    "The memory checkpoint at `path` read and checked whole: its class, its settings and its state (arrays read last)"
+    where = last_complete(Path(path).absolute())
+    f = where/MANIFEST
+    root = open_dir(where, f'{f}: missing, so {where} is not a memory checkpoint')
+    try:
+        m, strict = read_sealed(root, where, MANIFEST, FORMAT, READS)
+        check_keys(m, ('format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays') if strict else ('kind', 'settings', 'state', 'arrays'), f, strict)
+        kind = _kind(m['kind'], Replay, str(f))
+        if not issubclass(kind, cls):
+            raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint; {cls.__name__}.load reads {cls.__name__} and its subclasses')
+        s, state = unpack(m['settings'], [], str(f), 'settings', TAGS if strict else ('__array__',)), m['state']
+        if not isinstance(s, dict) or not isinstance(state, dict): raise CheckpointError(f'{f}: settings and state: expected dicts')
+        check_keys(s, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler') + (('fields',) if strict else ()), f'{f}: settings', exact=False)
+        check_keys(state, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler'), f'{f}: state', exact=False)  # a memory class may add its own
+        for part in ('storage', 'sampler'):
+            if not isinstance(s[part], dict) or not isinstance(s[part].get('kind'), str) or not isinstance(state[part], dict):
+                raise CheckpointError(f'{f}: settings.{part} and state.{part}: expected dicts, the settings naming a kind')
+        if not (is_int(s['bs']) and s['bs'] >= 1 and is_int(s['warmup_sz']) and s['warmup_sz'] >= 0):
+            raise CheckpointError(f"{f}: settings: bs must be an int >= 1 and warmup_sz an int >= 0, got {s['bs']!r} and {s['warmup_sz']!r}")
+        if (state['bs'], state['warmup_sz']) != (s['bs'], s['warmup_sz']):
+            raise CheckpointError(f"{f}: state: bs={state['bs']!r} and warmup_sz={state['warmup_sz']!r}; the settings give {s['bs']} and {s['warmup_sz']}")
+        _check_counters(state, f)
+        rows = s['storage'].get('max_sz') if into is None else into.storage.max_sz
+        if not is_int(rows) or rows < 1 or state['storage'].get('max_sz') != rows:
+            raise CheckpointError(f"{f}: state.storage.max_sz: {state['storage'].get('max_sz')!r}; the {'settings give' if into is None else 'memory has'} {rows!r}")
+        ring = state['storage']
+        if all(is_int(ring.get(k)) for k in ('len', 'pointer')) and ring['len'] < rows and ring['pointer'] != ring['len']:
+            raise CheckpointError(f"{f}: state.storage: len={ring['len']} and pointer={ring['pointer']}: a ring of {rows} rows that is not full has its pointer at its length")
+        if 'observation_shape' in s['storage']:  # a frame storage allocates its frames as it is made
+            held = unpack(state['storage'].get('obs_shape'), [], str(f), 'state.storage.obs_shape', TAGS if strict else ('__array__',))
+            if not isinstance(held, (list, tuple)) or list(s['storage']['observation_shape']) != list(held):
+                raise CheckpointError(f"{f}: settings.storage.observation_shape {s['storage']['observation_shape']}; the state holds {held}")
+        if into is None and s['storage'].get('storage_dir') is not None and storage_dir is None:
+            raise CheckpointError(f"{f}: settings.storage.storage_dir: the memory kept its rows in memory-mapped files ({s['storage']['storage_dir']}); "
+                                  'loading writes nothing unless told where: pass storage_dir, a directory for new files')
+        return where, kind, s, read_tree(root, where, MANIFEST, m, strict, rows)
+    finally: os.close(root)
+
+def _restore(memory:Replay, state:dict, where:Path):
+    "Load checked `state` into `memory`, keeping its arrays; anything that does not fit raises `CheckpointError`"
+    try: memory.load_state_dict(state, assign=getattr(memory.storage, 'files', None) is None)  # rows in RAM keep the arrays just read; mapped ones are copied into their files
+    except _BUILD_ERRORS as e:
+        raise CheckpointError(f'{where/MANIFEST}: the state does not fit a {type(memory).__name__}: {e}') from None
     return memory
 
+def load_memory(path:str|Path, # A checkpoint directory written by `save`
+                cls:type=Replay, # The class (or a base class) the checkpoint must hold
+                storage_dir:str|Path|None=None): # An empty directory for the memory-mapped files of a memory saved with a `storage_dir`
+    "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
+    where, kind, s, state = _read(path, cls, storage_dir=storage_dir)
+    spec = dict(s['storage'])
+    if spec.get('storage_dir') is not None or storage_dir is not None: spec['storage_dir'] = str(storage_dir)
+    f = str(where/MANIFEST)
+    storage = _part(spec, Storage, f)
+    sampler = _part(s['sampler'], Sampler, f, seed=0)  # seeded so torch's global RNG is left alone; the state sets it
+    try: memory = kind.from_parts(storage, sampler, s['bs'], s['warmup_sz'], s.get('fields'))
+    except _BUILD_ERRORS as e: raise CheckpointError(f'{f}: the settings do not make a {kind.__name__}: {e}') from None
+    return _restore(memory, state, where)
+
+def load_into(memory:Replay, # A memory made with the settings of the one saved
+              path:str|Path): # A checkpoint directory written by `save`
+    "Restore the memory saved at `path` into `memory`, in place (into its own files, for a memory-mapped one); nothing else is made"
+    where, kind, s, state = _read(path, type(memory), into=memory)
+    if kind is not type(memory): raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint, not a {type(memory).__name__}')
+    return _restore(memory, state, where)
+
 @patch(cls_method=True)
-def load(cls:Replay, path:str|Path) -> Replay:
+def load(cls:Replay, path:str|Path, storage_dir:str|Path|None=None) -> Replay:
     "The memory saved at `path`, which must be a `cls`"
-    return load_memory(path, cls)
+    return load_memory(path, cls, storage_dir)
