@@ -659,7 +659,7 @@ def watched_open(inside:Path, log:list):
     return fake
 
 
-@settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, monkeypatch):
     work = Path(tempfile.mkdtemp(dir=small))
@@ -672,7 +672,7 @@ def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, mon
         for _ in range(data.draw(st.integers(1, 3), label='changes')):
             how = data.draw(st.sampled_from(['replace', 'delete', 'header']), label='how')
             if how == 'header':
-                f = ck/'arrays'/f"{data.draw(st.integers(0, len(man['arrays']) - 1), label='array')}.npy"
+                f = data.draw(st.sampled_from(sorted((ck/'arrays').glob('*.npy'))), label='array')  # the files, whatever the manifest now says
                 raw = bytearray(f.read_bytes())
                 end = raw.index(b'\n') + 1 if b'\n' in raw else len(raw)
                 raw[data.draw(st.integers(0, end - 1), label='byte')] ^= data.draw(st.integers(1, 255), label='bits')
