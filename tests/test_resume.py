@@ -51,7 +51,8 @@ WALL = ('wall_s', 'env_steps_per_s')
 def report_without_wall_time(run:Path) -> str:
     "The report, with the wall-clock rows and plotly's random figure ids taken out"
     page = (run/'report.html').read_text()
-    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s)</th><td>[^<]*</td></tr>', '', page)
+    page = re.sub(r'<tr><th>(wall_s|env_steps_per_s|training time|speed)</th><td>[^<]*</td></tr>', '', page)
+    page = re.sub(r'<p class="sub">fastrl_replay [^,<]*, \d{4}-\d\d-\d\d \d\d:\d\d</p>', '', page)  # when the report was written
     return re.sub(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', 'ID', page)
 
 
