@@ -1,5 +1,5 @@
 "The plots: whole subplot titles, frames that move only the marker traces, capped frames, clear errors."
-import re
+import json, re, subprocess, sys, textwrap
 import numpy as np, pytest, torch
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -159,16 +159,19 @@ def test_setup_plotly_outside_ipython():
     finally: pio.renderers.default = before
 
 def test_setup_plotly_in_a_notebook_works_offline():
-    "In a notebook kernel, plotly.js comes once, inline, with the first figure; no figure loads anything from a CDN"
-    from execnb.shell import CaptureShell
-    before = pio.renderers.default
-    try:
+    "In a fresh notebook kernel, plotly.js comes once, inline, with the first figure; no figure loads anything from a CDN"
+    kernel = textwrap.dedent('''
+        import json
+        from execnb.shell import CaptureShell
         sh = CaptureShell()
-        sh.run("from fastrl_replay.plots import setup_plotly, plot_returns\nsetup_plotly()")
+        sh.run("from fastrl_replay.plots import setup_plotly, plot_returns\\nsetup_plotly()")
         outs = [sh.run(f"plot_returns([1., 2., {i}])") for i in range(3)]
-        htmls = [''.join(o['data'].get('text/html', '')) for out in outs for o in out if 'data' in o]
-        bundles = [h for h in htmls if len(h) > 1_000_000 and 'plotly.js' in h]
-        assert len(bundles) == 1 and bundles[0] in ''.join(htmls[:2]), [len(h) for h in htmls]
-        assert sum(h.count('Plotly.newPlot(') for h in htmls) == 3
-        assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
-    finally: pio.renderers.default = before
+        print(json.dumps([''.join(o['data'].get('text/html', '')) for out in outs for o in out if 'data' in o]))
+    ''')  # its own process: plotly's renderers are global state that other tests in this one change
+    r = subprocess.run([sys.executable, '-c', kernel], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    htmls = json.loads(r.stdout.splitlines()[-1])
+    bundles = [h for h in htmls if len(h) > 1_000_000 and 'plotly.js' in h]
+    assert len(bundles) == 1 and bundles[0] in ''.join(htmls[:2]), [len(h) for h in htmls]
+    assert sum(h.count('Plotly.newPlot(') for h in htmls) == 3
+    assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
