@@ -306,6 +306,13 @@ def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
     return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                     for c in self._cols})
 
+def _float_index(idx) -> bool:
+    "Whether `idx` holds floats, which name no rows"
+    if isinstance(idx, torch.Tensor): return idx.is_floating_point() or idx.is_complex()
+    if isinstance(idx, np.ndarray): return idx.dtype.kind in 'fc'
+    if isinstance(idx, list): return any(isinstance(i, (float, complex, np.inexact)) or _float_index(i) for i in idx)
+    return False
+
 @patch
 def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
     "The rows `idx` selects, in storage order, and their storage indices"
@@ -314,6 +321,10 @@ def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
     if not isinstance(idx, ROW_INDEX):
         raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
                                         'by an int, slice, list, range, array or tensor')
+    if isinstance(idx, slice) and idx.step is not None and not (is_int(idx.step) and idx.step > 0):
+        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: a slice step must be a positive int, got {idx.step!r}')
+    if _float_index(idx):
+        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected by ints or bools, not floats')
     try: return self.memory[idx], BD._new({'row': torch.arange(self._len, device=self.device)})[idx]['row']
     except (IndexError, RuntimeError) as e:
         raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
