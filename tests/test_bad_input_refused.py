@@ -44,3 +44,27 @@ def test_index_refused(idx, msg):
 def test_int_indices_still_select():
     er = ExperienceReplay(4, 8, 1, seed=0) + synth_transitions(6)
     assert len(er[[1, 2]]) == 2 and len(er[::2]) == 3 and len(er[np.array([0, 5])]) == 2
+
+def _frames_buffer():
+    from fastrl_replay.memory.circular import CircularReplayBuffer
+    buf = CircularReplayBuffer((2,), 1, 4, 2, seed=0)
+    for i in range(5): buf.add(np.full(2, i, np.uint8), 0, 1., False)  # full: the next step would overwrite the oldest row
+    return buf
+
+ENV_MSG = 'env_id must be an int between 0 and 2147483647 (the env column holds int32), got 2147483648'
+
+def test_circular_env_id_too_large_refused():
+    buf = _frames_buffer()
+    refused(buf, lambda: buf.add(np.zeros(2, np.uint8), 0, 1., False, env_id=2**31), ENV_MSG)
+
+def test_circular_batch_env_id_too_large_refused():
+    buf = _frames_buffer()
+    batch = {'state': np.zeros((2, 2), np.uint8), 'action': np.zeros(2, np.int64), 'reward': np.zeros(2, np.float32),
+             'terminated': np.zeros(2, bool), 'env_id': np.array([0, 2**31])}
+    refused(buf, lambda: buf.storage.add(batch), ENV_MSG)
+
+def test_circular_largest_env_id_stored():
+    buf = _frames_buffer()
+    row = buf.storage.add_count % buf.storage.max_sz
+    buf.add(np.zeros(2, np.uint8), 0, 1., False, env_id=2**31 - 1)
+    assert int(buf.storage.env[row]) == 2**31 - 1

@@ -261,6 +261,8 @@ def add_step(self:FrameStorage, observation, action, reward, terminal, *args, tr
     "Check one step and write it at the cursor; the row written"
     ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
     check_nonneg(env_id, 'env_id')
+    if env_id > (top := int(np.iinfo(self.env.dtype).max)):
+        raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {env_id!r}')
     row = self.add_count % self.max_sz
     self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
     return row
@@ -351,6 +353,8 @@ def add(self:FrameStorage, other) -> tuple[int, int]:
                               [x[j] for x in extras]) for j in range(m)]
     envs = [int(e) for e in env]
     if any(e < 0 for e in envs): raise ExperienceReplayException(f'env_id must be >= 0, got {min(envs)}')
+    if any(e > (top := int(np.iinfo(self.env.dtype).max)) for e in envs):
+        raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {max(envs)}')
     start = (self.add_count + max(m - self.max_sz, 0)) % self.max_sz
     for st, e in zip(steps, envs): self._write(*st, e)
     return start, min(m, self.max_sz)
