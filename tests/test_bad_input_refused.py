@@ -68,3 +68,19 @@ def test_circular_largest_env_id_stored():
     row = buf.storage.add_count % buf.storage.max_sz
     buf.add(np.zeros(2, np.uint8), 0, 1., False, env_id=2**31 - 1)
     assert int(buf.storage.env[row]) == 2**31 - 1
+
+@pytest.mark.parametrize('bad,msg', [
+    (lambda b: -torch.ones(len(b)), 'priorities must be finite and >= 0, got [-1.0, -1.0, -1.0, -1.0, -1.0]'),
+    (lambda b: torch.full((len(b),), float('nan')), 'priorities must be finite and >= 0, got [nan, nan, nan, nan, nan]'),
+    (lambda b: torch.ones(3), 'priorities: expected shape (8,) for m * batch_size = 4 * 2 rows, got (3,)'),
+])
+def test_laber_bad_score_refused_and_twin_stays_in_step(bad, msg):
+    from fastrl_replay.memory.laber import LaBERExperienceReplay
+    good = lambda b: b['reward'].float().abs().flatten() + 1.
+    er, twin = [LaBERExperienceReplay(2, 16, 1, seed=0, score=good) + synth_transitions(10) for _ in range(2)]
+    er.score = bad
+    refused(er, er.sample, msg)
+    er.score = good
+    (a, ia), (b, ib) = er.sample(), twin.sample()
+    assert torch.equal(ia, ib) and torch.equal(a['weight'], b['weight']) and all(torch.equal(a[k], b[k]) for k in b.keys())
+    assert same_state(snapshot(er), snapshot(twin))

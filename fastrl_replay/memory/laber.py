@@ -129,11 +129,16 @@ def sample(self:LaBERSampler, bs:int) -> tuple[BD, torch.Tensor]:
     if self.score is None:
         raise ExperienceReplayException('LaBER sampling needs `score`, a function from a batch to one '
                                         'surrogate priority per row, before it can sample')
-    large = self.draw(self.m * bs)
-    batch = self.storage.gather(large)
-    with torch.no_grad(): prios = self.score(batch)
-    laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
-    kept = laber(priorities=torch.as_tensor(prios).to(large.device))
+    before = self.generator.get_state()
+    try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
+        large = self.draw(self.m * bs)
+        batch = self.storage.gather(large)
+        with torch.no_grad(): prios = self.score(batch)
+        laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
+        kept = laber(priorities=torch.as_tensor(prios).to(large.device))
+    except Exception:
+        self.generator.set_state(before)
+        raise
     keep = kept['indexes']
     out, idxs = batch[keep], large[keep]
     out['weight'] = kept['weights'][:, None].to(self.storage.batch_device)
