@@ -61,7 +61,7 @@ class FrameStorage(Storage):
                  obs_key:str='state', # Column of the observation in the batches added with `+`
                  device=None, # Where gathered batches go (the steps stay in host memory)
                  storage_dir=None, # Keep the per-step arrays in memory-mapped files there instead of RAM
-                 reuse_files:bool=False): # Open the files already in `storage_dir` (a checkpoint over them)
+                 reuse_files:bool=False): # Open the files already in `storage_dir`, which this storage wrote earlier
         for v, name in ((stack_size, 'stack_size'), (max_sz, 'max_sz'), (n_steps, 'n_steps')): check_positive(v, name)
         check_probability(gamma, 'gamma')
         if not all(is_int(d) and d >= 0 for d in observation_shape):

@@ -78,7 +78,7 @@ class ColumnStorage(Storage):
                  max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
                  device:str|torch.device|None=None, # Where the columns live (default: CPU)
                  storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False, # Open the column files already in `storage_dir` (a checkpoint over them)
+                 reuse_files:bool=False, # Open the column files already in `storage_dir`, which this storage wrote earlier
                  writer:Writer|None=None): # Where incoming rows go (default: round robin at the pointer)
         super().__init__(max_sz, device)
         if storage_dir is not None and self.device.type != 'cpu':
