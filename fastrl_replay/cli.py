@@ -205,7 +205,7 @@ def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
             f'<h2>Epochs</h2><table><tr>{head}</tr>{body}</table>'
             '<p class="note">— : no value yet. While the memory warms up no batch trains, so an epoch of warm-up has no loss; '
             'the return is the mean of the last 100 finished episodes.</p><h2>Figures</h2>')
-    doc = figures_to_html(figs, include_plotlyjs=True, show=False)
+    doc = figures_to_html(figs, show=False)
     doc = doc.replace('<meta charset="utf-8" />', f'<meta charset="utf-8" /><title>{e(title)}</title><style>{_CSS}</style>', 1)
     return doc.replace('<body>', '<body>\n' + page, 1)
 

@@ -216,4 +216,4 @@ def _report(m:dict, figs) -> str:
             f'<p>Mode 1 optimal-choice rate {m["mode1_before"]:.3f} before mode 2, {m["mode1_after_no_replay"]:.3f} after it without '
             f'replay, {m["mode1_after_replay"]:.3f} with replay; mode 2 {m["mode2_after_replay"]:.3f} with replay against '
             f'{m["mode2_only"]:.3f} for an agent trained on mode 2 alone.</p><table>{rows}</table>')
-    return figures_to_html(figs, include_plotlyjs=True, show=False).replace('<body>', '<body>\n' + head, 1)
+    return figures_to_html(figs, show=False).replace('<body>', '<body>\n' + head, 1)

@@ -162,7 +162,7 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
 
 # %% ../nbs/07_plots.ipynb #7be512c8
 def figures_to_html(figs, # Figures to put in the page, in order
-                    include_plotlyjs:bool|str='cdn', # plotly.js with the first figure: 'cdn' links it, True inlines it, False leaves it out
+                    include_plotlyjs:bool|str=True, # plotly.js with the first figure: True inlines it (the page works offline), 'cdn' links it, False leaves it out
                     show:bool=True # Also display the figures when running in IPython
                    ) -> str:
     "One HTML document holding every figure in `figs` and plotly.js at most once; the figures are displayed in IPython"
