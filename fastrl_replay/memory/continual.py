@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg, is_int, to_numpy, dtype_name
 from .checks import batch_of, batch_td, row_td, TD_KEY
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
@@ -112,7 +112,8 @@ class _WrittenRows:
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:
     "Two seeds from one: the storage's and the sampler's"
-    return (None, None) if seed is None else (seed, seed + 1_000_003)
+    if seed is None: return None, None
+    return draw_seed(seed), (seed + 1_000_003) % 2**64  # checked first; torch takes a seed modulo 2**64
 
 # %% ../../nbs/06g_memory.continual.ipynb #5cb1e47f
 class ReservoirReplay(_WrittenRows, Replay):
