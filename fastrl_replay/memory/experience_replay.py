@@ -12,7 +12,6 @@ from collections import namedtuple
 from pathlib import Path
 import math
 import numpy as np, torch
-from fastcore.basics import patch
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
