@@ -12,7 +12,7 @@ import dataclasses
 from fastcore.basics import ifnone
 from ..core import BD
 from contextlib import contextmanager
-from ..errors import ExperienceReplayException, dtype_name, check_finite, is_int
+from ..errors import ReplayError, ExperienceReplayException, dtype_name, check_finite, is_int
 
 # %% auto #0
 __all__ = []
@@ -258,6 +258,7 @@ def priority_tensor(p, device) -> torch.Tensor:
 def allocating(what:str, n:int, row_bytes:int):
     "Turn the failure of allocating `what`, `n` rows of `row_bytes` each, into `ExperienceReplayException` naming the size"
     try: yield
+    except ReplayError: raise  # refused for a reason of its own, e.g. files that belong to another memory
     except (MemoryError, OverflowError, ValueError, RuntimeError) as e:
         raise ExperienceReplayException(f'{what}: {n} rows of {row_bytes} bytes ({n * row_bytes:,} bytes) cannot be allocated') from e
 

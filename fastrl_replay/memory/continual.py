@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np, torch
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg, is_int, to_numpy, dtype_name
-from .checks import batch_of, batch_td, row_td, TD_KEY
+from .checks import batch_of, batch_td, row_td, TD_KEY, allocating
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
 import fastrl_replay.memory.persist  # `save` and `load` for these memories too
@@ -155,7 +155,8 @@ class TaskShares(Writer):
 
     def attach(self, storage):
         super().attach(storage)
-        self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
+        with allocating(f'max_sz={storage.max_sz}: the write stamps', storage.max_sz, 8):
+            self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
 
     def settings(self) -> dict: return {'task_key': self.task_key, 'task': self.task}
 
