@@ -16,6 +16,7 @@ from ..errors import ExperienceReplayException, NoValidTransitions, check_positi
 from ..memory.checks import cast_exactly, as_idxs
 from ..memory.core import UniformSampler, Replay
 from ..memory.frames import FrameStorage, ReplayElement
+from ..memory.circular import ReAgentRing
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
 
@@ -118,7 +119,7 @@ class _Load:
     def __get__(self, obj, cls): return cls._load_saved if obj is None else obj._load_into
 
 # %% ../../nbs/13c_compat.reagent.ipynb #b676117f
-class PaddedReplay(Replay):
+class PaddedReplay(ReAgentRing, Replay):
     "A `Replay` over a `PaddedFrameStorage` with ReAgent's and Dopamine's settings, indices and validity: what their buffers share"
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
@@ -215,22 +216,10 @@ class PaddedReplay(Replay):
         self._settle()
         return self._n_valid
     def __len__(self): return 0 if self.storage is None else len(self.storage)
-    def cursor(self) -> int:
-        "Index of the row the next write goes to"
-        return self.add_count % self.replay_capacity
-    def is_empty(self) -> bool: return self.add_count == 0
-    def is_full(self) -> bool: return self.add_count >= self.replay_capacity
-    def is_valid_transition(self, index) -> bool:
-        "Whether index `index` holds a valid transition now (False out of range)"
-        i = to_numpy(index)
-        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
-        i = int(i.reshape(()))
+    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` (indices in range) holds a valid transition now"
         self._settle()
-        return 0 <= i < self.replay_capacity and bool(self._valid[i])
-    def valid_mask(self) -> np.ndarray:
-        "For every index, whether it holds a valid transition now"
-        self._settle()
-        return self._valid.copy()
+        return self._valid[rows]
     def _draw(self, batch_size:int) -> torch.Tensor:
         "`batch_size` valid indices drawn by the sampler"
         check_positive(batch_size, 'batch_size')
@@ -250,8 +239,6 @@ class PaddedReplay(Replay):
             raise ExperienceReplayException(f'batch_size is {batch_size}, but {len(rows)} indices were given')
         if self.storage is None: raise NoValidTransitions('the buffer is empty: no index is a valid transition')
         return rows
-    def _check_prioritized(self, what:str):
-        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this is a {type(self).__name__}')
     def set_priority(self,
                      indices, # Indices of written rows, `(n,)` or `(n, 1)`
                      priorities): # One finite priority >= 0 per index
@@ -447,19 +434,11 @@ class ReplayBuffer(PaddedReplay):
             else: v = series(name[5:], 1) if tl else stack(name[5:], k)
             out[name] = v
         return _batch_type(tuple(out))(**out)
-    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
-        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
-        return self._draw(batch_size)
     def sample_transition_batch(self,
                                 batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
                                 indices=None): # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
         "A named tuple of transitions with ReAgent's fields (every column stacked, `next_*` columns, `terminal`, `indices`, `step`)"
         return self._batch(self._resolve(batch_size, indices))
-    def sample_all_valid_transitions(self):
-        "Every valid transition, in index order"
-        rows = np.flatnonzero(self.valid_mask())
-        if not len(rows): raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
-        return self.sample_transition_batch(indices=rows)
     @classmethod
     def create_from_env(cls,
                         env:gym.Env, # One gymnasium environment
