@@ -171,7 +171,8 @@ class Sampler:
     def added(self, start:int, n:int):
         "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0"
         td, end = self._td_host if self._td_host is not None else self._td, start + n
-        if end <= len(td): td[start:end] = 0
+        if n == 1: td[start] = 0  # one transition, as a loop adds them
+        elif end <= len(td): td[start:end] = 0
         else: td[start:] = 0; td[:end - len(td)] = 0
 
     def take_td(self, rows:torch.Tensor, td:torch.Tensor):
