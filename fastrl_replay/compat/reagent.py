@@ -294,11 +294,11 @@ def _check_prioritized(self:PaddedReplay, what:str):
 def set_priority(self:PaddedReplay,
                  indices, # Indices of written rows, `(n,)` or `(n, 1)`
                  priorities): # One finite priority >= 0 per index
-    "Set the priorities of `indices` as given: sampling is proportional to them"
+    "Set the priorities of `indices` as given, except rows overwritten since `sample_index_batch` handed them out: sampling is proportional to them"
     self._check_prioritized('set_priority')
     rows = self._rows(indices)
     if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
-    self.sampler.set_priority(rows, priorities)
+    self.sampler.set_priority(rows, priorities, fresh_only=True)
 
 @patch
 def get_priority(self:PaddedReplay, indices) -> np.ndarray:

@@ -276,8 +276,9 @@ class TaskBalancedSampler(UniformSampler):
         super().added(start, n)
         self._index = None  # the rows of a task changed
 
-    def draw(self, n:int) -> torch.Tensor:
-        if not self.balance: return super().draw(n)
+    def candidates(self, n:int) -> torch.Tensor:
+        "`n` rows: as the uniform sampler draws them, or a task drawn uniformly and a row uniformly among that task's"
+        if not self.balance: return super().candidates(n)
         g = self.generator
         if self._index is None:  # the rows of each task, grouped: rebuilt after writes
             tasks = self.storage.tasks
