@@ -14,131 +14,59 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 import inspect
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
+from ..errors import ExperienceReplayException, NoValidTransitions, to_numpy, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
 from .checks import cast_exactly, as_idxs, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, UniformSampler, Replay, forward_attrs
 from .prioritized import PrioritizedSampler
-from ..nstep import nstep_returns
+from .frames import FrameStorage, ReplayElement
 
 # %% auto #0
-__all__ = ['ReplayElement', 'FrameStorage', 'CircularReplayBuffer']
+__all__ = ['ReAgentRing', 'CircularReplayBuffer']
 
-# %% ../../nbs/06e_memory.circular.ipynb #ab10358a
-ReplayElement = namedtuple('shape_type', ['name', 'shape', 'type'])
-ReplayElement.__doc__ = "A stored or returned element: its name, its shape per transition and its NumPy dtype"
+# %% ../../nbs/06e_memory.circular.ipynb #c2a7e602
+class ReAgentRing:
+    "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
+    empty_batches = False  # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
+    def cursor(self) -> int:
+        "Index of the row the next step is written to"
+        return self.add_count % self.replay_capacity
+    def is_empty(self) -> bool:
+        "Whether no step was written yet"
+        return self.add_count == 0
+    def is_full(self) -> bool:
+        "Whether the ring has been filled once, so each step now overwrites the oldest"
+        return self.add_count >= self.replay_capacity
+    def is_valid_transition(self, index) -> bool:
+        "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
+        i = to_numpy(index)
+        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
+        i = int(i.reshape(()))
+        return 0 <= i < self.replay_capacity and bool(self._valid_at(np.array([i]))[0])
+    def valid_mask(self) -> np.ndarray:
+        "For every index, whether it is a valid transition now"
+        return self._valid_at(np.arange(self.replay_capacity))
+    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
+        return self._draw(batch_size)
+    def sample_all_valid_transitions(self):
+        "Every valid transition, in index order"
+        rows = np.flatnonzero(self.valid_mask())
+        if not len(rows) and not self.empty_batches:
+            raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
+        return self.sample_transition_batch(indices=rows)
+    def _check_prioritized(self, what:str):
+        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples uniformly')
 
-# %% ../../nbs/06e_memory.circular.ipynb #b0df0cde
-_ZERO, _FINAL = -1, -2  # window entries that are not stored frames: a zero frame, a truncated episode's final frame
-
-def _np(v):
-    "`v` as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
-    if isinstance(v, torch.Tensor): return v.detach().cpu().numpy()
-    return np.asarray(v)
-
-
-
-def _shape_error(name, expected, got):
-    return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
-
-# %% ../../nbs/06e_memory.circular.ipynb #35473405
-class FrameStorage(Storage):
-    "Single frames in a ring, built at gather time into stacked states and n-step transitions, exact at every boundary"
-    always_valid = False
-    def __init__(self,
-                 observation_shape:tuple, # Shape of one observation (one frame)
-                 max_sz:int, # Steps kept before the oldest are overwritten
-                 stack_size:int=1, # Frames per state
-                 n_steps:int=1, # n of the n-step return
-                 gamma:float=0.99, # Discount factor
-                 extras:list|None=None, # `ReplayElement`s stored per step and returned with its transition
-                 observation_dtype=np.uint8, # Dtype of stored observations
-                 action_shape:tuple=(), # Shape of one action
-                 action_dtype=np.int64, # Dtype of stored actions
-                 reward_shape:tuple=(), # Shape of one reward
-                 reward_dtype=np.float32, # Dtype of stored rewards
-                 padding:str='zero', # Frames before an episode's first: 'zero' or 'first' (repeat the first frame)
-                 obs_key:str='state', # Column of the observation in the batches added with `+`
-                 device=None, # Where gathered batches go (the steps stay in host memory)
-                 storage_dir=None, # Keep the per-step arrays in memory-mapped files there instead of RAM
-                 reuse_files:bool=False): # Open the files already in `storage_dir`, which this storage wrote earlier
-        for v, name in ((stack_size, 'stack_size'), (max_sz, 'max_sz'), (n_steps, 'n_steps')): check_positive(v, name)
-        check_probability(gamma, 'gamma')
-        if not all(is_int(d) and d >= 0 for d in observation_shape):
-            raise ExperienceReplayException(f'observation_shape must be a tuple of ints >= 0, got {observation_shape!r}')
-        check_choice(padding, 'padding', ('zero', 'first'))
-        super().__init__(max_sz, 'cpu')
-        self.batch_device = torch.device(device if device is not None else 'cpu')
-        self.obs_shape, self.stack_size, self.n_steps, self.gamma = tuple(observation_shape), int(stack_size), int(n_steps), float(gamma)
-        self.obs_dtype, self.action_shape, self.action_dtype = np.dtype(observation_dtype), tuple(action_shape), np.dtype(action_dtype)
-        self.reward_shape, self.reward_dtype, self.padding, self.obs_key = tuple(reward_shape), np.dtype(reward_dtype), padding, obs_key
-        self.extras = [ReplayElement(n, tuple(s), np.dtype(t)) for n, s, t in (extras or [])]
-        # gamma ** i as Python computes it, so every n-step sum is the textbook one to the last bit
-        self._gpow = np.array([self.gamma ** i for i in range(self.n_steps + 1)])
-        self._watching, self._changes, self._plan_cache = False, [], None
-        self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        self._allocate()
-
-    def settings(self) -> dict:
-        return dict(observation_shape=self.obs_shape, max_sz=self.max_sz, stack_size=self.stack_size, n_steps=self.n_steps,
-                    gamma=self.gamma, extras=[tuple(e) for e in self.extras], observation_dtype=self.obs_dtype,
-                    action_shape=self.action_shape, action_dtype=self.action_dtype, reward_shape=self.reward_shape,
-                    reward_dtype=self.reward_dtype, padding=self.padding, obs_key=self.obs_key, device=str(self.batch_device),
-                    storage_dir=None if self.files is None else str(self.files.path))
-
-    def __len__(self): return min(self.add_count, self.max_sz)
-    @property
-    def pointer(self) -> int: return self.add_count % self.max_sz
-
-    def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, stack_size={self.stack_size}, '
-                f'n_steps={self.n_steps}, len={len(self)}, pointer={self.pointer})')
-
-# %% ../../nbs/06e_memory.circular.ipynb #32b421a1
-def _in_ram(name:str, shape:tuple, dtype, fill=0) -> np.ndarray:
-    "An array in RAM that starts a page, so a checkpoint writes it directly; zeros are left to the kernel, so untouched rows cost no resident memory"
-    a = page_aligned_zeros(shape, dtype)
-    if fill != 0: a.fill(fill)
-    return a
-
-@patch
-def _allocate(self:FrameStorage):
-    "Allocate every per-step array for `max_sz` steps, in RAM or in the files of `storage_dir`"
-    C = self.max_sz
-    new = _in_ram if self.files is None else self.files.array
-    self.obs = new('obs', (C, *self.obs_shape), self.obs_dtype)
-    self.action = new('action', (C, *self.action_shape), self.action_dtype)
-    self.reward = new('reward', (C, *self.reward_shape), self.reward_dtype)
-    self.terminal, self.truncated = new('terminal', (C,), bool), new('truncated', (C,), bool)
-    self.prev, self.next = new('prev', (C,), np.int64, -1), new('next', (C,), np.int64, -1)  # serials of the neighbour steps
-    self.env, self.episode = new('env', (C,), np.int32), new('episode', (C,), np.int64)
-    self.final_key = new('final_key', (C,), np.int64, -1)  # truncated steps: key of their true final observation
-    self.extra = {e.name: new(f'extra_{e.name}', (C, *e.shape), e.type) for e in self.extras}
-    self._step_bytes = sum(a.nbytes for a in (self.obs, self.action, self.reward, *self.extra.values())) // C + 42
-    self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
-    self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
-
-# %% ../../nbs/06e_memory.circular.ipynb #bb6aec93
-@patch
-def watch(self:FrameStorage): self._watching = True
-
-@patch
-def changed(self:FrameStorage) -> np.ndarray:
-    "The rows whose validity may have changed since the last call, each once"
-    rows = np.unique(np.array(self._changes, np.int64))
-    self._changes.clear()
-    return rows
-
-@patch(as_prop=True)
-def n_changed(self:FrameStorage) -> int: return len(self._changes)
 
 # %% ../../nbs/06e_memory.circular.ipynb #aa2281d0
 _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'generator', 'seed'}
 
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
-class CircularReplayBuffer(Replay):
+class CircularReplayBuffer(ReAgentRing, Replay):
     "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority: ReAgent's interface"
     makes_n_step = True  # fed single steps, it builds the `update_horizon`-step returns when it samples
+    empty_batches = True  # `sample_all_valid_transitions` with no valid transition gives a batch of 0 rows
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
                  replay_capacity:int, # Steps kept before the oldest are overwritten
                  batch_size:int, # Transitions per sample
@@ -158,437 +86,108 @@ class CircularReplayBuffer(Replay):
         sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator, seed=seed)
                    if prioritized else UniformSampler(generator, seed))
         super().__init__(storage, sampler, batch_size, min(batch_size, replay_capacity) if warmup_sz is None else warmup_sz)
+    def add(self,
+            observation, # The observation the action was taken in (one frame)
+            action, # The action taken
+            reward, # The reward received
+            terminal, # The episode ended in a terminal state: no bootstrap
+            *args, # Extra elements, in `extra_storage_types` order
+            truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
+            next_observation=None, # The true final observation; needed (and kept) for truncated steps only
+            env_id:int=0, # The environment the step comes from: steps of different environments never mix
+            **kwargs): # Extra elements by name
+        "Write one step at the cursor; the next observation is the one the same environment adds next"
+        row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
+                                    next_observation=next_observation, env_id=env_id, **kwargs)
+        self.sampler.added(row, 1)
+    @property
+    def prioritized(self) -> bool:
+        "Sampled by priority"
+        return isinstance(self.sampler, PrioritizedSampler)
+    @property
+    def replay_capacity(self) -> int:
+        "Steps kept before the oldest are overwritten"
+        return self.max_sz
+    capacity = replay_capacity
+    @property
+    def batch_size(self) -> int:
+        "Transitions per sample"
+        return self.bs
+    @property
+    def update_horizon(self) -> int:
+        "n of the n-step return"
+        return self.n_steps
+    @property
+    def size(self) -> int:
+        "Steps stored"
+        return len(self)
+    @property
+    def device(self) -> torch.device:
+        "Where sampled batches go"
+        return self.storage.batch_device
+    def __repr__(self):
+        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
+                f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
+    @classmethod
+    def create_from_env(cls,
+                        env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
+                        *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
+        "A buffer for the observation and action spaces of `env`"
+        obs_sp = getattr(env, 'single_observation_space', env.observation_space)
+        act_sp = getattr(env, 'single_action_space', env.action_space)
+        if not isinstance(obs_sp, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise ExperienceReplayException(f'observations must be a Box or Discrete space, got {obs_sp}')
+        act = dict(action_shape=(), action_dtype=np.int64) if isinstance(act_sp, gym.spaces.Discrete) else \
+              dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
+        return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
+    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` (indices in range) starts a transition that can be built exactly from what is stored"
+        return self.storage.valid(rows)
+    def _draw(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices drawn by the sampler"
+        check_positive(batch_size, 'batch_size')
+        return self.sampler.draw(batch_size)
+    def sample_transition_batch(self,
+                                batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
+                                indices=None): # Indices to build instead of sampling; each must be valid
+        "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
+        if indices is None:
+            bs = batch_size if batch_size is not None else self.bs
+            check_positive(bs, 'batch_size')
+            b, rows = self.sampler.sample(bs)
+        else:
+            rows = as_idxs(indices, len(self), 'cpu')
+            if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
+            b = self.storage.gather(rows)
+            if self.prioritized: b['weight'] = self.sampler.weights(rows)
+        b['indices'] = rows
+        return b
+    def get_transition_elements(self, batch_size:int|None=None) -> list:
+        "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
+        bs = batch_size if batch_size is not None else self.bs
+        st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
+        act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
+        els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
+               ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
+               ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
+               ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
+        els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
+        if self.prioritized: els.append(('weight', (bs, 1), np.float32))
+        els.append(('indices', (bs,), np.int64))
+        return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
+    def set_priority(self, indices, priorities):
+        "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
+        self._check_prioritized('set_priority')
+        self.sampler.set_priority(indices, priorities)
+    def get_priority(self, indices) -> torch.Tensor:
+        "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
+        self._check_prioritized('get_priority')
+        return self.sampler.get_priority(as_idxs(indices, len(self), 'cpu'))
 
-CircularReplayBuffer.prioritized = property(lambda self: isinstance(self.sampler, PrioritizedSampler), doc='Sampled by priority')
 forward_attrs(CircularReplayBuffer, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')
 forward_attrs(CircularReplayBuffer, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')
-CircularReplayBuffer.batch_size, CircularReplayBuffer.update_horizon = property(lambda self: self.bs), property(lambda self: self.n_steps)
-CircularReplayBuffer.capacity = CircularReplayBuffer.replay_capacity = property(lambda self: self.max_sz)
 
 # %% ../../nbs/06e_memory.circular.ipynb #66a5a780
-@patch
-def add(self:CircularReplayBuffer,
-        observation, # The observation the action was taken in (one frame)
-        action, # The action taken
-        reward, # The reward received
-        terminal, # The episode ended in a terminal state: no bootstrap
-        *args, # Extra elements, in `extra_storage_types` order
-        truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
-        next_observation=None, # The true final observation; needed (and kept) for truncated steps only
-        env_id:int=0, # The environment the step comes from: steps of different environments never mix
-        **kwargs): # Extra elements by name
-    "Write one step at the cursor; the next observation is the one the same environment adds next"
-    row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
-                                next_observation=next_observation, env_id=env_id, **kwargs)
-    self.sampler.added(row, 1)
-
 CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
 CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
-
-@patch
-def cursor(self:CircularReplayBuffer) -> int:
-    "Index to the location where the next step will be written"
-    return self.storage.pointer
-@patch
-def is_empty(self:CircularReplayBuffer) -> bool: return self.storage.add_count == 0
-@patch
-def is_full(self:CircularReplayBuffer) -> bool: return self.storage.add_count >= self.max_sz
-
-@patch
-def __repr__(self:CircularReplayBuffer):
-    return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
-            f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
-
-# %% ../../nbs/06e_memory.circular.ipynb #76ba4b3e
-@patch(cls_method=True)
-def create_from_env(cls:CircularReplayBuffer,
-                    env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
-                    *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
-    "A buffer for the observation and action spaces of `env`"
-    obs_sp = getattr(env, 'single_observation_space', env.observation_space)
-    act_sp = getattr(env, 'single_action_space', env.action_space)
-    if not isinstance(obs_sp, (gym.spaces.Box, gym.spaces.Discrete)):
-        raise ExperienceReplayException(f'observations must be a Box or Discrete space, got {obs_sp}')
-    act = dict(action_shape=(), action_dtype=np.int64) if isinstance(act_sp, gym.spaces.Discrete) else \
-          dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
-    return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
-
-# %% ../../nbs/06e_memory.circular.ipynb #5f5e8e90
-@patch
-def _check_step(self:FrameStorage, observation, action, reward, terminal, truncated, next_observation, extras):
-    "The step's values as NumPy arrays of the stored dtypes; raise if any does not fit"
-    obs = observation if type(observation) is np.ndarray else _np(observation)
-    if obs.shape != self.obs_shape: raise _shape_error('observation', self.obs_shape, obs.shape)
-    if obs.dtype != self.obs_dtype: obs = cast_exactly('observation', obs, self.obs_dtype)
-    a, r = _np(action), _np(reward)
-    if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
-    if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
-    if r.dtype.kind in 'fc' and not all_finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
-    a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
-    term, trunc = bool(terminal), bool(truncated)
-    nxt = None
-    if trunc and not term:
-        if next_observation is None:
-            raise ExperienceReplayException('a truncated step needs next_observation: its true final observation, '
-                                            'the state its transitions bootstrap from')
-        nxt = _np(next_observation)
-        if nxt.shape != self.obs_shape: raise _shape_error('next_observation', self.obs_shape, nxt.shape)
-        nxt = cast_exactly('next_observation', nxt, self.obs_dtype)
-    ex = []
-    for e, v in zip(self.extras, extras):
-        v = _np(v)
-        if v.shape != e.shape: raise _shape_error(e.name, e.shape, v.shape)
-        ex.append(cast_exactly(e.name, v, e.type, by_value=True))
-    return obs, a, r, term, trunc, nxt, ex
-
-@patch
-def _extras_of(self:FrameStorage, args, kwargs) -> list:
-    "The extra elements of one step, from positional `args` in `extras` order or `kwargs` by name"
-    names = [e.name for e in self.extras]
-    if len(args) > len(self.extras):
-        raise ExperienceReplayException(f'got {len(args)} extra values, the buffer stores {len(self.extras)}: {names}')
-    unknown = sorted(set(kwargs) - set(names[len(args):]))
-    if unknown: raise ExperienceReplayException(f'unknown or repeated extra elements {unknown}; the buffer stores {names}')
-    missing = [n for n in names[len(args):] if n not in kwargs]
-    if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
-    return list(args) + [kwargs[n] for n in names[len(args):]]
-
-# %% ../../nbs/06e_memory.circular.ipynb #133c21a2
-@patch
-def add_step(self:FrameStorage, observation, action, reward, terminal, *args, truncated:bool=False, next_observation=None,
-             env_id:int=0, **kwargs) -> int:
-    "Check one step and write it at the cursor; the row written"
-    ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
-    check_nonneg(env_id, 'env_id')
-    if env_id > (top := int(np.iinfo(self.env.dtype).max)):
-        raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {env_id!r}')
-    row = self.add_count % self.max_sz
-    self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
-    return row
-
-@patch
-def _write(self:FrameStorage, obs, a, r, term, trunc, nxt, ex, env):
-    "Write a checked step at the cursor and link it to its environment's stream"
-    s, C = self.add_count, self.max_sz
-    i = s % C
-    if s >= C: self._evict(i, s - C)
-    stream = self.streams.get(env)
-    if stream is None or stream[1]:  # a new episode
-        self.n_episodes += 1
-        stream = self.streams[env] = [-1, False, self.n_episodes]
-    prev = stream[0]
-    if prev > s - C: self.next[prev % C] = s  # still stored: link it forward
-    self.obs[i], self.action[i], self.reward[i] = obs, a, r
-    self.terminal[i], self.truncated[i] = term, trunc
-    self.prev[i], self.next[i], self.env[i], self.episode[i] = prev, -1, env, stream[2]
-    self.final_key[i] = self._put_final(nxt) if nxt is not None else -1
-    for e, v in zip(self.extras, ex): self.extra[e.name][i] = v
-    stream[0], stream[1] = s, term or trunc
-    self.add_count = s + 1
-    if self._watching: self._touch(i, s)
-    if self.files is not None: self.files.wrote(self._step_bytes)
-
-@patch
-def _touch(self:FrameStorage, i:int, s:int):
-    "Record the new step's row and the rows of the `n_steps` steps before it, whose windows it may complete"
-    self._changes.append(i)
-    C, t = self.max_sz, s
-    for _ in range(self.n_steps):
-        t = self.prev[t % C]
-        if t <= s - C: break  # before the episode's start (-1) or overwritten
-        self._changes.append(t % C)
-
-@patch
-def _evict(self:FrameStorage, i:int, old:int):
-    "Forget the step of serial `old` at row `i`, which is about to be overwritten"
-    if self.final_key[i] >= 0: self.final_lo += 1  # finals are released in the order they were kept
-    if self._watching:  # the next stack_size - 1 steps of its episode lose a frame of their stacks
-        s, C = old, self.max_sz
-        for _ in range(self.stack_size - 1):
-            s = self.next[s % C]
-            if s < 0: break
-            self._changes.append(s % C)
-
-@patch
-def _put_final(self:FrameStorage, frame) -> int:
-    "Keep a truncated episode's final observation; return its key"
-    n, cap = self.final_hi - self.final_lo, len(self.finals)
-    if n == cap:  # grow, keeping each live key at key % new capacity
-        new = np.zeros((max(8, 2 * cap), *self.obs_shape), self.obs_dtype)
-        keys = np.arange(self.final_lo, self.final_hi)
-        if n: new[keys % len(new)] = self.finals[keys % cap]
-        self.finals = new
-    k = self.final_hi
-    self.finals[k % len(self.finals)] = frame
-    self.final_hi += 1
-    return k
-
-# %% ../../nbs/06e_memory.circular.ipynb #c7eaa29d
-@patch
-def add(self:FrameStorage, other) -> tuple[int, int]:
-    "Add a batch of steps, in row order, and return the first row written and the number of rows: a `BD` or dict with `state`, `action`, `reward`, `terminated` (and `truncated`, `next_state`, `env_id`, extras)"
-    if isinstance(other, tuple) and len(other) == 1: other = other[0]
-    if not isinstance(other, Mapping):
-        raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {type(other).__name__}')
-    need = [self.obs_key, 'action', 'reward', 'terminated'] + [e.name for e in self.extras]
-    missing = [k for k in need if k not in other]
-    if missing: raise ExperienceReplayException(f'batch columns missing {missing}')
-    obs = self._frames(self.obs_key, other[self.obs_key])
-    m = len(obs)
-    cols = {k: _np(other[k]) for k in ['action', 'reward', 'terminated', 'truncated', 'env_id'] + [e.name for e in self.extras] if k in other}
-    for k, v in cols.items():
-        if v.ndim == 0 or len(v) != m:
-            raise ExperienceReplayException(f'columns must share their batch size: {self.obs_key!r} has {m} rows, {k!r} has shape {v.shape}')
-    act, rew = self._column('action', cols['action'], self.action_shape), self._column('reward', cols['reward'], self.reward_shape)
-    term = self._column('terminated', cols['terminated'], ()).astype(bool)
-    trunc = self._column('truncated', cols['truncated'], ()).astype(bool) if 'truncated' in cols else np.zeros(m, bool)
-    env = self._column('env_id', cols['env_id'], ()) if 'env_id' in cols else np.zeros(m, np.int64)
-    needs_final = trunc & ~term
-    nxt = self._frames('next_state', other['next_state']) if needs_final.any() and 'next_state' in other else None
-    if needs_final.any() and nxt is None:
-        raise ExperienceReplayException("truncated rows need a 'next_state' column: their true final observations")
-    extras = [self._column(e.name, cols[e.name], e.shape) for e in self.extras]
-    steps = [self._check_step(obs[j], act[j], rew[j], term[j], trunc[j], None if nxt is None else nxt[j],
-                              [x[j] for x in extras]) for j in range(m)]
-    envs = [int(e) for e in env]
-    if any(e < 0 for e in envs): raise ExperienceReplayException(f'env_id must be >= 0, got {min(envs)}')
-    if any(e > (top := int(np.iinfo(self.env.dtype).max)) for e in envs):
-        raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {max(envs)}')
-    start = (self.add_count + max(m - self.max_sz, 0)) % self.max_sz
-    for st, e in zip(steps, envs): self._write(*st, e)
-    return start, min(m, self.max_sz)
-
-@patch
-def _frames(self:FrameStorage, key, v) -> np.ndarray:
-    "Column `key` as `(n, *observation_shape)` frames; a stacked column `(n, k, *observation_shape)` gives its newest frame"
-    v = _np(v)
-    if v.shape[1:] == self.obs_shape: return v
-    if v.ndim == len(self.obs_shape) + 2 and v.shape[2:] == self.obs_shape: return v[:, -1]
-    raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, self.obs_shape))}) or a stack '
-                                    f'(n, k, {", ".join(map(str, self.obs_shape))}), got {v.shape}')
-
-@patch
-def _column(self:FrameStorage, key, v:np.ndarray, shape:tuple) -> np.ndarray:
-    "Column `key` as `(n, *shape)`, accepting `(n, 1)` for a scalar element"
-    if v.shape[1:] == shape: return v
-    if v.shape[1:] == (*shape, 1): return v.reshape(len(v), *shape)
-    raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), got {v.shape}')
-
-# %% ../../nbs/06e_memory.circular.ipynb #4f5a9102
-@patch
-def _plan(self:FrameStorage, idxs:np.ndarray) -> dict:
-    "For storage indices `idxs`: which are valid transitions, and the serials, rewards and flags that build them"
-    C, S, n, adds, m = self.max_sz, self.stack_size, self.n_steps, self.add_count, len(idxs)
-    w = int(np.prod(self.reward_shape))  # reward values per step (explicit, so an empty batch keeps its shape)
-    lo = max(adds - C, 0)  # the oldest stored serial
-    valid = (idxs >= 0) & (idxs < len(self))
-    rows = np.where(valid, idxs, 0)
-    W = np.empty((m, S + n), np.int64)  # serials of the frames at steps t-S+1 .. t+n of the episode
-    W[:, S - 1] = adds - 1 - (adds - 1 - rows) % C  # the serial stored at each row
-    cur = rows
-    for j in range(1, S):  # walk back along the episode; padded and broken rows stay where they are
-        p = self.prev[cur]
-        live = p >= lo  # a stored previous step
-        valid &= live | (p < 0)  # 0 <= p < lo: the step was overwritten
-        W[:, S - 1 - j] = np.where(live, p, _ZERO if self.padding == 'zero' else W[:, S - j])
-        cur = np.where(live, p % C, cur)
-    ti = rows
-    rew, disc = np.zeros((m, n, w)), np.zeros((m, n))  # each window's rewards, and the discount from each step to the next
-    rew[:, 0] = self.reward[ti].reshape(m, w)
-    k = np.ones(m, np.int64)
-    term = self.terminal[ti]
-    trunc = self.truncated[ti] & ~term
-    ended = term | trunc
-    for i in range(1, n + 1):  # walk forward: the frame at step t+i, then its reward while the window is open
-        nx = self.next[ti]
-        open_ = ~ended & (nx >= 0)
-        valid &= ended | open_  # the episode goes on but its next step is not stored yet
-        W[:, S - 1 + i] = np.where(open_, nx, np.where(trunc, _FINAL, _ZERO))
-        if i == n: break
-        ti = np.where(open_, nx % C, ti)
-        rew[:, i], disc[:, i - 1] = self.reward[ti].reshape(m, w), np.where(open_, self.gamma, 0.)
-        k += open_
-        tt = self.terminal[ti]
-        term, trunc = np.where(open_, tt, term), np.where(open_, self.truncated[ti] & ~tt, trunc)
-        ended = term | trunc
-    return dict(valid=valid, window=W, reward=nstep_returns(rew, disc), k=k, terminated=term, truncated=trunc, final_key=self.final_key[ti])
-
-@patch
-def valid(self:FrameStorage, rows:np.ndarray) -> np.ndarray:
-    "Whether each of `rows` is a valid transition now (the plan is kept for a `gather` of the same rows)"
-    plan = self._plan(rows)
-    self._plan_cache = rows.tobytes(), self.add_count, plan
-    return plan['valid']
-
-# %% ../../nbs/06e_memory.circular.ipynb #853c8902
-def _t(a:np.ndarray, device) -> torch.Tensor: return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
-
-def _col(a:np.ndarray) -> np.ndarray:
-    "A per-row array as a column with a leading batch dimension: scalars per row become `(n, 1)`"
-    return a.reshape(len(a), 1) if a.ndim == 1 else a
-
-@patch
-def _build(self:FrameStorage, rows:np.ndarray, plan:dict) -> BD:
-    "The transitions at `rows` from their `plan`: stacked states, n-step rewards and discounts, flags"
-    C, S, m, dev = self.max_sz, self.stack_size, len(rows), self.batch_device
-    k = plan['k']
-    W = plan['window'][:, :S + (int(k.max()) if m else 1)]
-    frames = self.obs[W % C]  # (m, S + k_max, *obs): each frame gathered once; padding and finals are fixed below
-    if (W < 0).any():
-        frames[W == _ZERO] = 0
-        f = W == _FINAL
-        if f.any():
-            r, c = np.nonzero(f)
-            frames[r, c] = self.finals[plan['final_key'][r] % len(self.finals)]
-    state = frames[:, :S]
-    if m and (k == k[0]).all(): nxt = frames[:, k[0]:k[0] + S]
-    else: nxt = frames[np.arange(m)[:, None], k[:, None] + np.arange(S)]
-    if S == 1: state, nxt = state[:, 0], nxt[:, 0]
-    act = self.action[rows]
-    if act.dtype.kind in 'iu': act = act.astype(np.int64, copy=False)
-    b = dict(state=state, action=_col(act), reward=plan['reward'].astype(np.float32).reshape(m, *(self.reward_shape or (1,))),
-             next_state=nxt, discount=self._gpow[k].astype(np.float32)[:, None], terminated=plan['terminated'][:, None],
-             truncated=plan['truncated'][:, None], horizon=k[:, None], env_id=self.env[rows].astype(np.int64)[:, None],
-             episode_id=self.episode[rows][:, None])
-    for e in self.extras: b[e.name] = _col(self.extra[e.name][rows])
-    return BD._new({key: _t(v, dev) for key, v in b.items()})
-
-@patch
-def gather(self:FrameStorage, idxs:torch.Tensor) -> BD:
-    "The transitions at storage indices `idxs`, built from their frames; raise if one is not valid"
-    if type(idxs) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1 and idxs.device.type == 'cpu':
-        rows = idxs.numpy()  # what a sampler draws; rows out of range are not valid transitions, below
-    else: rows = as_idxs(idxs, len(self), 'cpu').numpy()
-    cache = self._plan_cache
-    ok = cache is not None and cache[1] == self.add_count and cache[0] == rows.tobytes()
-    plan = cache[2] if ok else self._plan(rows)
-    if not plan['valid'].all():
-        raise ExperienceReplayException(f'indices {rows[~plan["valid"]][:5].tolist()} are not valid transitions')
-    return self._build(rows, plan)
-
-# %% ../../nbs/06e_memory.circular.ipynb #14ac70cb
-@patch
-def valid_mask(self:CircularReplayBuffer) -> np.ndarray:
-    "For every storage index, whether it is a valid transition now"
-    return self.storage.valid(np.arange(self.max_sz))
-
-@patch
-def is_valid_transition(self:CircularReplayBuffer, idx:int) -> bool:
-    "Whether the step at storage index `idx` starts a transition that can be built exactly from what is stored"
-    if not is_int(idx): raise ExperienceReplayException(f'an index is an int, got {idx!r}')
-    return bool(self.storage.valid(np.array([idx]))[0])
-@patch
-def sample_transition_batch(self:CircularReplayBuffer,
-                            batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
-                            indices=None): # Indices to build instead of sampling; each must be valid
-    "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
-    if indices is None:
-        bs = batch_size if batch_size is not None else self.bs
-        check_positive(bs, 'batch_size')
-        b, rows = self.sampler.sample(bs)
-    else:
-        rows = as_idxs(indices, len(self), 'cpu')
-        if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
-        b = self.storage.gather(rows)
-        if self.prioritized: b['weight'] = self.sampler.weights(rows)
-    b['indices'] = rows
-    return b
-
-# %% ../../nbs/06e_memory.circular.ipynb #b88678a6
-_FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode final_key'.split()
-
-@patch
-def state_dict(self:FrameStorage) -> dict:
-    "Settings, counters, every per-step array (the storage itself, not a copy), the final observations and the streams"
-    streams = np.array([[e, *self.streams[e]] for e in sorted(self.streams)], np.int64).reshape(-1, 4)
-    return dict(kind=type(self).__name__, max_sz=self.max_sz, obs_shape=self.obs_shape, add_count=self.add_count, n_episodes=self.n_episodes,
-                arrays={k: getattr(self, k) for k in _FRAME_ARRAYS}, extra=dict(self.extra), finals=self.finals,
-                final_lo=self.final_lo, final_hi=self.final_hi, streams=streams)
-
-@patch
-def check_state(self:FrameStorage, state:dict):
-    "Raise unless `state` fits this storage; change nothing"
-    check_kind(self, state)
-    if state['max_sz'] != self.max_sz or tuple(state['obs_shape']) != self.obs_shape:
-        raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, observation_shape={tuple(state["obs_shape"])}; '
-                                        f'this storage has {self.max_sz}, {self.obs_shape}')
-    mine = {**{k: getattr(self, k) for k in _FRAME_ARRAYS}, **self.extra}
-    theirs = {**state['arrays'], **state['extra']}
-    for k, a in mine.items():
-        v = theirs.get(k)
-        if v is None or v.shape != a.shape or v.dtype != a.dtype:
-            raise ExperienceReplayException(f'array {k!r}: expected {a.shape} {a.dtype}, got '
-                                            f'{"nothing" if v is None else f"{v.shape} {v.dtype}"}')
-
-@patch
-def split_td(self:FrameStorage, state:dict) -> tuple[dict, torch.Tensor|None]:
-    "`state` without the `td` array a checkpoint from when the storage kept TD errors holds, and that array (checked first)"
-    if not isinstance(state, dict) or 'td' not in (state.get('arrays') or {}): return state, None
-    arrays = dict(state['arrays'])
-    td = arrays.pop('td')
-    if tuple(getattr(td, 'shape', ())) != (self.max_sz,) or np.dtype(getattr(td, 'dtype', object)).kind != 'f':
-        raise ExperienceReplayException(f"array 'td': expected ({self.max_sz},) float, got {getattr(td, 'shape', None)} {getattr(td, 'dtype', type(td).__name__)}")
-    return {**state, 'arrays': arrays}, torch.as_tensor(np.asarray(td)).to(torch.float32, copy=True)
-
-@patch
-def load_state_dict(self:FrameStorage,
-                    state:dict, # What `state_dict` returned
-                    assign:bool=False): # Keep the state's arrays (in RAM) instead of copying them (as torch's `assign`)
-    "Restore what `state_dict` returned into a storage with the same settings; check every array first"
-    self.check_state(state)
-    theirs = {**state['arrays'], **state['extra']}
-    for k, a in {**{k: getattr(self, k) for k in _FRAME_ARRAYS}, **self.extra}.items():
-        v = keepable(theirs[k]) if assign and self.files is None else None
-        if v is None:
-            if not same_file(a, theirs[k]): a[...] = theirs[k]  # a checkpoint over this storage's own files is in place
-        elif k in self.extra: self.extra[k] = v
-        else: setattr(self, k, v)
-    self.finals = np.array(state['finals'], dtype=self.obs_dtype)
-    self.final_lo, self.final_hi = int(state['final_lo']), int(state['final_hi'])
-    self.add_count, self.n_episodes = int(state['add_count']), int(state['n_episodes'])
-    self.streams = {int(e): [int(s), bool(d), int(ep)] for e, s, d, ep in np.asarray(state['streams'])}
-    self._changes.clear(); self._plan_cache = None
-
-# %% ../../nbs/06e_memory.circular.ipynb #7fe90fcc
-@patch
-def sample_index_batch(self:CircularReplayBuffer, batch_size:int) -> torch.Tensor:
-    "A batch of valid indices, sampled uniformly (or by priority)"
-    check_positive(batch_size, 'batch_size')
-    return self.sampler.draw(batch_size)
-
-@patch
-def sample_all_valid_transitions(self:CircularReplayBuffer) -> BD:
-    "Every valid transition, in storage order"
-    return self.sample_transition_batch(indices=np.flatnonzero(self.valid_mask()[:self.size]))
-
-@patch
-def get_transition_elements(self:CircularReplayBuffer, batch_size:int|None=None) -> list:
-    "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
-    bs = batch_size if batch_size is not None else self.bs
-    st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
-    act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
-    els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
-           ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
-           ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
-           ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
-    els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
-    if self.prioritized: els.append(('weight', (bs, 1), np.float32))
-    els.append(('indices', (bs,), np.int64))
-    return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
-
-# %% ../../nbs/06e_memory.circular.ipynb #12002484
-@patch
-def _prioritized(self:CircularReplayBuffer, what:str) -> PrioritizedSampler:
-    if not self.prioritized: raise ExperienceReplayException(f'{what} needs a buffer made with prioritized=True')
-    return self.sampler
-
-@patch
-def set_priority(self:CircularReplayBuffer, indices, priorities):
-    "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
-    self._prioritized('set_priority').set_priority(indices, priorities)
-
-@patch
-def get_priority(self:CircularReplayBuffer, indices) -> torch.Tensor:
-    "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
-    return self._prioritized('get_priority').get_priority(as_idxs(indices, len(self), 'cpu'))

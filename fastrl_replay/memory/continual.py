@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
-from .checks import batch_of, batch_td, row_td, TD_KEY
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg, is_int, to_numpy, dtype_name
+from .checks import batch_of, batch_td, row_td, TD_KEY, allocating
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
 import fastrl_replay.memory.persist  # `save` and `load` for these memories too
@@ -112,7 +112,8 @@ class _WrittenRows:
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:
     "Two seeds from one: the storage's and the sampler's"
-    return (None, None) if seed is None else (seed, seed + 1_000_003)
+    if seed is None: return None, None
+    return draw_seed(seed), (seed + 1_000_003) % 2**64  # checked first; torch takes a seed modulo 2**64
 
 # %% ../../nbs/06g_memory.continual.ipynb #5cb1e47f
 class ReservoirReplay(_WrittenRows, Replay):
@@ -154,7 +155,8 @@ class TaskShares(Writer):
 
     def attach(self, storage):
         super().attach(storage)
-        self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
+        with allocating(f'max_sz={storage.max_sz}: the write stamps', storage.max_sz, 8):
+            self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
 
     def settings(self) -> dict: return {'task_key': self.task_key, 'task': self.task}
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
-                                  new_generator)
-from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td
+                                  new_generator, as_device)
+from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating
 from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
@@ -58,7 +58,7 @@ class Storage:
     def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self, max_sz:int, device=None):
         check_positive(max_sz, 'max_sz')
-        self.max_sz, self.device, self.reserved = int(max_sz), torch.device(ifnone(device, 'cpu')), {}
+        self.max_sz, self.device, self.reserved = int(max_sz), as_device(device), {}
         self.batch_device = self.device  # where gathered batches are
 
     def __len__(self) -> int: raise NotImplementedError
@@ -168,7 +168,8 @@ class Sampler:
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
-        self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
+        with allocating(f'max_sz={storage.max_sz}: the TD errors', storage.max_sz, 4):
+            self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
         self._td_host = self._td.numpy() if self._td.device.type == 'cpu' else None  # written in place by compiled code
         dev = self.generator.device  # the marks live where the draws are made
         self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE

@@ -12,7 +12,7 @@ from fastcore.basics import ifnone
 from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
-from .checks import as_idxs, last_wins, td_rows, check_kind
+from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
 from .kernels import td_arrays, put_in_order
 from .core import Sampler, forward_attrs, Replay, STALE
 from .experience_replay import ExperienceReplay, ColumnStorage
@@ -241,8 +241,7 @@ class PrioritizedSampler(Sampler):
                      fresh_only:bool=False): # Skip rows overwritten since they were handed out (counted in `n_stale`), as priorities computed from a sample must
         "Set the priorities of rows `idxs` directly (no exponent; the staleness check only with `fresh_only`)"
         idxs = as_idxs(idxs, len(self.storage), self.tree_device)
-        p = torch.as_tensor(np.asarray(priorities, dtype=np.float64) if not isinstance(priorities, torch.Tensor)
-                            else priorities.detach(), device=self.tree_device).double().reshape(-1)
+        p = priority_tensor(priorities, self.tree_device).reshape(-1)
         if p.shape != idxs.shape:
             raise ExperienceReplayException(f'expected one priority per index, got {len(p)} for {len(idxs)} indices')
         ok = (p >= 0) & (p < np.inf)
