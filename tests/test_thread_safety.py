@@ -111,3 +111,14 @@ def test_circular_writers_and_sampler_lose_nothing():
     live = ~b['terminated'].numpy().reshape(-1)
     assert np.array_equal(s[live, 0], nxt[live, 0])
     assert np.array_equal((s[:, 1] + 256 * s[:, 2])[live] + 1, (nxt[:, 1] + 256 * nxt[:, 2])[live])
+
+def test_copies_have_locks_of_their_own():
+    import copy
+    mem = ExperienceReplay(4, 16, 1, seed=0) + rows(0, 0, 8)
+    for other in (copy.copy(mem), copy.deepcopy(mem), mem[2:5]):
+        assert type(other.lock) is type(mem.lock) and other.lock is not mem.lock
+    with mem.lock:  # re-entrant: a call made while holding the lock goes through
+        mem + rows(0, 8, 2)
+        assert len(mem) == 10 and len(mem[::2]) == 5
+    twin = copy.deepcopy(mem)
+    assert torch.equal(twin.sample()[1], mem.sample()[1]) and torch.equal(twin.memory['a'], mem.memory['a'])

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3Repl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 from ..errors import ExperienceReplayException, is_int, check_positive
-from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.checks import as_idxs, TORCH_DTYPES, host_array
 from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
@@ -146,7 +146,7 @@ class ReplayBuffer(SB3ReplayBuffer):
     def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
         "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
         shape, dtype = self._specs[key]
-        a, target = np.asarray(v), (self.n_envs, *shape)
+        a, target = host_array(v, name), (self.n_envs, *shape)
         if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{name}: expected numbers, got an array of {a.dtype}')
         try: a = a.reshape(target) if reshape else np.broadcast_to(a, target)
         except ValueError:
