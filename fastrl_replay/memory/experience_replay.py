@@ -14,7 +14,7 @@ import math
 import numpy as np, torch
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
-from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
+from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values, host_array
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 from .kernels import put_row_bytes
@@ -64,9 +64,11 @@ def _ready(c: _Col, v):
         if type(v) is np.ndarray: return v
         try: return v.numpy()  # a CPU tensor outside autograd: no copy
         except (RuntimeError, TypeError):
+            check_values(v, f'column {c.key!r}')
             v = v.detach().cpu().resolve_conj().resolve_neg()
             return (v if v.dtype in NP_DTYPES else v.to(c.dtype)).numpy()  # e.g. bfloat16, cast exactly
     if type(v) is np.ndarray: return torch.from_numpy(np.ascontiguousarray(v, v.dtype.newbyteorder('=')))
+    check_values(v, f'column {c.key!r}')
     v = v.detach().resolve_conj().resolve_neg()
     if c.data is not None and v.untyped_storage().data_ptr() == c.data.untyped_storage().data_ptr(): v = v.clone()
     return v
@@ -174,6 +176,7 @@ class ColumnStorage(Storage):
                                                 f'{dtype_name(c.dtype)} without loss')
             srcs.append(v)
         try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
+        except ExperienceReplayException: raise
         except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
 
     def _shape_error(self, b, c, v, n):
@@ -281,6 +284,7 @@ class ColumnStorage(Storage):
     def select(self, idx) -> tuple[BD, torch.Tensor]:
         "The rows `idx` selects, in storage order, and their storage indices"
         if isinstance(idx, str): raise ExperienceReplayException(f'columns are read from `memory`: er.memory[{idx!r}]')
+        check_values(idx, 'index')
         if self._cols is None: raise ExperienceReplayException(f'cannot index an empty memory with {idx!r}')
         if not isinstance(idx, ROW_INDEX):
             raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
@@ -439,7 +443,7 @@ class ColumnStorage(Storage):
                 if c.key == optional: continue
                 b = None; break
             v = _one(c, v); found += 1
-            b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
+            b[c.key] = np.asarray(v, c.np_dtype)[None]  # in the column's dtype, which `_one` checked it fits
         if b is None or found != len(row):
             keys = row.keys()
             raise ExperienceReplayException(f'the transition does not match the memory: missing '
@@ -553,7 +557,7 @@ def _one(c:_Col, v):
         else: ok = k in 'fc'
         if not ok: raise _kind_error(c, f'the {t.__name__} {v!r}')
         return v
-    if isinstance(v, torch.Tensor): v = v.detach().cpu().numpy()
+    if isinstance(v, torch.Tensor): v = host_array(v, f'column {c.key!r}')
     elif not isinstance(v, (np.ndarray, np.generic)):  # tuples and lists of numbers: converted like Python numbers
         a = np.asarray(v)
         if a.shape != c.shape: raise _one_shape_error(c, a.shape)
