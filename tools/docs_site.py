@@ -190,10 +190,34 @@ def api_details(md: str, names: list) -> str:
                     md, count=1, flags=re.M)
     return md
 
+@functools.lru_cache(None)
+def library_namespace() -> dict:
+    "Every name of every module of the library, the names a module defines taking precedence over those it imports"
+    from fastrl_replay._modidx import d
+    mods = [importlib.import_module(m) for m in d['syms']]
+    ns = {k: v for m in mods for k, v in vars(m).items() if getattr(v, '__module__', None) == m.__name__}
+    for m in mods:
+        for k, v in vars(m).items(): ns.setdefault(k, v)
+    return ns
+
+_re_show_doc = re.compile(r'^show_doc\((.+)\)\s*$', re.M)
+def show_doc_outputs(src: str, outs: list) -> list:
+    "The outputs of every `show_doc` call of a cell: the kernel displays only the last one, so the others are rendered here"
+    calls = _re_show_doc.findall(src)
+    if len(calls) < 2: return outs
+    from nbdev.showdoc import show_doc
+    res = []
+    for args in calls[:-1]:
+        try: md = eval(f'show_doc({args})', {**library_namespace(), 'show_doc': show_doc})._repr_markdown_()
+        except Exception as e: raise ValueError(f'show_doc({args}) names no object of the library: {e}') from None
+        res.append({'output_type': 'display_data', 'metadata': {}, 'data': {'text/markdown': md}})
+    return res + outs
+
 def show_doc_cell(cell, directives):
     "The markdown cell showing what a hidden `show_doc` cell displays, or `None` for other cells"
     outs = cell.get('outputs', [])
     if directives.get('echo') != 'false' or not outs or not all('text/markdown' in o.get('data', {}) for o in outs): return None
+    outs = show_doc_outputs(split_directives(''.join(cell.get('source', '')))[1], outs)
     # a markdown cell rather than an output: its heading is a section of the page, listed in the page's contents
     names, mds = [], []
     for o in outs:
