@@ -86,6 +86,11 @@ def test_every_show_doc_of_a_cell():
     assert nb['cells'][1]['metadata'] == {'api': ['Replay.sample', 'Source.stats', 'plot_returns']}
     src = nb['cells'][1]['source']
     assert src.count('{.api-entry}') == 3 and src.index('### Replay.sample') < src.index('### Source.stats') < src.index('### plot\\_returns')
+    cpprb, _ = docs.to_page(_processed(_code('#| echo: false\nshow_doc(ReplayBuffer.get_stored_size)\nshow_doc(f)', _md_out('### f'))),
+                            'compat.cpprb')  # a name several modules define: the page's own module first
+    assert cpprb['cells'][1]['metadata'] == {'api': ['ReplayBuffer.get_stored_size', 'f']}
+    assert docs.default_exp(Path('06a_memory.experience_replay.ipynb')) == 'memory.experience_replay'
+    assert docs.default_exp(Path('index.ipynb')) is None
     with pytest.raises(ValueError, match=r'show_doc\(NoSuchThing\) names no object'):
         docs.to_page(_processed(_code('#| echo: false\nshow_doc(NoSuchThing)\nshow_doc(f)', _md_out('### f'))))
 
