@@ -8,6 +8,7 @@ from .callback import *
 from .memory.sumtree import *
 from .memory.prioritized import *
 from .memory.laber import *
+from .memory.frames import *
 from .memory.circular import *
 from .memory.persist import *
 from .data.gym import *

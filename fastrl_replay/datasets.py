@@ -14,7 +14,7 @@ from .errors import ExperienceReplayException
 from .memory.checks import NP_DTYPES, cast_exactly
 from .memory.core import Replay, Storage
 from .memory.experience_replay import ColumnStorage, ExperienceReplay
-from .memory.circular import FrameStorage
+from .memory.frames import FrameStorage
 
 # %% auto #0
 __all__ = ['storage_order', 'storage_df', 'storage_episodes', 'to_minari', 'episode_batches', 'from_minari']

@@ -4,7 +4,7 @@ import numpy as np, pytest, torch
 from scipy.stats import chi2
 from fastrl_replay.compat.reagent import (ReplayBuffer, PrioritizedReplayBuffer, OutOfGraphReplayBuffer,
                                           OutOfGraphPrioritizedReplayBuffer, PaddedFrameStorage)
-from fastrl_replay.memory.circular import ReplayElement
+from fastrl_replay.memory.frames import ReplayElement
 from fastrl_replay.memory.core import ExperienceReplayException, NoValidTransitions
 from fastrl_replay.errors import CheckpointError
 from fastrl_replay.memory.persist import load_memory

@@ -7,7 +7,8 @@ from fastrl_replay.memory.core import ExperienceReplayException, Replay, Uniform
 from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
-from fastrl_replay.memory.circular import FrameStorage, CircularReplayBuffer
+from fastrl_replay.memory.frames import FrameStorage
+from fastrl_replay.memory.circular import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory, load_into, register_kind, CheckpointError, KINDS, MANIFEST, SEAL
 from fastrl_replay.test_utils import synth_transitions
 

@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
 from ..memory.checks import cast_exactly, as_idxs
 from ..memory.core import UniformSampler, Replay
-from ..memory.circular import FrameStorage, ReplayElement
+from ..memory.frames import FrameStorage, ReplayElement
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
 
