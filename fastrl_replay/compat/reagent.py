@@ -248,7 +248,7 @@ class PaddedReplay(ReAgentRing, Replay):
         self._check_prioritized('set_priority')
         rows = self._rows(indices)
         if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
-        self.sampler.set_priority(rows, priorities)
+        self.sampler.set_priority(rows, priorities, fresh_only=True)  # rows overwritten since they were handed out keep theirs
     def get_priority(self, indices) -> np.ndarray:
         "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
         self._check_prioritized('get_priority')

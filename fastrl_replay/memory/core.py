@@ -21,8 +21,9 @@ from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'UniformSampler', 'ReplayMemory',
-           'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'handed_marks',
+           'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached',
+           'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #960ca4dc
 KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
@@ -139,6 +140,14 @@ class Writer:
         "Restore what `state_dict` put in the storage's `state`"
 
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
+NEW, OUT, STALE = 0, 1, 2  # a row's hand-out mark: not handed out since written (nor before); handed out since written; overwritten since handed out
+
+def _overwritten(marks):
+    "Marks `marks` (a slice, NumPy or torch) of rows just written: a row handed out before is now stale"
+    marks *= 2  # NEW stays NEW, OUT becomes STALE, STALE (4) is clipped back to STALE
+    if isinstance(marks, np.ndarray): np.minimum(marks, STALE, out=marks)
+    else: marks.clamp_(max=STALE)
+
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
@@ -156,13 +165,17 @@ class Sampler:
         return storage.device
 
     def attach(self, storage:Storage):
-        "Use `storage`: make the generator where the draws happen and keep the per-row state, the TD errors among it"
+        "Use `storage`: make the generator where the draws happen and keep the per-row state: the TD errors and the hand-out marks"
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
         with allocating(f'max_sz={storage.max_sz}: the TD errors', storage.max_sz, 4):
             self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
         self._td_host = self._td.numpy() if self._td.device.type == 'cpu' else None  # written in place by compiled code
+        dev = self.generator.device  # the marks live where the draws are made
+        self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE
+        self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
+        self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None, None)
 
     @property
     def td_errors(self) -> torch.Tensor:
@@ -170,18 +183,37 @@ class Sampler:
         return self._td
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0"
+        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0, and those handed out before are stale"
         td, end = self._td_host if self._td_host is not None else self._td, start + n
-        if n == 1: td[start] = 0  # one transition, as a loop adds them
-        elif end <= len(td): td[start:end] = 0
-        else: td[start:] = 0; td[:end - len(td)] = 0
+        marks = self._handed_np if self._handed_np is not None else self.handed
+        if n == 1 and marks is self._handed_np:  # one step: no slices
+            td[start] = 0
+            if marks[start]: marks[start] = STALE
+        elif end <= len(td): td[start:end] = 0; _overwritten(marks[start:end])
+        else:
+            td[start:] = 0; td[:end - len(td)] = 0
+            _overwritten(marks[start:]); _overwritten(marks[:end - len(td)])
+
+    def stamp(self, idxs:torch.Tensor):
+        "Mark rows `idxs` (on the generator's device) as handed out now: an update for them counts until they are overwritten. Every `draw` calls it"
+        if self._handed_np is not None: self._handed_np[idxs.numpy()] = OUT
+        else: self.handed[idxs] = OUT
+
+    def fresh(self, idxs) -> torch.Tensor:
+        "For each of storage rows `idxs`, whether it still holds the transition it held when it was last handed out (or was never handed out)"
+        return self.handed[as_idxs(idxs, self.storage.max_sz, self.handed.device)] != STALE
+
+    @property
+    def n_stale(self) -> int:
+        "Updates skipped because their row was overwritten after it was handed out"
+        return int(self._n_stale)
 
     def take_td(self, rows:torch.Tensor, td:torch.Tensor):
         "Checked TD errors `td` that came with the rows just written at storage rows `rows`, one each"
         self._td[rows.to(self._td.device)] = td.to(self._td.device, TD_DTYPE)
 
     def draw(self, n:int) -> torch.Tensor:
-        "`n` storage indices to sample"
+        "`n` storage indices to sample, marked as handed out (`stamp`)"
         raise NotImplementedError
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
@@ -190,14 +222,20 @@ class Sampler:
         return self.storage.gather(idxs), idxs
 
     def update_td(self, td_errors, idxs):
-        "Keep `td_errors` as the TD errors of storage rows `idxs`; for a repeated index the last write wins"
+        "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows overwritten since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
         n, dev = len(self.storage), self._td.device
-        if self._td_host is not None:
+        if self._td_host is not None and self._handed_np is not None:
             arrays = td_arrays(n, dev, td_errors, idxs)
-            if arrays is not None: return put_in_order(self._td_host, *arrays)
+            if arrays is not None:
+                i, td = arrays
+                ok = self._handed_np[i] != STALE
+                if not ok.all(): self._stale_np += len(i) - int(ok.sum()); i, td = i[ok], td[ok]
+                return put_in_order(self._td_host, i, td)
         idxs, td = td_rows(n, dev, td_errors, idxs)
         if len(idxs):
-            idxs, td = last_wins(idxs, td)
+            ok = (self.handed[idxs.to(self.handed.device)] != STALE).to(dev)
+            self._n_stale += (~ok).sum().to(self._n_stale.device)
+            idxs, td = last_wins(idxs, torch.where(ok, td, self._td[idxs]))  # a stale row is written its own value: no host synchronization
             self._td[idxs] = td
 
     def settings(self) -> dict:
@@ -219,7 +257,9 @@ class Sampler:
         "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ...: the TD errors, and more in a subclass"
         self._td[:len(rows)] = src.td_errors[rows.to(src.td_errors.device)].to(self._td.device)
 
-    def state_dict(self) -> dict: return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone()}
+    def state_dict(self) -> dict:
+        return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone(),
+                'handed': self.handed.clone(), 'n_stale': self.n_stale}
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
@@ -231,33 +271,60 @@ class Sampler:
         if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
             raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
                                             f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps ({len(self._td)},) float32')
+        for k in ('handed', 'written_at', 'sampled_at'):  # the marks, or the clocks they were kept as before
+            a = state.get(k)
+            if a is None: continue
+            want = torch.int8 if k == 'handed' else torch.int64
+            if not isinstance(a, (torch.Tensor, np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape) or torch.as_tensor(a).dtype != want:
+                raise ExperienceReplayException(f'the state holds {k} of shape {tuple(getattr(a, "shape", ()))} {getattr(a, "dtype", type(a).__name__)}, '
+                                                f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
+            if k == 'handed' and not bool(((torch.as_tensor(a) >= NEW) & (torch.as_tensor(a) <= STALE)).all()):
+                raise ExperienceReplayException(f'the state holds hand-out marks outside {NEW}..{STALE}')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
         self._load_td(state)
     def _load_td(self, state:dict):
-        "The TD errors of a checked state (none: every row's starts at 0)"
+        "The TD errors and hand-out marks of a checked state (none: every row's TD error 0, and no row handed out)"
         td = state.get('td')
         if td is None: self._td.zero_()
         else: self._td.copy_(torch.as_tensor(td))
+        self.handed.copy_(handed_marks(state, len(self.handed)))
+        self._n_stale.fill_(int(state.get('n_stale', 0)))
+
+_NEVER = torch.iinfo(torch.int64).max  # the hand-out time of a row never handed out, in states that kept clocks
+
+def handed_marks(state:dict, n:int) -> torch.Tensor:
+    "The hand-out marks of the `n` rows of checked sampler state `state`; from a state that kept each row's write and hand-out times, those marks"
+    if state.get('handed') is not None: return torch.as_tensor(state['handed'])
+    if state.get('written_at') is None: return torch.zeros(n, dtype=torch.int8)  # none kept: no row handed out
+    w, s = torch.as_tensor(state['written_at']), torch.as_tensor(state['sampled_at'])
+    return torch.where(s == _NEVER, NEW, torch.where(w <= s, OUT, STALE)).to(torch.int8)
 
 # %% ../../nbs/06_memory.core.ipynb #24d682ac
 class UniformSampler(Sampler):
     "Rows drawn uniformly with replacement from those the storage can build"
     def draw(self, n:int) -> torch.Tensor:
+        idxs = self.candidates(n)
+        self.stamp(idxs)
+        return idxs
+
+    def candidates(self, n:int) -> torch.Tensor:
+        "`n` storage indices drawn uniformly from the rows the storage can build, not marked as handed out"
         st, g = self.storage, self.generator
         if st.always_valid: return torch.randint(len(st), (n,), generator=g, device=g.device)
         if len(st) == 0: raise NoValidTransitions('the memory is empty')
         rows = torch.randint(len(st), (n,), generator=g).numpy()
         for _ in range(16):  # redraw the invalid ones: each draw ends uniform over the valid rows
             bad = ~st.valid(rows)
-            if not bad.any(): return torch.from_numpy(rows)
+            if not bad.any(): break
             rows[bad] = torch.randint(len(st), (int(bad.sum()),), generator=g).numpy()
-        ok = np.flatnonzero(st.valid(np.arange(len(st))))  # few valid rows: draw among them directly
-        if not len(ok): raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
-        bad = ~st.valid(rows)
-        rows[bad] = ok[torch.randint(len(ok), (int(bad.sum()),), generator=g).numpy()]
-        st.valid(rows)
+        else:
+            ok = np.flatnonzero(st.valid(np.arange(len(st))))  # few valid rows: draw among them directly
+            if not len(ok): raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
+            bad = ~st.valid(rows)
+            rows[bad] = ok[torch.randint(len(ok), (int(bad.sum()),), generator=g).numpy()]
+            st.valid(rows)
         return torch.from_numpy(rows)
 
 # %% ../../nbs/06_memory.core.ipynb #3a5868b5

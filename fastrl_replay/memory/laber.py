@@ -131,7 +131,7 @@ class LaBERSampler(UniformSampler):
                                             'surrogate priority per row, before it can sample')
         before = self.generator.get_state()
         try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
-            large = self.draw(self.m * bs)
+            large = self.candidates(self.m * bs)
             batch = self.storage.gather(large)
             with torch.no_grad(): prios = self.score(batch)
             laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
@@ -142,6 +142,7 @@ class LaBERSampler(UniformSampler):
         keep = kept['indexes']
         out, idxs = batch[keep], large[keep]
         out['weight'] = kept['weights'][:, None].to(self.storage.batch_device)
+        self.stamp(idxs)  # only the rows kept are handed out
         self.sample_counts.index_add_(0, idxs.to(self.sample_counts.device), torch.ones_like(idxs))
         return out, idxs
 
