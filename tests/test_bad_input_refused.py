@@ -296,3 +296,71 @@ def test_lists_into_float_column_stored(name):
     mem.append({**row, 'state': [1, 2, 3, 4], 'reward': [0.5]})
     last = mem.storage.memory['state'][len(mem) - 1]
     assert len(mem) == 4 and last.tolist() == [1., 2., 3., 4.] and mem.storage.memory['reward'][3].tolist() == [0.5]
+
+# --- the adapters: meta tensors, strings and complex numbers as priorities, flags
+
+def _cpprb(prioritized=False):
+    from fastrl_replay.compat import cpprb
+    rb = (cpprb.PrioritizedReplayBuffer if prioritized else cpprb.ReplayBuffer)(16, {'obs': {'shape': 2}, 'act': {}, 'rew': {}, 'done': {}})
+    for i in range(6): rb.add(obs=np.ones(2) * i, act=i, rew=1., done=0.)
+    return rb
+
+def _rb_state(rb):
+    "An adapter's memory whole, with what the adapter keeps beside it"
+    import copy
+    return copy.deepcopy({'memory': snapshot(rb.replay if hasattr(rb, 'replay') else rb),
+                          'rest': {k: v for k, v in vars(rb).items() if k not in ('replay', '_views', '_slot_views', 'lock')}})
+
+def refused_by(rb, call, msg:str):
+    "Assert `call()` raises `ExperienceReplayException` with exactly `msg` and leaves adapter `rb` as it was"
+    before = _rb_state(rb)
+    with pytest.raises(ExperienceReplayException, match=f'^{re.escape(msg)}$'): call()
+    assert same_state(before['memory'], _rb_state(rb)['memory'])
+    assert repr(before['rest']) == repr(_rb_state(rb)['rest'])
+
+@pytest.mark.parametrize('call,msg', [
+    (lambda rb: rb.add(obs=META(2), act=1, rew=1., done=0.), META_MSG.format('obs', (2,), 'float32')),
+    (lambda rb: rb.update_priorities([0, 1], ['a', 'b']), 'priorities: expected numbers, got list of str'),
+    (lambda rb: rb.update_priorities([0, 1], np.array([1+1j, 1.])), 'priorities: expected real numbers, got complex128'),
+    (lambda rb: rb.update_priorities([0, 1], META(2)), META_MSG.format('priorities', (2,), 'float32')),
+    (lambda rb: rb.update_priorities(META(2, dtype=torch.int64), [1., 1.]), META_MSG.format('indexes', (2,), 'int64')),
+])
+def test_cpprb_bad_values_refused(call, msg):
+    rb = _cpprb(prioritized=True)
+    refused_by(rb, lambda: call(rb), msg)
+
+def test_sb3_meta_refused():
+    import gymnasium as gym
+    from fastrl_replay.compat import sb3
+    rb = sb3.ReplayBuffer(16, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2))
+    z = lambda *s: np.zeros(s, np.float32)
+    for _ in range(5): rb.add(z(1, 2), z(1, 2), z(1, 1), z(1), z(1), [{}])
+    refused_by(rb, lambda: rb.add(META(1, 2), z(1, 2), z(1, 1), z(1), z(1), [{}]), META_MSG.format('obs', (1, 2), 'float32'))
+
+def _dopamine(prioritized=False):
+    from fastrl_replay.compat import reagent
+    b = (reagent.OutOfGraphPrioritizedReplayBuffer if prioritized else reagent.OutOfGraphReplayBuffer)((2,), 1, 16, 2)
+    for i in range(5): b.add(np.full(2, i, np.uint8), 0, 1., False)
+    return b
+
+@pytest.mark.parametrize('flag', ['False', float('nan'), 0.5, None])
+def test_reagent_terminal_not_a_flag_refused(flag):
+    b = _dopamine()
+    refused(b, lambda: b.add(np.zeros(2, np.uint8), 0, 1., flag), f'terminal must be a bool, or a number that is 0 or 1, got {flag!r}')
+
+@pytest.mark.parametrize('call,msg', [
+    (lambda b: b.add(META(2, dtype=torch.uint8), 0, 1., False), META_MSG.format('observation', (2,), 'uint8')),
+    (lambda b: b.set_priority([0, 1], np.array([1+1j, 1.])), 'priorities: expected real numbers, got complex128'),
+    (lambda b: b.set_priority([0, 1], ['a', 'b']), 'priorities: expected numbers, got list of str'),
+])
+def test_reagent_bad_values_refused(call, msg):
+    b = _dopamine(prioritized=True)
+    refused(b, lambda: call(b), msg)
+
+@pytest.mark.parametrize('flag,stored', [(np.uint8(1), True), (2, True), (0, False), (1., True), (False, False)])
+def test_reagent_int_terminal_stored(flag, stored):
+    "An int terminal counts when it is not 0, as ReAgent's and Dopamine's uint8 terminal column holds it"
+    b = _dopamine()
+    row = b.cursor()
+    b.add(np.zeros(2, np.uint8), 0, 1., flag)
+    assert bool(b.storage.terminal[row]) is stored

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, is_int, check_number, check_positive
-from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.checks import as_idxs, TORCH_DTYPES, host_array, priority_tensor
 from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
@@ -157,7 +157,7 @@ class ReplayBuffer:
         with np.errstate(invalid='ignore', over='ignore'):  # casts as NumPy's assignment casts, as cpprb's
             for k, (shape, dtype, stored) in self._cols.items():
                 a = kwargs[k]
-                if type(a) is not np.ndarray: a = np.asarray(a)
+                if type(a) is not np.ndarray: a = host_array(a, k)
                 if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
                 try: a = a.reshape(-1, *shape)
                 except ValueError:
@@ -315,7 +315,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
     def _checked_priorities(self, priorities, n:int, what:str='priorities') -> np.ndarray:
         "`priorities` as `n` float32 values, each finite and >= 0; raise otherwise"
-        p = np.ravel(np.asarray(priorities, dtype=np.float32)) if priorities is not None else None
+        p = np.ravel(priority_tensor(priorities, 'cpu').numpy().astype(np.float32)) if priorities is not None else None
         if p is None or len(p) != n:
             raise ExperienceReplayException(f'{what}: expected {n} priorities, one per transition, got {None if p is None else len(p)}')
         if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
@@ -372,7 +372,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 def _whole(v, what:str):
     "`v` with float values taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
-    a = np.asarray(v)
+    a = host_array(v, what)
     if a.dtype.kind != 'f': return v
     if not np.isfinite(a).all() or (a != np.round(a)).any():
         raise ExperienceReplayException(f'{what}: expected whole numbers, got {a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')

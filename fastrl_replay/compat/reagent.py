@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
-from ..memory.checks import cast_exactly, as_idxs
+from ..memory.checks import cast_exactly, as_idxs, host_array, as_flag
 from ..memory.core import UniformSampler, Replay
 from ..memory.frames import FrameStorage, ReplayElement
 from ..memory.circular import ReAgentRing
@@ -62,10 +62,12 @@ class PaddedFrameStorage(FrameStorage):
         act = _value('action', action, self.action_shape, self.action_dtype)
         rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
         if rew.dtype.kind == 'f' and not np.isfinite(rew).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
-        t = to_numpy(terminal)
+        t = host_array(terminal, 'terminal')
         if t.size != 1: raise ExperienceReplayException(f'terminal: expected one value, got shape {t.shape}')
         ex = {e.name: _value(e.name, extras[e.name], e.shape, e.type) for e in self.extras if e.name != _PAD}
-        term, first = bool(t.reshape(())), self.add_count
+        # an int ends the episode when it is not 0, as the peers' uint8 terminal column holds it; anything else must be a bool, 0 or 1
+        term = bool(t.reshape(()).item()) if t.dtype.kind in 'biu' else as_flag(t.reshape(()).item(), 'terminal')
+        first = self.add_count
         if self.opens_episode:
             zeros = {e.name: np.zeros(e.shape, e.type) for e in self.extras if e.name != _PAD}
             for _ in range(self.stack_size - 1):
@@ -105,7 +107,7 @@ class PaddedFrameStorage(FrameStorage):
 def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
     "`v` as an array of `shape` and `dtype`: a float rounds to a float dtype, anything else must fit exactly"
     if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array of shape {shape}, got a dict (sparse features are not supported)')
-    a = to_numpy(v)
+    a = host_array(v, name)
     if a.shape != tuple(shape): raise ExperienceReplayException(f'{name}: expected shape {tuple(shape)}, got {a.shape}')
     if a.dtype == dtype: return a
     if a.dtype.kind == 'f' and dtype.kind == 'f': return a.astype(dtype)

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3Repl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 from ..errors import ExperienceReplayException, is_int, check_positive
-from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.checks import as_idxs, TORCH_DTYPES, host_array
 from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
@@ -146,7 +146,7 @@ class ReplayBuffer(SB3ReplayBuffer):
     def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
         "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
         shape, dtype = self._specs[key]
-        a, target = np.asarray(v), (self.n_envs, *shape)
+        a, target = host_array(v, name), (self.n_envs, *shape)
         if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{name}: expected numbers, got an array of {a.dtype}')
         try: a = a.reshape(target) if reshape else np.broadcast_to(a, target)
         except ValueError:
@@ -179,10 +179,14 @@ class ReplayBuffer(SB3ReplayBuffer):
         nd = np.ndarray
         if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
         if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
-        if type(action) is not nd or action.shape != sa or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+        if type(action) is not nd or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+        elif action.shape != sa: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
         if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
         if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
-        timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
+        timeouts = None
+        if self.handle_timeout_termination:  # one environment's info dict, as a single-env loop passes it: its flag as it is
+            if type(infos) is list and len(infos) == 1 == self.n_envs and type(i0 := infos[0]) is dict and type(f := i0.get('TimeLimit.truncated', False)) is bool: timeouts = f
+            else: timeouts = self._timeouts(infos)
         st = self.replay.storage
         o, no, a, r, d, t = self._slot_views
         slot = st.pointer % st.max_sz // self.n_envs

@@ -213,6 +213,7 @@ def row_td(v) -> torch.Tensor:
 def as_flag(v, name:str) -> bool:
     "`v` as a bool: a bool, or a number (Python, NumPy, or a tensor of one value) that is exactly 0 or 1; raise on anything else"
     if type(v) is bool: return v
+    if type(v) is np.bool_: return bool(v)  # what gymnasium gives
     check_values(v, name)
     a = host_array(v, name) if isinstance(v, (torch.Tensor, np.ndarray, np.generic)) else None
     if a is None and isinstance(v, (int, float)): a = np.asarray(v)

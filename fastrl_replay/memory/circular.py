@@ -97,9 +97,10 @@ class CircularReplayBuffer(ReAgentRing, Replay):
             env_id:int=0, # The environment the step comes from: steps of different environments never mix
             **kwargs): # Extra elements by name
         "Write one step at the cursor; the next observation is the one the same environment adds next"
-        row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
-                                    next_observation=next_observation, env_id=env_id, **kwargs)
-        self.sampler.added(row, 1)
+        with self.lock:
+            row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
+                                        next_observation=next_observation, env_id=env_id, **kwargs)
+            self.sampler.added(row, 1)
     @property
     def prioritized(self) -> bool:
         "Sampled by priority"
@@ -142,24 +143,25 @@ class CircularReplayBuffer(ReAgentRing, Replay):
         return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
     def _valid_at(self, rows:np.ndarray) -> np.ndarray:
         "Whether each of `rows` (indices in range) starts a transition that can be built exactly from what is stored"
-        return self.storage.valid(rows)
+        with self.lock: return self.storage.valid(rows)
     def _draw(self, batch_size:int) -> torch.Tensor:
         "`batch_size` valid indices drawn by the sampler"
         check_positive(batch_size, 'batch_size')
-        return self.sampler.draw(batch_size)
+        with self.lock: return self.sampler.draw(batch_size)
     def sample_transition_batch(self,
                                 batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
                                 indices=None): # Indices to build instead of sampling; each must be valid
         "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
-        if indices is None:
-            bs = batch_size if batch_size is not None else self.bs
-            check_positive(bs, 'batch_size')
-            b, rows = self.sampler.sample(bs)
-        else:
-            rows = as_idxs(indices, len(self), 'cpu')
-            if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
-            b = self.storage.gather(rows)
-            if self.prioritized: b['weight'] = self.sampler.weights(rows)
+        with self.lock:
+            if indices is None:
+                bs = batch_size if batch_size is not None else self.bs
+                check_positive(bs, 'batch_size')
+                b, rows = self.sampler.sample(bs)
+            else:
+                rows = as_idxs(indices, len(self), 'cpu')
+                if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
+                b = self.storage.gather(rows)
+                if self.prioritized: b['weight'] = self.sampler.weights(rows)
         b['indices'] = rows
         return b
     def get_transition_elements(self, batch_size:int|None=None) -> list:
@@ -178,11 +180,11 @@ class CircularReplayBuffer(ReAgentRing, Replay):
     def set_priority(self, indices, priorities):
         "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
         self._check_prioritized('set_priority')
-        self.sampler.set_priority(indices, priorities)
+        with self.lock: self.sampler.set_priority(indices, priorities)
     def get_priority(self, indices) -> torch.Tensor:
         "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
         self._check_prioritized('get_priority')
-        return self.sampler.get_priority(as_idxs(indices, len(self), 'cpu'))
+        with self.lock: return self.sampler.get_priority(as_idxs(indices, len(self), 'cpu'))
 
 forward_attrs(CircularReplayBuffer, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')

@@ -97,16 +97,18 @@ class _WrittenRows:
         if TD_KEY in b:
             rest = {k: v for k, v in b.items() if k != TD_KEY}
             b, td = rest, batch_td(b[TD_KEY], rest)
-        self.storage.add(b)
-        self._notify(); self._wrote_td(td)
+        with self.lock:
+            self.storage.add(b)
+            self._notify(); self._wrote_td(td)
         return self
 
     def append(self, transition):
         "Add one transition in place and return the memory"
         t, td = as_transition(transition, self.fields), None
         if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
-        self.storage.add_row(t)
-        self._notify(); self._wrote_td(td)
+        with self.lock:
+            self.storage.add_row(t)
+            self._notify(); self._wrote_td(td)
         return self
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:

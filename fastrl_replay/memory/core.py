@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 import numpy as np, torch
-import copy, dataclasses, importlib, re
+import copy, dataclasses, importlib, re, threading
 from pathlib import Path
 from fastcore.basics import ifnone
 from ..core import BD
@@ -350,8 +350,12 @@ class Replay:
         if not is_int(warmup_sz) or not 0 <= warmup_sz <= storage.max_sz:
             raise ExperienceReplayException(f'warmup_sz must be an int between 0 and max_sz={storage.max_sz}, got {warmup_sz!r}')
         self.bs, self.warmup_sz, self.storage, self.sampler = bs, warmup_sz, storage, ifnone(sampler, UniformSampler())
+        self.lock = threading.RLock()  # held by every call that reads or writes the rows or the sampler's state
         self.sampler.attach(storage)
         if memory is not None: self + memory
+
+    def __getstate__(self) -> dict: return {k: v for k, v in self.__dict__.items() if k != 'lock'}
+    def __setstate__(self, state:dict): self.__dict__.update(state); self.lock = threading.RLock()  # a copy has a lock of its own
 
     fields = None  # names of the elements of a transition given as a plain tuple to `append`
     makes_n_step = False  # the rows are transitions as given: whoever feeds the memory folds the n-step returns
@@ -387,9 +391,10 @@ class Replay:
     def __add__(self, other) -> Replay:
         "Write the rows of `other` at the write position, in place, and return the memory"
         b = batch_of(other)
-        if TD_KEY in b: return self._add_with_td(b)
-        start, n = self.storage.add(b)
-        if n: self.sampler.added(start, n)
+        with self.lock:
+            if TD_KEY in b: return self._add_with_td(b)
+            start, n = self.storage.add(b)
+            if n: self.sampler.added(start, n)
         return self
 
     def _add_with_td(self, b:Mapping) -> Replay:
@@ -408,15 +413,16 @@ class Replay:
         t = as_transition(transition, self.fields)
         td = None
         if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
-        start, n = self.storage.add_row(t)
-        if n:
-            self.sampler.added(start, n)
-            if td is not None: self.sampler.take_td(torch.tensor([start]), td)
+        with self.lock:
+            start, n = self.storage.add_row(t)
+            if n:
+                self.sampler.added(start, n)
+                if td is not None: self.sampler.take_td(torch.tensor([start]), td)
         return self
 
     def row(self, i:int):
         "Row `i` in storage order, as a named tuple of its values"
-        return self.storage.row(i)
+        with self.lock: return self.storage.row(i)
 
     def __radd__(self, other):
         raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
@@ -428,42 +434,46 @@ class Replay:
         "A batch of `bs` rows drawn by the sampler, and their storage indices"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
-        if len(self) < max(self.warmup_sz, 1):
-            raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
-        return self.sampler.sample(bs)
+        with self.lock:
+            if len(self) < max(self.warmup_sz, 1):
+                raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
+            return self.sampler.sample(bs)
 
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                   idxs): # n storage indices, as `sample` returned them
         "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
-        self.sampler.update_td(td_errors, idxs)
+        with self.lock: self.sampler.update_td(td_errors, idxs)
 
     def __getitem__(self, idx) -> Replay:
         "A new memory of the same kind holding the rows `idx` selects, in storage order"
-        rows, positions = self.storage.select(idx)
-        new = copy.copy(self)
-        new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
-        new.sampler.attach(new.storage)
-        new + rows
-        new.sampler.copy_rows(self.sampler, positions)
+        with self.lock:
+            rows, positions = self.storage.select(idx)
+            new = copy.copy(self)  # with a lock of its own
+            new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
+            new.sampler.attach(new.storage)
+            new + rows
+            new.sampler.copy_rows(self.sampler, positions)
         return new
 
     def state_dict(self) -> dict:
-        "Everything that restores this memory into one made with the same settings"
-        return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
-                'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
+        "Everything that restores this memory into one made with the same settings: views of its arrays, which later writes change (hold `lock` while using them)"
+        with self.lock:
+            return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
+                    'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
 
     def load_state_dict(self,
                         state:dict, # What `state_dict` returned
                         assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
         "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
         check_kind(self, state)
-        storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
-        sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
-        self.storage.check_state(storage); self.sampler.check_state(sampler)
-        self.storage.load_state_dict(storage, assign=assign)
-        self.sampler.load_state_dict(sampler)
-        self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
+        with self.lock:
+            storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
+            sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
+            self.storage.check_state(storage); self.sampler.check_state(sampler)
+            self.storage.load_state_dict(storage, assign=assign)
+            self.sampler.load_state_dict(sampler)
+            self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
     def settings(self) -> dict:
         "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"

@@ -17,6 +17,7 @@ from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is
 from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values, host_array
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
+from .kernels import put_row_bytes
 
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay']
@@ -154,6 +155,7 @@ class ColumnStorage(Storage):
         self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
         self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
                            for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
+        self._tensor_row = _tensor_row_plan(cols) if host else None
 
     def _check(self, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
@@ -190,6 +192,7 @@ class ColumnStorage(Storage):
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
         if self._cols is not None:
+            if self._tensor_row is not None and (r := self._put_tensor_row(b)) is not None: return r
             if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
             if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
                 try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
@@ -198,6 +201,21 @@ class ColumnStorage(Storage):
         n, srcs = self._check(b, cols)
         if self._cols is None: self._allocate(cols)
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+    def _put_tensor_row(self, b:Mapping) -> tuple[int, int]|None:
+        "Write `b` when it is one row of CPU tensors of exactly each column's dtype and shape, in column order, copied by address; its row and 1, or None (nothing written)"
+        keys, spec, (dsts, strides, nbytes) = self._tensor_row
+        if tuple(b) != keys: return None
+        ptrs, T = [], torch.Tensor
+        for v, (dtype, shape, neg, contig) in zip(b.values(), spec):
+            if (type(v) is not T or v.dtype is not dtype or v.shape != shape or not v.is_cpu
+                or (neg and v.is_neg()) or (contig and not v.is_contiguous())): return None
+            ptrs.append(v.data_ptr())
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        put_row_bytes(tuple(ptrs), dsts, strides, nbytes, p)
+        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+        if self.files is not None: self.files.wrote(self._row_bytes)
+        return p, 1
 
     def _exact_row(self, b:Mapping) -> list|None:
         "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
@@ -369,7 +387,9 @@ class ColumnStorage(Storage):
         for c in self._cols:  # every value checked before any is written
             v = row.get(c.key, _MISSING)
             if v is _MISSING: vals = None; break
-            vals.append(_one(c, v)); found += 1
+            t = type(v)  # an array or NumPy scalar of exactly the column's dtype and shape passes as it is
+            vals.append(v if (t is np.ndarray or t is c.np_scalar) and v.dtype is c.np_dtype and v.shape == c.shape else _one(c, v))
+            found += 1
         if vals is None or found != len(row):
             keys = row.keys()
             raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
@@ -445,6 +465,13 @@ def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
 def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
     c.offset, c.inner_strides = offset, tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
+
+def _tensor_row_plan(cols:list[_Col]) -> tuple|None:
+    "What `_put_tensor_row` needs to copy a row of tensors by address: the keys in column order, per column its dtype, row shape and the views to refuse, and the destinations; None when a column's rows are not contiguous or hold complex numbers"
+    if any(not c.np[:1].flags.c_contiguous or c.dtype.is_complex for c in cols): return None
+    spec = tuple((c.dtype, torch.Size((1, *c.shape)), c.dtype.is_floating_point, math.prod(c.shape) > 1) for c in cols)  # a real view of complex numbers can be negated; one value is always contiguous
+    dests = tuple(np.array(a, np.int64) for a in zip(*[(c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes) for c in cols]))
+    return tuple(c.key for c in cols), spec, dests
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 def _single_row(b:Mapping) -> dict|None:

@@ -107,8 +107,9 @@ class FrameStorage(Storage):
         self._gpow = np.array([self.gamma ** i for i in range(self.n_steps + 1)])
         self._watching, self._changes, self._plan_cache = False, [], None
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        row_bytes = sum(np.dtype(t).itemsize * math.prod(s) for _, s, t in [('', self.obs_shape, self.obs_dtype), ('', self.action_shape, self.action_dtype),
-                        ('', self.reward_shape, self.reward_dtype), *self.extras]) + 42
+        values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype), (self.reward_shape, self.reward_dtype),
+                  *((e.shape, e.type) for e in self.extras)]
+        row_bytes = sum(np.dtype(t).itemsize * math.prod(s) for s, t in values) + 42  # and the flags, links and ids of a step
         with allocating(f'max_sz={self.max_sz}: the steps', self.max_sz, row_bytes): self._allocate()
 
     def settings(self) -> dict:
