@@ -9,7 +9,6 @@ from __future__ import annotations
 import io, json, os, random, re, time, zlib
 from pathlib import Path
 import numpy as np, torch
-from fastcore.basics import patch
 from fastcore.foundation import L
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.callback.schedule import ParamScheduler
@@ -198,81 +197,74 @@ class CheckpointCallback(Callback):
         if self.resume_at is not None: self._restore_fit()  # the run had ended: nothing was left to train
         if self.pos == (self.n_epoch, 0) and self.last != self.pos: self.save()
 
-# %% ../nbs/12_checkpoint.ipynb #7a265ccb
-@patch
-def run_state(self:CheckpointCallback) -> dict:
-    "Everything the run needs to carry on from where it stands"
-    r = self.recorder
-    return dict(
-        position=dict(epoch=self.pos[0], batch=self.pos[1], n_epoch=self.n_epoch, n_iter=len(self.dls.train),
-                      train_iter=self.train_iter, pct_train=self.pct_train),
-        env_steps=self.source.stats().env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
-        model=self.model.state_dict(), opt=self.opt.state_dict(),
-        callbacks={cb.name: cb.state_dict() for cb in self.cbs if _stateful(cb)},
-        data=self.dls.train.dataset.state_dict(),
-        recorder=dict(lrs=np.array(r.lrs, np.float64), iters=list(r.iters), values=[list(v) for v in r.values],
-                      losses=torch.stack(r.losses) if r.losses else None, smooth_count=r.smooth_loss.count, smooth_val=r.smooth_loss.val,
-                      final_record=None if getattr(self.learn, 'final_record', None) is None else list(self.learn.final_record)),
-        schedules={cb.name: {k: np.array(v, np.float64) for k, v in cb.hps.items()} for cb in self.cbs
-                   if isinstance(cb, ParamScheduler) and 'hps' in vars(cb)},
-        rng=rng_states())
+    def run_state(self) -> dict:
+        "Everything the run needs to carry on from where it stands"
+        r = self.recorder
+        return dict(
+            position=dict(epoch=self.pos[0], batch=self.pos[1], n_epoch=self.n_epoch, n_iter=len(self.dls.train),
+                          train_iter=self.train_iter, pct_train=self.pct_train),
+            env_steps=self.source.stats().env_steps, elapsed=self.elapsed0 + time.perf_counter() - self.t0,
+            model=self.model.state_dict(), opt=self.opt.state_dict(),
+            callbacks={cb.name: cb.state_dict() for cb in self.cbs if _stateful(cb)},
+            data=self.dls.train.dataset.state_dict(),
+            recorder=dict(lrs=np.array(r.lrs, np.float64), iters=list(r.iters), values=[list(v) for v in r.values],
+                          losses=torch.stack(r.losses) if r.losses else None, smooth_count=r.smooth_loss.count, smooth_val=r.smooth_loss.val,
+                          final_record=None if getattr(self.learn, 'final_record', None) is None else list(self.learn.final_record)),
+            schedules={cb.name: {k: np.array(v, np.float64) for k, v in cb.hps.items()} for cb in self.cbs
+                       if isinstance(cb, ParamScheduler) and 'hps' in vars(cb)},
+            rng=rng_states())
 
-@patch
-def _memories(self:CheckpointCallback) -> dict:
-    "The replay memories of the learner's replay callbacks, by name, as their `memories()` give them"
-    mems = {k: m for cb in self.cbs if isinstance(cb, ExperienceReplayCallback) for k, m in cb.memories().items()}
-    other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
-    if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
-    return mems
+    def _memories(self) -> dict:
+        "The replay memories of the learner's replay callbacks, by name, as their `memories()` give them"
+        mems = {k: m for cb in self.cbs if isinstance(cb, ExperienceReplayCallback) for k, m in cb.memories().items()}
+        other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
+        if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
+        return mems
 
-@patch
-def save(self:CheckpointCallback):
-    "Write the run, as it stands after the last batch or epoch, to `self.path`"
-    write_checkpoint(self.path, self.run_state(), self._memories())
-    self.due, self.next_at, self.last = False, self._next(self.source.stats().env_steps), self.pos
+    def save(self):
+        "Write the run, as it stands after the last batch or epoch, to `self.path`"
+        write_checkpoint(self.path, self.run_state(), self._memories())
+        self.due, self.next_at, self.last = False, self._next(self.source.stats().env_steps), self.pos
 
-# %% ../nbs/12_checkpoint.ipynb #8ab78fc5
-@patch
-def _restore(self:CheckpointCallback, ck:dict):
-    "Restore everything but the fit's counters and history (which fastai resets as fit starts) from checkpoint `ck`"
-    pos = ck['position']
-    if (pos['n_epoch'], pos['n_iter']) != (self.n_epoch, len(self.dls.train)):
-        raise CheckpointError(f"the checkpoint at {self.path} is of a fit of {pos['n_epoch']} epochs of {pos['n_iter']} batches; "
-                              f'this fit has {self.n_epoch} epochs of {len(self.dls.train)}')
-    if pos['batch'] and not isinstance(self.dls.train, TransitionLoader):
-        raise CheckpointError('resuming part-way through an epoch needs a TransitionLoader (`gym_dataloaders`), '
-                              f'got a {type(self.dls.train).__name__}')
-    cbs, mems = {cb.name: cb for cb in self.cbs if _stateful(cb)}, self._memories()
-    for what, saved, here in (('callbacks', ck['callbacks'], cbs), ('replay memories', ck['memories'], mems)):
-        if sorted(saved) != sorted(here):
-            raise CheckpointError(f'the checkpoint at {self.path} holds the {what} {sorted(saved)}; this learner has {sorted(here)}')
-    try:
-        self.model.load_state_dict(ck['model'])
-        self.opt.load_state_dict(ck['opt'])
-        for name, cb in cbs.items(): cb.load_state_dict(ck['callbacks'][name])
-        for name, mem in mems.items(): load_memory_state(mem, ck['memories'][name])
-        self.dls.train.dataset.load_state_dict(ck['data'])
-    except CheckpointError: raise  # damage, named by file
-    except (RuntimeError, KeyError, ValueError, TypeError, ExperienceReplayException) as e:
-        raise CheckpointError(f'the checkpoint at {self.path} does not fit this learner: {e}') from e
-    set_rng_states(ck['rng'])
-    self.resume_at, self.saved, self.last = ck, None, (pos['epoch'], pos['batch'])
-    self.resumed_elapsed = self.elapsed0 = ck['elapsed']
-    self.pos = self.last
+    def _restore(self, ck:dict):
+        "Restore everything but the fit's counters and history (which fastai resets as fit starts) from checkpoint `ck`"
+        pos = ck['position']
+        if (pos['n_epoch'], pos['n_iter']) != (self.n_epoch, len(self.dls.train)):
+            raise CheckpointError(f"the checkpoint at {self.path} is of a fit of {pos['n_epoch']} epochs of {pos['n_iter']} batches; "
+                                  f'this fit has {self.n_epoch} epochs of {len(self.dls.train)}')
+        if pos['batch'] and not isinstance(self.dls.train, TransitionLoader):
+            raise CheckpointError('resuming part-way through an epoch needs a TransitionLoader (`gym_dataloaders`), '
+                                  f'got a {type(self.dls.train).__name__}')
+        cbs, mems = {cb.name: cb for cb in self.cbs if _stateful(cb)}, self._memories()
+        for what, saved, here in (('callbacks', ck['callbacks'], cbs), ('replay memories', ck['memories'], mems)):
+            if sorted(saved) != sorted(here):
+                raise CheckpointError(f'the checkpoint at {self.path} holds the {what} {sorted(saved)}; this learner has {sorted(here)}')
+        try:
+            self.model.load_state_dict(ck['model'])
+            self.opt.load_state_dict(ck['opt'])
+            for name, cb in cbs.items(): cb.load_state_dict(ck['callbacks'][name])
+            for name, mem in mems.items(): load_memory_state(mem, ck['memories'][name])
+            self.dls.train.dataset.load_state_dict(ck['data'])
+        except CheckpointError: raise  # damage, named by file
+        except (RuntimeError, KeyError, ValueError, TypeError, ExperienceReplayException) as e:
+            raise CheckpointError(f'the checkpoint at {self.path} does not fit this learner: {e}') from e
+        set_rng_states(ck['rng'])
+        self.resume_at, self.saved, self.last = ck, None, (pos['epoch'], pos['batch'])
+        self.resumed_elapsed = self.elapsed0 = ck['elapsed']
+        self.pos = self.last
 
-@patch
-def _restore_fit(self:CheckpointCallback) -> int:
-    "Put back fastai's counters and the recorder's and the schedulers' history; the batch the epoch carries on at"
-    ck, self.resume_at = self.resume_at, None
-    pos, rec, r = ck['position'], ck['recorder'], self.recorder
-    self.learn.train_iter = pos['train_iter']
-    if pos['batch']: self.learn.pct_train = pos['pct_train']  # at an epoch's start fastai has set it, as in the run that stopped
-    r.lrs, r.iters, r.values = list(rec['lrs']), list(rec['iters']), [L(v) for v in rec['values']]
-    r.losses = [] if rec['losses'] is None else list(rec['losses'])
-    r.smooth_loss.count, r.smooth_loss.val = rec['smooth_count'], rec['smooth_val']
-    if rec['final_record'] is not None: self.learn.final_record = L(rec['final_record'])
-    for cb in self.cbs:
-        if isinstance(cb, ParamScheduler) and cb.name in ck['schedules']:
-            cb.hps = {k: list(v) for k, v in ck['schedules'][cb.name].items()}
-            if hasattr(r, 'hps'): r.hps = cb.hps  # the schedule ended with the fit: the recorder has its copy
-    return pos['batch']
+    def _restore_fit(self) -> int:
+        "Put back fastai's counters and the recorder's and the schedulers' history; the batch the epoch carries on at"
+        ck, self.resume_at = self.resume_at, None
+        pos, rec, r = ck['position'], ck['recorder'], self.recorder
+        self.learn.train_iter = pos['train_iter']
+        if pos['batch']: self.learn.pct_train = pos['pct_train']  # at an epoch's start fastai has set it, as in the run that stopped
+        r.lrs, r.iters, r.values = list(rec['lrs']), list(rec['iters']), [L(v) for v in rec['values']]
+        r.losses = [] if rec['losses'] is None else list(rec['losses'])
+        r.smooth_loss.count, r.smooth_loss.val = rec['smooth_count'], rec['smooth_val']
+        if rec['final_record'] is not None: self.learn.final_record = L(rec['final_record'])
+        for cb in self.cbs:
+            if isinstance(cb, ParamScheduler) and cb.name in ck['schedules']:
+                cb.hps = {k: list(v) for k, v in ck['schedules'][cb.name].items()}
+                if hasattr(r, 'hps'): r.hps = cb.hps  # the schedule ended with the fit: the recorder has its copy
+        return pos['batch']

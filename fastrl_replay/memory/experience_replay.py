@@ -12,7 +12,6 @@ from collections import namedtuple
 from pathlib import Path
 import math
 import numpy as np, torch
-from fastcore.basics import patch
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
@@ -110,55 +109,324 @@ class ColumnStorage(Storage):
         if col is None: raise ExperienceReplayException(f'no column {key!r}: the memory has {self.keys}')
         return col.data
 
+    def _schema(self, b:Mapping) -> list[_Col]:
+        "The columns a first batch `b` defines, without allocating them"
+        if not b.keys(): raise ExperienceReplayException('a batch needs at least one column')
+        for k in self.reserved.keys() & b.keys():
+            raise ExperienceReplayException(f'column {k!r} is reserved: {self.reserved[k]}')
+        cols = []
+        for k, v in b.items():
+            v = _column(k, v, keep_numpy=True)
+            if v.ndim == 0: raise ExperienceReplayException(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
+            cols.append(self._col(k, tuple(v.shape[1:]), _torch_dtype(k, v.dtype)))
+        return cols
+
+    def _col(self, key, shape, dtype) -> _Col:
+        return _Col(key, shape, dtype, host=self.device.type == 'cpu' and dtype in NP_DTYPES)
+
+    def _packs(self, cols:list[_Col]) -> bool:
+        "Whether this storage keeps `cols` side by side in one block of rows: in RAM on the CPU, each with a NumPy dtype"
+        return self.files is None and all(c.host for c in cols)
+
+    def _allocate(self, cols:list[_Col], given:dict|None=None, rows:np.ndarray|None=None):
+        "Allocate `max_sz` zeroed rows for each column (or take the host arrays in `given`, or the block `rows` laid out by the columns' offsets): NumPy arrays shared with torch on the CPU, tensors elsewhere"
+        if self.files is not None and any(not c.host for c in cols):
+            raise ExperienceReplayException(f'storage_dir keeps NumPy arrays; column dtypes {[dtype_name(c.dtype) for c in cols if not c.host]} have none')
+        given = given or {}
+        packed = self._packs(cols) and not given
+        if packed: self._rows = _row_block(self.max_sz, cols) if rows is None else rows  # in RAM on the CPU: the values of a row side by side
+        else: self._rows = None
+        for i, c in enumerate(cols):
+            shape = (self.max_sz, *c.shape)
+            if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
+            elif c.key in given: c.np = given[c.key]
+            elif packed: c.np = np.ndarray(shape, c.np_dtype, self._rows, c.offset, (self._rows.strides[0], *c.inner_strides))
+            elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
+            if c.host: c.data = torch.from_numpy(c.np)
+            else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
+        self._cols = cols
+        self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
+        self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
+        self._keys = frozenset(c.key for c in cols)
+        host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
+        self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
+        self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
+                           for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
+
+    def _check(self, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
+        "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
+        keys = b.keys()
+        if cols is self._cols and keys != self._keys:
+            missing, extra = sorted(self._keys - keys), sorted(keys - self._keys)
+            raise ExperienceReplayException(f'batch columns do not match the memory: missing {missing}, extra {extra}')
+        n, srcs = -1, []
+        for c in cols:
+            v = b.get(c.key, _MISSING)
+            if v is _MISSING: srcs.append(None); continue  # a column a subclass lets a batch leave out
+            if type(v) is not torch.Tensor: v = _column(c.key, v, keep_numpy=True)
+            s = tuple(v.shape)
+            if not s or s[1:] != c.shape or (n >= 0 and s[0] != n): self._shape_error(b, c, v, n)
+            n = s[0]
+            if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not storable(v.dtype, c.dtype):
+                raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
+                                                f'{dtype_name(c.dtype)} without loss')
+            srcs.append(v)
+        try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
+        except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
+
+    def _shape_error(self, b, c, v, n):
+        if not v.shape: raise ExperienceReplayException(f'column {c.key!r}: expected a leading batch dimension, got a 0-d tensor')
+        if n >= 0 and v.shape[0] != n:
+            raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
+                                            f'{ {k: _rows(x) for k, x in b.items()} }')
+        raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
+                                        f'got {tuple(v.shape)}')
+
+    def add(self, batch) -> tuple[int, int]:
+        "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
+        if self.writer is not None: return self._add_by_writer(batch)
+        b = batch_of(batch)
+        if self._cols is not None:
+            if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
+            if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
+                try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
+                except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
+        cols = self._cols if self._cols is not None else self._schema(b)
+        n, srcs = self._check(b, cols)
+        if self._cols is None: self._allocate(cols)
+        return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+    def _exact_row(self, b:Mapping) -> list|None:
+        "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
+        if self._exact_spec is None: return None
+        vals, found = [], 0
+        for k, np_dtype, dtype, shape in self._exact_spec:
+            v = b.get(k)
+            if v is None: return None
+            if type(v) is not np.ndarray:
+                if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
+                v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
+            if v.dtype is not np_dtype or v.shape != shape: return None
+            vals.append(v); found += 1
+        return vals if found == len(b) else None
+
+    def _put_row(self, vals:list) -> tuple[int, int]:
+        "Write the one-row arrays `vals` that `_exact_row` checked at the pointer; their row and 1"
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        for rows, v in zip(self._row_views, vals): rows[p] = v
+        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+        if self.files is not None: self.files.wrote(self._row_bytes)
+        return p, 1
+
+    def advance(self, n:int=1) -> tuple[int, int]:
+        "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
+        if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
+            raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
+        self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+        if self.files is not None: self.files.wrote(n * self._row_bytes)
+        return p, n
+
+    def _write(self, srcs:list, n:int) -> tuple[int, int]:
+        "Write `n` rows of `srcs` into the ring, as if one row at a time"
+        skip = max(n - self.max_sz, 0)  # rows this same batch would overwrite
+        p = (0 if self.pointer == self.max_sz else self.pointer) + skip
+        p, m = p % self.max_sz, n - skip
+        end = p + m
+        segs = ((p, end, skip, n),) if end <= self.max_sz else \
+               ((p, self.max_sz, skip, skip + self.max_sz - p), (0, end - self.max_sz, skip + self.max_sz - p, n))
+        whole = len(segs) == 1 and skip == 0  # the common case: the batch lands in one piece
+        if not whole:  # a later piece must not read rows an earlier piece overwrote, as in `er + er.memory`
+            srcs = [s.copy() if c.host and s is not None and np.may_share_memory(s, c.np) else s for c, s in zip(self._cols, srcs)]
+        for c, src in zip(self._cols, srcs):
+            dst = c.np if c.host else c.data
+            if whole: dst[p:end] = 0 if src is None else src  # a column left out starts at 0
+            else:
+                for d0, d1, s0, s1 in segs: dst[d0:d1] = 0 if src is None else src[s0:s1]
+        self.pointer = end if end <= self.max_sz else end - self.max_sz
+        self._len = min(self._len + n, self.max_sz)
+        if self.files is not None: self.files.wrote(m * self._row_bytes)
+        return p, m
+
+    def gather(self, idxs:torch.Tensor) -> BD:
+        "The rows at storage indices `idxs`, as a `BD`"
+        if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
+        i = idxs.numpy()
+        if self._rows is not None and len(i):  # one gather of whole rows, which reads each row's values from neighbouring cache lines
+            r = self._rows.take(i, axis=0)
+            return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
+                            for c in self._cols})
+        return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
+                        for c in self._cols})
+
+    def select(self, idx) -> tuple[BD, torch.Tensor]:
+        "The rows `idx` selects, in storage order, and their storage indices"
+        if isinstance(idx, str): raise ExperienceReplayException(f'columns are read from `memory`: er.memory[{idx!r}]')
+        if self._cols is None: raise ExperienceReplayException(f'cannot index an empty memory with {idx!r}')
+        if not isinstance(idx, ROW_INDEX):
+            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
+                                            'by an int, slice, list, range, array or tensor')
+        if isinstance(idx, slice) and idx.step is not None and not (is_int(idx.step) and idx.step > 0):
+            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: a slice step must be a positive int, got {idx.step!r}')
+        if _float_index(idx):
+            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected by ints or bools, not floats')
+        try: return self.memory[idx], BD._new({'row': torch.arange(self._len, device=self.device)})[idx]['row']
+        except (IndexError, RuntimeError) as e:
+            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
+
+    def state_dict(self) -> dict:
+        "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
+        res = dict(kind=type(self).__name__, max_sz=self.max_sz, pointer=self.pointer, len=self._len, columns=None)
+        if self.writer is not None: res.update(self.writer.state_dict())
+        if self._cols is None: return res
+        if self._rows is not None:
+            res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset) for c in self._cols}
+            res['rows'] = self._rows
+        else: res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), data=c.data if self.files is None else c.np)
+                                for c in self._cols}  # a mapped column as its memory map, which names its file
+        return res
+
+    def check_state(self, state:dict) -> list[_Col]|None:
+        "Raise unless `state` fits this storage; change nothing; the columns it declares"
+        check_kind(self, state)
+        if state['max_sz'] != self.max_sz:
+            raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, this storage has max_sz={self.max_sz}')
+        if not 0 <= state['len'] <= self.max_sz or not 0 <= state['pointer'] <= self.max_sz:
+            raise ExperienceReplayException(f'len={state["len"]} and pointer={state["pointer"]} must be in [0, {self.max_sz}]')
+        cols = None
+        if state['columns'] is not None:
+            cols = [self._col(k, tuple(c['shape']), getattr(torch, c['dtype'])) for k, c in state['columns'].items()]
+            if state.get('rows') is not None: _check_layout(state['rows'], cols, state['columns'], self.max_sz)
+            else:
+                for c in cols:
+                    d = state['columns'][c.key]['data']
+                    if tuple(d.shape) != (self.max_sz, *c.shape) or dtype_name(d.dtype) != dtype_name(c.dtype):
+                        raise ExperienceReplayException(f'column {c.key!r}: expected ({self.max_sz}, {", ".join(map(str, c.shape))}) '
+                                                        f'{dtype_name(c.dtype)}, got {tuple(d.shape)} {dtype_name(d.dtype)}')
+        if self.writer is not None:
+            if cols is not None: self.writer.check_columns(cols)
+            self.writer.check_state(state)
+        return cols
+
+    def load_state_dict(self,
+                        state:dict, # What `state_dict` returned
+                        assign:bool=False): # Keep the state's host arrays as the columns instead of copying them (as torch's `assign`)
+        "Restore what `state_dict` returned into a storage with the same `max_sz`"
+        cols = self.check_state(state)
+        self.pointer, self._len, self._cols = state['pointer'], state['len'], None
+        if self.writer is not None: self.writer.load_state_dict(state)
+        if cols is None: return
+        if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
+        data = {c.key: state['columns'][c.key]['data'] for c in cols}
+        given = {} if not assign else {c.key: h for c in cols if c.host and (h := keepable(data[c.key])) is not None and h.dtype == c.np_dtype}
+        self._allocate(cols, given)
+        for c in cols:
+            d = data[c.key]
+            if c.key in given or same_file(c.np, d): continue  # taken as it is, or a checkpoint over this storage's own files
+            c.data.copy_(d if isinstance(d, torch.Tensor) else torch.from_numpy(np.asarray(d)))
+
+    def _load_block(self, cols:list[_Col], rows, assign:bool):
+        "Restore the columns from block `rows`, where `_check_layout` placed them: kept as the block, copied whole, or split"
+        rows = rows.numpy() if isinstance(rows, torch.Tensor) and rows.device.type == 'cpu' else np.asarray(rows)
+        if self._packs(cols) and assign and keepable(rows) is not None: return self._allocate(cols, rows=rows)
+        src, offsets = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides)) for c in cols}, [c.offset for c in cols]
+        self._allocate(cols)  # a packed storage places the columns anew
+        if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
+        for c in cols: c.data.copy_(torch.from_numpy(src[c.key]))
+
+    def split_td(self, state:dict) -> tuple[dict, torch.Tensor|None]:
+        "`state` without the `td_error` column a checkpoint from when the storage kept TD errors holds, and that column's values (checked first)"
+        if not isinstance(state, dict) or 'td_error' not in (state.get('columns') or {}): return state, None
+        self.check_state(state)  # the old column is checked with the others
+        spec, cols = state['columns']['td_error'], dict(state['columns'])
+        del cols['td_error']
+        if tuple(spec['shape']) != (1,) or not getattr(torch, spec['dtype']).is_floating_point:
+            raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(spec['shape'])} {spec['dtype']}")
+        if state.get('rows') is not None:
+            rows = state['rows'].numpy() if isinstance(state['rows'], torch.Tensor) else np.asarray(state['rows'])
+            dt = np.dtype(NP_DTYPES[getattr(torch, spec['dtype'])])
+            td = np.ndarray((self.max_sz,), dt, rows, spec['offset'], (rows.strides[0],))
+        else: td = spec['data']
+        td = torch.as_tensor(np.asarray(td) if not isinstance(td, torch.Tensor) else td).reshape(-1).to(torch.float32, copy=True)
+        return {**state, 'columns': cols}, td
+
+    def new_empty(self) -> ColumnStorage:
+        "A storage with the same settings and no rows"
+        res = ColumnStorage(self.max_sz, self.device, writer=None if self.writer is None else self.writer.new_empty())
+        res.reserve(self.reserved)
+        return res
+
+    def add_row(self, row:Mapping) -> tuple[int, int]:
+        "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
+        if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
+        if self.writer is not None: return self._add_row_by_writer(row)
+        vals, found = [], 0
+        for c in self._cols:  # every value checked before any is written
+            v = row.get(c.key, _MISSING)
+            if v is _MISSING: vals = None; break
+            vals.append(_one(c, v)); found += 1
+        if vals is None or found != len(row):
+            keys = row.keys()
+            raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
+                                            f'extra {sorted(keys - self._keys)}')
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        for c, v in zip(self._cols, vals):
+            if c.host: c.np[p] = v
+            else: c.data[p] = torch.as_tensor(v)
+        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+        if self.files is not None: self.files.wrote(self._row_bytes)
+        return p, 1
+
+    def row(self, i:int):
+        "Row `i` in storage order, as a named tuple of its values (0-d tensors for single values)"
+        if not is_int(i) or not -self._len <= i < self._len:
+            raise ExperienceReplayException(f'row {i!r} is out of range for a memory of {self._len} rows')
+        i = i + self._len if i < 0 else i
+        return self._row_type(*(c.data[i] for c in self._cols))
+
+    def _add_by_writer(self, batch) -> tuple[int, int]:
+        "Check `batch` whole, then write each row where the writer puts it; the first row written and how many"
+        w = self.writer
+        b = w.prepare(batch_of(batch))
+        cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
+        n, srcs = self._check(b, cols)
+        self.last_rows = self.last_src = np.empty(0, np.int64)
+        if self._cols is None: self._allocate(cols)
+        if n <= 0: return 0, 0
+        dst = w.slots(n, self._len, b)
+        keep = np.flatnonzero(dst >= 0)
+        rows, last = np.unique(dst[keep][::-1], return_index=True)  # for a row written twice, the later source
+        src = keep[::-1][last]
+        for c, s in zip(self._cols, srcs):
+            if c.host: c.np[rows] = 0 if s is None else s[src]
+            else:
+                r = torch.from_numpy(rows).to(c.data.device)
+                c.data[r] = 0 if s is None else s[torch.from_numpy(src).to(s.device)].to(c.data.device)
+        if len(rows): self._len = max(self._len, int(rows[-1]) + 1)  # a writer fills rows 0, 1, ... before it evicts
+        self.pointer = self._len
+        w.wrote(rows, src, n)
+        if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
+        self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them) and the incoming row each holds
+        return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
+
+    def _add_row_by_writer(self, row:Mapping) -> tuple[int, int]:
+        "Check one transition (values without a batch dimension) and add it as a batch of one"
+        b, found, optional = {}, 0, self.writer.optional
+        for c in self._cols:
+            v = row.get(c.key, _MISSING)
+            if v is _MISSING:
+                if c.key == optional: continue
+                b = None; break
+            v = _one(c, v); found += 1
+            b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
+        if b is None or found != len(row):
+            keys = row.keys()
+            raise ExperienceReplayException(f'the transition does not match the memory: missing '
+                                            f'{sorted(self._keys - keys - {optional})}, extra {sorted(keys - self._keys)}')
+        return self._add_by_writer(b)
+
 # %% ../../nbs/06a_memory.experience_replay.ipynb #e3cb0f8a
-@patch
-def _schema(self:ColumnStorage, b:Mapping) -> list[_Col]:
-    "The columns a first batch `b` defines, without allocating them"
-    if not b.keys(): raise ExperienceReplayException('a batch needs at least one column')
-    for k in self.reserved.keys() & b.keys():
-        raise ExperienceReplayException(f'column {k!r} is reserved: {self.reserved[k]}')
-    cols = []
-    for k, v in b.items():
-        v = _column(k, v, keep_numpy=True)
-        if v.ndim == 0: raise ExperienceReplayException(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
-        cols.append(self._col(k, tuple(v.shape[1:]), _torch_dtype(k, v.dtype)))
-    return cols
-
-@patch
-def _col(self:ColumnStorage, key, shape, dtype) -> _Col:
-    return _Col(key, shape, dtype, host=self.device.type == 'cpu' and dtype in NP_DTYPES)
-
-@patch
-def _packs(self:ColumnStorage, cols:list[_Col]) -> bool:
-    "Whether this storage keeps `cols` side by side in one block of rows: in RAM on the CPU, each with a NumPy dtype"
-    return self.files is None and all(c.host for c in cols)
-
-@patch
-def _allocate(self:ColumnStorage, cols:list[_Col], given:dict|None=None, rows:np.ndarray|None=None):
-    "Allocate `max_sz` zeroed rows for each column (or take the host arrays in `given`, or the block `rows` laid out by the columns' offsets): NumPy arrays shared with torch on the CPU, tensors elsewhere"
-    if self.files is not None and any(not c.host for c in cols):
-        raise ExperienceReplayException(f'storage_dir keeps NumPy arrays; column dtypes {[dtype_name(c.dtype) for c in cols if not c.host]} have none')
-    given = given or {}
-    packed = self._packs(cols) and not given
-    if packed: self._rows = _row_block(self.max_sz, cols) if rows is None else rows  # in RAM on the CPU: the values of a row side by side
-    else: self._rows = None
-    for i, c in enumerate(cols):
-        shape = (self.max_sz, *c.shape)
-        if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
-        elif c.key in given: c.np = given[c.key]
-        elif packed: c.np = np.ndarray(shape, c.np_dtype, self._rows, c.offset, (self._rows.strides[0], *c.inner_strides))
-        elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
-        if c.host: c.data = torch.from_numpy(c.np)
-        else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
-    self._cols = cols
-    self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
-    self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
-    self._keys = frozenset(c.key for c in cols)
-    host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
-    self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
-    self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
-                       for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
-
 def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
     "A zeroed `(max_sz, row_bytes)` block of bytes holding every column's values of a row side by side; sets each column's `offset` and `inner_strides`"
     off = 0
@@ -174,89 +442,7 @@ def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
     c.offset, c.inner_strides = offset, tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
 
-# %% ../../nbs/06a_memory.experience_replay.ipynb #06cc7c03
-@patch
-def _check(self:ColumnStorage, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
-    "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
-    keys = b.keys()
-    if cols is self._cols and keys != self._keys:
-        missing, extra = sorted(self._keys - keys), sorted(keys - self._keys)
-        raise ExperienceReplayException(f'batch columns do not match the memory: missing {missing}, extra {extra}')
-    n, srcs = -1, []
-    for c in cols:
-        v = b.get(c.key, _MISSING)
-        if v is _MISSING: srcs.append(None); continue  # a column a subclass lets a batch leave out
-        if type(v) is not torch.Tensor: v = _column(c.key, v, keep_numpy=True)
-        s = tuple(v.shape)
-        if not s or s[1:] != c.shape or (n >= 0 and s[0] != n): self._shape_error(b, c, v, n)
-        n = s[0]
-        if v.dtype is not c.dtype and v.dtype is not c.np_dtype and not storable(v.dtype, c.dtype):
-            raise ExperienceReplayException(f'column {c.key!r}: dtype {dtype_name(v.dtype)} cannot be stored as '
-                                            f'{dtype_name(c.dtype)} without loss')
-        srcs.append(v)
-    try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
-    except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
-
-@patch
-def _shape_error(self:ColumnStorage, b, c, v, n):
-    if not v.shape: raise ExperienceReplayException(f'column {c.key!r}: expected a leading batch dimension, got a 0-d tensor')
-    if n >= 0 and v.shape[0] != n:
-        raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
-                                        f'{ {k: _rows(x) for k, x in b.items()} }')
-    raise ExperienceReplayException(f'column {c.key!r}: expected shape (n, {", ".join(map(str, c.shape))}), '
-                                    f'got {tuple(v.shape)}')
-
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
-@patch
-def add(self:ColumnStorage, batch) -> tuple[int, int]:
-    "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
-    if self.writer is not None: return self._add_by_writer(batch)
-    b = batch_of(batch)
-    if self._cols is not None:
-        if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
-        if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
-            try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
-            except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
-    cols = self._cols if self._cols is not None else self._schema(b)
-    n, srcs = self._check(b, cols)
-    if self._cols is None: self._allocate(cols)
-    return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
-
-@patch
-def _exact_row(self:ColumnStorage, b:Mapping) -> list|None:
-    "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
-    if self._exact_spec is None: return None
-    vals, found = [], 0
-    for k, np_dtype, dtype, shape in self._exact_spec:
-        v = b.get(k)
-        if v is None: return None
-        if type(v) is not np.ndarray:
-            if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
-            v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
-        if v.dtype is not np_dtype or v.shape != shape: return None
-        vals.append(v); found += 1
-    return vals if found == len(b) else None
-
-@patch
-def _put_row(self:ColumnStorage, vals:list) -> tuple[int, int]:
-    "Write the one-row arrays `vals` that `_exact_row` checked at the pointer; their row and 1"
-    p = 0 if self.pointer == self.max_sz else self.pointer
-    for rows, v in zip(self._row_views, vals): rows[p] = v
-    self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
-    if self.files is not None: self.files.wrote(self._row_bytes)
-    return p, 1
-
-@patch
-def advance(self:ColumnStorage, n:int=1) -> tuple[int, int]:
-    "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
-    p = 0 if self.pointer == self.max_sz else self.pointer
-    if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
-    if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
-        raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
-    self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
-    if self.files is not None: self.files.wrote(n * self._row_bytes)
-    return p, n
-
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
     row = {}
@@ -271,41 +457,7 @@ def _single_row(b:Mapping) -> dict|None:
         row[k] = v[0]
     return row
 
-@patch
-def _write(self:ColumnStorage, srcs:list, n:int) -> tuple[int, int]:
-    "Write `n` rows of `srcs` into the ring, as if one row at a time"
-    skip = max(n - self.max_sz, 0)  # rows this same batch would overwrite
-    p = (0 if self.pointer == self.max_sz else self.pointer) + skip
-    p, m = p % self.max_sz, n - skip
-    end = p + m
-    segs = ((p, end, skip, n),) if end <= self.max_sz else \
-           ((p, self.max_sz, skip, skip + self.max_sz - p), (0, end - self.max_sz, skip + self.max_sz - p, n))
-    whole = len(segs) == 1 and skip == 0  # the common case: the batch lands in one piece
-    if not whole:  # a later piece must not read rows an earlier piece overwrote, as in `er + er.memory`
-        srcs = [s.copy() if c.host and s is not None and np.may_share_memory(s, c.np) else s for c, s in zip(self._cols, srcs)]
-    for c, src in zip(self._cols, srcs):
-        dst = c.np if c.host else c.data
-        if whole: dst[p:end] = 0 if src is None else src  # a column left out starts at 0
-        else:
-            for d0, d1, s0, s1 in segs: dst[d0:d1] = 0 if src is None else src[s0:s1]
-    self.pointer = end if end <= self.max_sz else end - self.max_sz
-    self._len = min(self._len + n, self.max_sz)
-    if self.files is not None: self.files.wrote(m * self._row_bytes)
-    return p, m
-
 # %% ../../nbs/06a_memory.experience_replay.ipynb #c74b20cb
-@patch
-def gather(self:ColumnStorage, idxs:torch.Tensor) -> BD:
-    "The rows at storage indices `idxs`, as a `BD`"
-    if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
-    i = idxs.numpy()
-    if self._rows is not None and len(i):  # one gather of whole rows, which reads each row's values from neighbouring cache lines
-        r = self._rows.take(i, axis=0)
-        return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
-                        for c in self._cols})
-    return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
-                    for c in self._cols})
-
 def _float_index(idx) -> bool:
     "Whether `idx` holds floats, which name no rows"
     if isinstance(idx, torch.Tensor): return idx.is_floating_point() or idx.is_complex()
@@ -313,59 +465,7 @@ def _float_index(idx) -> bool:
     if isinstance(idx, list): return any(isinstance(i, (float, complex, np.inexact)) or _float_index(i) for i in idx)
     return False
 
-@patch
-def select(self:ColumnStorage, idx) -> tuple[BD, torch.Tensor]:
-    "The rows `idx` selects, in storage order, and their storage indices"
-    if isinstance(idx, str): raise ExperienceReplayException(f'columns are read from `memory`: er.memory[{idx!r}]')
-    if self._cols is None: raise ExperienceReplayException(f'cannot index an empty memory with {idx!r}')
-    if not isinstance(idx, ROW_INDEX):
-        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
-                                        'by an int, slice, list, range, array or tensor')
-    if isinstance(idx, slice) and idx.step is not None and not (is_int(idx.step) and idx.step > 0):
-        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: a slice step must be a positive int, got {idx.step!r}')
-    if _float_index(idx):
-        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected by ints or bools, not floats')
-    try: return self.memory[idx], BD._new({'row': torch.arange(self._len, device=self.device)})[idx]['row']
-    except (IndexError, RuntimeError) as e:
-        raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
-
 # %% ../../nbs/06a_memory.experience_replay.ipynb #83f13028
-@patch
-def state_dict(self:ColumnStorage) -> dict:
-    "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
-    res = dict(kind=type(self).__name__, max_sz=self.max_sz, pointer=self.pointer, len=self._len, columns=None)
-    if self.writer is not None: res.update(self.writer.state_dict())
-    if self._cols is None: return res
-    if self._rows is not None:
-        res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset) for c in self._cols}
-        res['rows'] = self._rows
-    else: res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), data=c.data if self.files is None else c.np)
-                            for c in self._cols}  # a mapped column as its memory map, which names its file
-    return res
-
-@patch
-def check_state(self:ColumnStorage, state:dict) -> list[_Col]|None:
-    "Raise unless `state` fits this storage; change nothing; the columns it declares"
-    check_kind(self, state)
-    if state['max_sz'] != self.max_sz:
-        raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, this storage has max_sz={self.max_sz}')
-    if not 0 <= state['len'] <= self.max_sz or not 0 <= state['pointer'] <= self.max_sz:
-        raise ExperienceReplayException(f'len={state["len"]} and pointer={state["pointer"]} must be in [0, {self.max_sz}]')
-    cols = None
-    if state['columns'] is not None:
-        cols = [self._col(k, tuple(c['shape']), getattr(torch, c['dtype'])) for k, c in state['columns'].items()]
-        if state.get('rows') is not None: _check_layout(state['rows'], cols, state['columns'], self.max_sz)
-        else:
-            for c in cols:
-                d = state['columns'][c.key]['data']
-                if tuple(d.shape) != (self.max_sz, *c.shape) or dtype_name(d.dtype) != dtype_name(c.dtype):
-                    raise ExperienceReplayException(f'column {c.key!r}: expected ({self.max_sz}, {", ".join(map(str, c.shape))}) '
-                                                    f'{dtype_name(c.dtype)}, got {tuple(d.shape)} {dtype_name(d.dtype)}')
-    if self.writer is not None:
-        if cols is not None: self.writer.check_columns(cols)
-        self.writer.check_state(state)
-    return cols
-
 def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
     "Raise unless block `rows` has `max_sz` rows of bytes in which every column of `spec` lies aligned, inside the row and apart from the others; place `cols` at their offsets"
     shape, dtype = tuple(getattr(rows, 'shape', ())), getattr(rows, 'dtype', None)
@@ -380,58 +480,6 @@ def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
                                             f'of {width} bytes and after the bytes of the columns before it')
         _place(c, off)
         end = off + _nbytes(c)
-
-@patch
-def load_state_dict(self:ColumnStorage,
-                    state:dict, # What `state_dict` returned
-                    assign:bool=False): # Keep the state's host arrays as the columns instead of copying them (as torch's `assign`)
-    "Restore what `state_dict` returned into a storage with the same `max_sz`"
-    cols = self.check_state(state)
-    self.pointer, self._len, self._cols = state['pointer'], state['len'], None
-    if self.writer is not None: self.writer.load_state_dict(state)
-    if cols is None: return
-    if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
-    data = {c.key: state['columns'][c.key]['data'] for c in cols}
-    given = {} if not assign else {c.key: h for c in cols if c.host and (h := keepable(data[c.key])) is not None and h.dtype == c.np_dtype}
-    self._allocate(cols, given)
-    for c in cols:
-        d = data[c.key]
-        if c.key in given or same_file(c.np, d): continue  # taken as it is, or a checkpoint over this storage's own files
-        c.data.copy_(d if isinstance(d, torch.Tensor) else torch.from_numpy(np.asarray(d)))
-
-@patch
-def _load_block(self:ColumnStorage, cols:list[_Col], rows, assign:bool):
-    "Restore the columns from block `rows`, where `_check_layout` placed them: kept as the block, copied whole, or split"
-    rows = rows.numpy() if isinstance(rows, torch.Tensor) and rows.device.type == 'cpu' else np.asarray(rows)
-    if self._packs(cols) and assign and keepable(rows) is not None: return self._allocate(cols, rows=rows)
-    src, offsets = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides)) for c in cols}, [c.offset for c in cols]
-    self._allocate(cols)  # a packed storage places the columns anew
-    if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
-    for c in cols: c.data.copy_(torch.from_numpy(src[c.key]))
-
-@patch
-def split_td(self:ColumnStorage, state:dict) -> tuple[dict, torch.Tensor|None]:
-    "`state` without the `td_error` column a checkpoint from when the storage kept TD errors holds, and that column's values (checked first)"
-    if not isinstance(state, dict) or 'td_error' not in (state.get('columns') or {}): return state, None
-    self.check_state(state)  # the old column is checked with the others
-    spec, cols = state['columns']['td_error'], dict(state['columns'])
-    del cols['td_error']
-    if tuple(spec['shape']) != (1,) or not getattr(torch, spec['dtype']).is_floating_point:
-        raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(spec['shape'])} {spec['dtype']}")
-    if state.get('rows') is not None:
-        rows = state['rows'].numpy() if isinstance(state['rows'], torch.Tensor) else np.asarray(state['rows'])
-        dt = np.dtype(NP_DTYPES[getattr(torch, spec['dtype'])])
-        td = np.ndarray((self.max_sz,), dt, rows, spec['offset'], (rows.strides[0],))
-    else: td = spec['data']
-    td = torch.as_tensor(np.asarray(td) if not isinstance(td, torch.Tensor) else td).reshape(-1).to(torch.float32, copy=True)
-    return {**state, 'columns': cols}, td
-
-@patch
-def new_empty(self:ColumnStorage) -> ColumnStorage:
-    "A storage with the same settings and no rows"
-    res = ColumnStorage(self.max_sz, self.device, writer=None if self.writer is None else self.writer.new_empty())
-    res.reserve(self.reserved)
-    return res
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #04162bea
 class ExperienceReplay(Replay):
@@ -496,78 +544,3 @@ def _checked(c:_Col, v):
 def _one_shape_error(c:_Col, got:tuple):
     hint = f': a batch of {got[0]} rows? add batches with `memory + batch`' if tuple(got[1:]) == c.shape else ''
     return ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got {tuple(got)}{hint}')
-
-# %% ../../nbs/06a_memory.experience_replay.ipynb #fa972577
-@patch
-def add_row(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
-    "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
-    if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
-    if self.writer is not None: return self._add_row_by_writer(row)
-    vals, found = [], 0
-    for c in self._cols:  # every value checked before any is written
-        v = row.get(c.key, _MISSING)
-        if v is _MISSING: vals = None; break
-        vals.append(_one(c, v)); found += 1
-    if vals is None or found != len(row):
-        keys = row.keys()
-        raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
-                                        f'extra {sorted(keys - self._keys)}')
-    p = 0 if self.pointer == self.max_sz else self.pointer
-    for c, v in zip(self._cols, vals):
-        if c.host: c.np[p] = v
-        else: c.data[p] = torch.as_tensor(v)
-    self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
-    if self.files is not None: self.files.wrote(self._row_bytes)
-    return p, 1
-
-@patch
-def row(self:ColumnStorage, i:int):
-    "Row `i` in storage order, as a named tuple of its values (0-d tensors for single values)"
-    if not is_int(i) or not -self._len <= i < self._len:
-        raise ExperienceReplayException(f'row {i!r} is out of range for a memory of {self._len} rows')
-    i = i + self._len if i < 0 else i
-    return self._row_type(*(c.data[i] for c in self._cols))
-
-# %% ../../nbs/06a_memory.experience_replay.ipynb #119fedb9
-@patch
-def _add_by_writer(self:ColumnStorage, batch) -> tuple[int, int]:
-    "Check `batch` whole, then write each row where the writer puts it; the first row written and how many"
-    w = self.writer
-    b = w.prepare(batch_of(batch))
-    cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
-    n, srcs = self._check(b, cols)
-    self.last_rows = self.last_src = np.empty(0, np.int64)
-    if self._cols is None: self._allocate(cols)
-    if n <= 0: return 0, 0
-    dst = w.slots(n, self._len, b)
-    keep = np.flatnonzero(dst >= 0)
-    rows, last = np.unique(dst[keep][::-1], return_index=True)  # for a row written twice, the later source
-    src = keep[::-1][last]
-    for c, s in zip(self._cols, srcs):
-        if c.host: c.np[rows] = 0 if s is None else s[src]
-        else:
-            r = torch.from_numpy(rows).to(c.data.device)
-            c.data[r] = 0 if s is None else s[torch.from_numpy(src).to(s.device)].to(c.data.device)
-    if len(rows): self._len = max(self._len, int(rows[-1]) + 1)  # a writer fills rows 0, 1, ... before it evicts
-    self.pointer = self._len
-    w.wrote(rows, src, n)
-    if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
-    self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them) and the incoming row each holds
-    return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
-
-@patch
-def _add_row_by_writer(self:ColumnStorage, row:Mapping) -> tuple[int, int]:
-    "Check one transition (values without a batch dimension) and add it as a batch of one"
-    b, found, optional = {}, 0, self.writer.optional
-    for c in self._cols:
-        v = row.get(c.key, _MISSING)
-        if v is _MISSING:
-            if c.key == optional: continue
-            b = None; break
-        v = _one(c, v); found += 1
-        b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
-    if b is None or found != len(row):
-        keys = row.keys()
-        raise ExperienceReplayException(f'the transition does not match the memory: missing '
-                                        f'{sorted(self._keys - keys - {optional})}, extra {sorted(keys - self._keys)}')
-    return self._add_by_writer(b)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Callable
 import numpy as np, torch
-from fastcore.basics import patch
 from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, check_positive, check_number, new_generator
@@ -122,28 +121,26 @@ class LaBERSampler(UniformSampler):
         super().load_state_dict(state)
         self.sample_counts.copy_(torch.as_tensor(state['sample_counts']))
 
-# %% ../../nbs/06d_memory.laber.ipynb #da6055d5
-@patch
-def sample(self:LaBERSampler, bs:int) -> tuple[BD, torch.Tensor]:
-    "Score `m * bs` uniform rows and keep `bs` by LaBER: a `BD` with a `weight` column, and storage indices"
-    if self.score is None:
-        raise ExperienceReplayException('LaBER sampling needs `score`, a function from a batch to one '
-                                        'surrogate priority per row, before it can sample')
-    before = self.generator.get_state()
-    try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
-        large = self.draw(self.m * bs)
-        batch = self.storage.gather(large)
-        with torch.no_grad(): prios = self.score(batch)
-        laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
-        kept = laber(priorities=torch.as_tensor(prios).to(large.device))
-    except Exception:
-        self.generator.set_state(before)
-        raise
-    keep = kept['indexes']
-    out, idxs = batch[keep], large[keep]
-    out['weight'] = kept['weights'][:, None].to(self.storage.batch_device)
-    self.sample_counts.index_add_(0, idxs.to(self.sample_counts.device), torch.ones_like(idxs))
-    return out, idxs
+    def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
+        "Score `m * bs` uniform rows and keep `bs` by LaBER: a `BD` with a `weight` column, and storage indices"
+        if self.score is None:
+            raise ExperienceReplayException('LaBER sampling needs `score`, a function from a batch to one '
+                                            'surrogate priority per row, before it can sample')
+        before = self.generator.get_state()
+        try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
+            large = self.draw(self.m * bs)
+            batch = self.storage.gather(large)
+            with torch.no_grad(): prios = self.score(batch)
+            laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
+            kept = laber(priorities=torch.as_tensor(prios).to(large.device))
+        except Exception:
+            self.generator.set_state(before)
+            raise
+        keep = kept['indexes']
+        out, idxs = batch[keep], large[keep]
+        out['weight'] = kept['weights'][:, None].to(self.storage.batch_device)
+        self.sample_counts.index_add_(0, idxs.to(self.sample_counts.device), torch.ones_like(idxs))
+        return out, idxs
 
 # %% ../../nbs/06d_memory.laber.ipynb #0d377be5
 @delegates(LaBERSampler.__init__)

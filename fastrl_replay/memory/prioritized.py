@@ -8,7 +8,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.prioritized.html.md""
 from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch, numba
-from fastcore.basics import patch, ifnone
+from fastcore.basics import ifnone
 from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
@@ -92,31 +92,223 @@ class PrioritizedSampler(Sampler):
         return (f'{type(self).__name__}(alpha={self.alpha}, beta={self.current_beta:.3g}, stratified={self.stratified}, '
                 f'weight_norm={self.weight_norm!r})')
 
-# %% ../../nbs/06c_memory.prioritized.ipynb #15369e5f
-@patch
-def attach(self:PrioritizedSampler, storage):
-    "Make the tree and the per-row bookkeeping for `storage`"
-    Sampler.attach(self, storage)
-    C, dev = storage.max_sz, self.tree_device
-    self.tree = SumTree(C, device=dev, backend=self.tree_backend)
-    self._host = self.tree.backend == 'numba'  # the compiled path, on NumPy arrays
-    self._max_priority = torch.ones((), dtype=torch.float64, device=dev)  # new rows enter at this priority
-    self.clock, self.n_samples = 0, 0  # adds so far (the write time of rows) and samples drawn
-    self.written_at = torch.zeros(C, dtype=torch.int64, device=dev)
-    self.sampled_at = torch.full((C,), _NEVER, dtype=torch.int64, device=dev)
-    self.sample_counts = torch.zeros(C, dtype=torch.int64, device=dev)  # draws of each row since it was written
-    self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
-    if self._host:  # NumPy views of the bookkeeping, for the compiled loops
-        self._written_np, self._sampled_np = self.written_at.numpy(), self.sampled_at.numpy()
-        self._counts_np, self._maxp_np, self._stale_np = self.sample_counts.numpy(), self._max_priority.numpy(), self._n_stale.numpy()
-    self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
-    if self._gated:
-        if not self._host:
-            raise ExperienceReplayException(f'a {type(storage).__name__} has rows that are not valid yet; its prioritized '
-                                            "sampler keeps the tree on the CPU: use tree_device='cpu' and the numba backend")
-        self.base_priority, self._pending = np.zeros(C), []
-        storage.watch()
+    def attach(self, storage):
+        "Make the tree and the per-row bookkeeping for `storage`"
+        Sampler.attach(self, storage)
+        C, dev = storage.max_sz, self.tree_device
+        self.tree = SumTree(C, device=dev, backend=self.tree_backend)
+        self._host = self.tree.backend == 'numba'  # the compiled path, on NumPy arrays
+        self._max_priority = torch.ones((), dtype=torch.float64, device=dev)  # new rows enter at this priority
+        self.clock, self.n_samples = 0, 0  # adds so far (the write time of rows) and samples drawn
+        self.written_at = torch.zeros(C, dtype=torch.int64, device=dev)
+        self.sampled_at = torch.full((C,), _NEVER, dtype=torch.int64, device=dev)
+        self.sample_counts = torch.zeros(C, dtype=torch.int64, device=dev)  # draws of each row since it was written
+        self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
+        if self._host:  # NumPy views of the bookkeeping, for the compiled loops
+            self._written_np, self._sampled_np = self.written_at.numpy(), self.sampled_at.numpy()
+            self._counts_np, self._maxp_np, self._stale_np = self.sample_counts.numpy(), self._max_priority.numpy(), self._n_stale.numpy()
+        self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
+        if self._gated:
+            if not self._host:
+                raise ExperienceReplayException(f'a {type(storage).__name__} has rows that are not valid yet; its prioritized '
+                                                "sampler keeps the tree on the CPU: use tree_device='cpu' and the numba backend")
+            self.base_priority, self._pending = np.zeros(C), []
+            storage.watch()
 
+    @property
+    def current_beta(self) -> float:
+        "The importance-sampling exponent the next `sample` uses"
+        return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
+
+    @property
+    def max_priority(self) -> float:
+        "The priority new rows enter at: the largest priority set so far (1 before any)"
+        return float(self._max_priority)
+
+    @property
+    def n_stale(self) -> int:
+        "Updates skipped because their row was overwritten after it was sampled"
+        return int(self._n_stale)
+
+    def totals(self) -> tuple[float, float]:
+        "The sum and the smallest of the priorities that can be drawn now, read on the host"
+        if self._gated: self._flush()
+        return self.tree.total, self.tree.min
+
+    def added(self, start:int, n:int):
+        "New rows: a TD error of 0, the largest priority so far, a new write time, no draws yet"
+        Sampler.added(self, start, n)
+        self.clock += 1
+        C = self.storage.max_sz
+        if self._gated:
+            rows = start if n == 1 else (start + np.arange(n)) % C
+            self._written_np[rows], self._counts_np[rows], self.base_priority[rows] = self.clock, 0, self._maxp_np
+            if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
+        elif self._host:
+            self.tree.fill(start, n, float(self._maxp_np))
+            _nb_wrote(start, n, C, self._written_np, self._counts_np, self.clock)
+        else:
+            rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
+            self.tree.set(rows, self._max_priority.expand(n), check=False)
+            self.written_at[rows] = self.clock
+            self.sample_counts[rows] = 0
+
+    def _flush(self):
+        "Bring the tree up to date over a gated storage: a valid row holds its priority, any other row 0"
+        rows = self.storage.changed()
+        if self._pending: rows = np.unique(np.concatenate([rows, *self._pending]))
+        self._pending.clear()
+        if len(rows): self.tree.set(rows, np.where(self.storage.valid(rows), self.base_priority[rows], 0.))
+
+    def draw(self, n:int) -> torch.Tensor:
+        "`n` rows drawn in proportion to their priority, on `tree_device`, stamped as sampled now (so a late update to a row overwritten since is told apart)"
+        t = self.tree
+        if self._gated:
+            self._flush()
+            st = self.storage
+            if not t.total > 0 and not st.valid(np.arange(len(st))).any():
+                raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
+        draw = t.stratified_sample if self.stratified else t.sample
+        try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
+        except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
+        if self._host: _nb_stamp(idxs.numpy(), self._sampled_np, self._counts_np, self.clock)
+        else:
+            self.sampled_at[idxs] = self.clock
+            self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+        return idxs
+
+    def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
+        "Draw `bs` rows in proportion to their priority: a `BD` of them with a `weight` column, and their storage indices"
+        st, t = self.storage, self.tree
+        idxs = self.draw(bs)
+        rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
+        batch = st.gather(rows)
+        if self._host:
+            w = t.weights(idxs.numpy(), self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
+            batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
+        else: batch['weight'] = self.weights(idxs)
+        self.n_samples += 1
+        return batch, rows
+
+    def _n_rows(self) -> int:
+        "N of the weights: the rows that can be drawn (over a gated storage, counted on each call)"
+        st = self.storage
+        return int(st.valid(np.arange(len(st))).sum()) if self._gated else len(st)
+
+    def weights(self,
+                idxs:torch.Tensor, # Storage indices, as `sample` returns them
+                beta:float|None=None # Exponent (default: `current_beta`)
+               ) -> torch.Tensor:
+        "Importance-sampling weights (N·P(i))^-β of rows `idxs`, normalized as `weight_norm` says: float32, (n, 1), on the storage's device"
+        beta = self.current_beta if beta is None else beta
+        n_rows = self._n_rows() if self.weight_norm is None else None
+        return self.tree.weights(idxs.to(self.tree_device), beta, self.weight_norm, n_rows).to(self.storage.batch_device)[:, None]
+
+    def update_td(self,
+                  td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
+                  idxs): # n storage indices, as `sample` returned them
+        "Write TD errors and priorities (|δ| + eps) ** alpha at rows `idxs`, except rows overwritten since they were sampled"
+        if not self._host: return self._update_tensors(td_errors, idxs)
+        t, n_rows, dev = self.tree, len(self.storage), self._td.device
+        arrays = td_arrays(n_rows, dev, td_errors, idxs)  # what `sample` returns and a loss computes: checked in one pass
+        if arrays is None:
+            i, td = td_rows(n_rows, dev, td_errors, idxs)  # anything else, or bad input: the checks that raise the precise error
+            arrays = i.cpu().numpy(), td.cpu().numpy()
+        i, td = arrays
+        if not len(i): return
+        col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
+        stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
+                                    self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
+        rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
+        if self._gated: put_in_order(self.base_priority, rows, pri); self._pending.append(rows)
+        else: t.set(rows, pri, check=False)
+        self._stale_np += stale
+        if top > self._maxp_np: self._maxp_np[()] = top
+        if col is None and stale < len(i):  # TD errors kept on a GPU, beside the storage
+            rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
+            self._td[rows.to(dev)] = vals.to(dev)
+
+    def _update_tensors(self, td_errors, idxs):
+        "`update_td` with the tree on a GPU: tensor operations, no host synchronization after the input checks"
+        dev = self._td.device
+        idxs, td = td_rows(len(self.storage), dev, td_errors, idxs)
+        if not len(idxs): return
+        idxs = idxs.to(self.tree_device)
+        fresh = self.written_at[idxs] <= self.sampled_at[idxs]
+        self._n_stale += (~fresh).sum()
+        new = td.double().abs().add_(self.eps).pow_(self.alpha).to(self.tree_device)
+        torch.maximum(self._max_priority, torch.where(fresh, new, 0.).max(), out=self._max_priority)
+        # a stale row is written its own values: no change, and no host synchronization to find it
+        keep = self._td[idxs.to(dev)].to(self.tree_device)
+        rows, vals = last_wins(idxs, torch.where(fresh, td.to(self.tree_device), keep))
+        self._td[rows.to(dev)] = vals.to(dev)
+        self.tree.set(idxs, torch.where(fresh, new, self.tree.get(idxs, check=False)), check=False)
+
+    def get_priority(self,
+                     idxs # Storage indices in [0, max_sz)
+                    ) -> torch.Tensor:
+        "The priorities of rows `idxs` (float64, on `tree_device`); 0 for rows not in use"
+        if self._gated: self._flush()
+        return self.tree.get(as_idxs(idxs, self.storage.max_sz, self.tree_device), check=False)
+
+    def set_priority(self,
+                     idxs, # Storage indices of rows in the memory
+                     priorities): # One finite priority >= 0 per index: sampling is proportional to it
+        "Set the priorities of rows `idxs` directly (no exponent, no staleness check)"
+        idxs = as_idxs(idxs, len(self.storage), self.tree_device)
+        p = torch.as_tensor(np.asarray(priorities, dtype=np.float64) if not isinstance(priorities, torch.Tensor)
+                            else priorities.detach(), device=self.tree_device).double().reshape(-1)
+        if p.shape != idxs.shape:
+            raise ExperienceReplayException(f'expected one priority per index, got {len(p)} for {len(idxs)} indices')
+        ok = (p >= 0) & (p < np.inf)
+        if not bool(ok.all()): raise ExperienceReplayException(f'values must be finite and >= 0, got {p[~ok][:5].tolist()}')
+        if not len(idxs): return
+        if self._gated:
+            rows, vals = idxs.numpy(), p.numpy()
+            put_in_order(self.base_priority, rows, vals)
+            self._pending.append(rows)
+        else: self.tree.set(idxs, p, check=False)
+        torch.maximum(self._max_priority, p.max(), out=self._max_priority)  # the largest of them, as if set one at a time
+
+    def state_dict(self) -> dict:
+        "Everything that restores this sampler, attached to a storage with the same `max_sz`"
+        if self._gated: self._flush()
+        return dict(kind=type(self).__name__, generator=self.generator.get_state(), td=self._td.clone(), leaves=self.tree.leaves,
+                    base_priority=self.base_priority.copy() if self._gated else None,
+                    written_at=self.written_at.clone(), sampled_at=self.sampled_at.clone(), sample_counts=self.sample_counts.clone(),
+                    clock=self.clock, n_samples=self.n_samples, max_priority=self.max_priority, n_stale=self.n_stale)
+
+    def check_state(self, state:dict):
+        "Raise unless `state` fits this sampler; change nothing"
+        Sampler.check_state(self, state)
+        C = self.storage.max_sz
+        if tuple(state['leaves'].shape) != (C,):
+            raise ExperienceReplayException(f'the state holds {tuple(state["leaves"].shape)} priorities, this sampler keeps {C}')
+        if (state['base_priority'] is None) != (not self._gated):
+            raise ExperienceReplayException('the state is of a prioritized sampler over a storage with '
+                                            f'{"every" if state["base_priority"] is None else "not every"} row valid; this one is not')
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned"
+        self.check_state(state)
+        C = self.storage.max_sz
+        self.tree.set(torch.arange(C), state['leaves'])
+        if self._gated:
+            self.base_priority[:] = state['base_priority']
+            self._pending.clear(); self.storage.changed()
+        for k in ('written_at', 'sampled_at', 'sample_counts'): getattr(self, k).copy_(torch.as_tensor(state[k]))
+        self.clock, self.n_samples = int(state['clock']), int(state['n_samples'])
+        self._max_priority.fill_(state['max_priority']); self._n_stale.fill_(state['n_stale'])
+        self.generator.set_state(state['generator'])
+        self._load_td(state)
+
+    def copy_rows(self, src:PrioritizedSampler, rows:torch.Tensor):
+        "Take over the TD errors and priorities of `src`'s rows `rows` as rows 0, 1, ..., and its largest priority"
+        Sampler.copy_rows(self, src, rows)
+        self.set_priority(torch.arange(len(rows)), src.get_priority(rows))
+        self._max_priority.fill_(src.max_priority)
+
+# %% ../../nbs/06c_memory.prioritized.ipynb #15369e5f
 def annealed_beta(n_samples:int, # Samples drawn so far
                   beta:float, # The exponent at the first sample
                   beta_end:float, # The exponent once annealed
@@ -125,219 +317,6 @@ def annealed_beta(n_samples:int, # Samples drawn so far
     "The importance-sampling exponent after `n_samples` samples: linear from `beta` to `beta_end` over `beta_steps`, then `beta_end`"
     if beta_steps == 0: return beta
     return beta + (beta_end - beta) * min(n_samples / beta_steps, 1.)
-
-@patch(as_prop=True)
-def current_beta(self:PrioritizedSampler) -> float:
-    "The importance-sampling exponent the next `sample` uses"
-    return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
-
-@patch(as_prop=True)
-def max_priority(self:PrioritizedSampler) -> float:
-    "The priority new rows enter at: the largest priority set so far (1 before any)"
-    return float(self._max_priority)
-
-@patch(as_prop=True)
-def n_stale(self:PrioritizedSampler) -> int:
-    "Updates skipped because their row was overwritten after it was sampled"
-    return int(self._n_stale)
-
-@patch
-def totals(self:PrioritizedSampler) -> tuple[float, float]:
-    "The sum and the smallest of the priorities that can be drawn now, read on the host"
-    if self._gated: self._flush()
-    return self.tree.total, self.tree.min
-
-# %% ../../nbs/06c_memory.prioritized.ipynb #47bff64e
-@patch
-def added(self:PrioritizedSampler, start:int, n:int):
-    "New rows: a TD error of 0, the largest priority so far, a new write time, no draws yet"
-    Sampler.added(self, start, n)
-    self.clock += 1
-    C = self.storage.max_sz
-    if self._gated:
-        rows = start if n == 1 else (start + np.arange(n)) % C
-        self._written_np[rows], self._counts_np[rows], self.base_priority[rows] = self.clock, 0, self._maxp_np
-        if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
-    elif self._host:
-        self.tree.fill(start, n, float(self._maxp_np))
-        _nb_wrote(start, n, C, self._written_np, self._counts_np, self.clock)
-    else:
-        rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
-        self.tree.set(rows, self._max_priority.expand(n), check=False)
-        self.written_at[rows] = self.clock
-        self.sample_counts[rows] = 0
-
-@patch
-def _flush(self:PrioritizedSampler):
-    "Bring the tree up to date over a gated storage: a valid row holds its priority, any other row 0"
-    rows = self.storage.changed()
-    if self._pending: rows = np.unique(np.concatenate([rows, *self._pending]))
-    self._pending.clear()
-    if len(rows): self.tree.set(rows, np.where(self.storage.valid(rows), self.base_priority[rows], 0.))
-
-# %% ../../nbs/06c_memory.prioritized.ipynb #13b5b146
-@patch
-def draw(self:PrioritizedSampler, n:int) -> torch.Tensor:
-    "`n` rows drawn in proportion to their priority, on `tree_device`, stamped as sampled now (so a late update to a row overwritten since is told apart)"
-    t = self.tree
-    if self._gated:
-        self._flush()
-        st = self.storage
-        if not t.total > 0 and not st.valid(np.arange(len(st))).any():
-            raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
-    draw = t.stratified_sample if self.stratified else t.sample
-    try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
-    except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
-    if self._host: _nb_stamp(idxs.numpy(), self._sampled_np, self._counts_np, self.clock)
-    else:
-        self.sampled_at[idxs] = self.clock
-        self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
-    return idxs
-
-@patch
-def sample(self:PrioritizedSampler, bs:int) -> tuple[BD, torch.Tensor]:
-    "Draw `bs` rows in proportion to their priority: a `BD` of them with a `weight` column, and their storage indices"
-    st, t = self.storage, self.tree
-    idxs = self.draw(bs)
-    rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
-    batch = st.gather(rows)
-    if self._host:
-        w = t.weights(idxs.numpy(), self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
-        batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
-    else: batch['weight'] = self.weights(idxs)
-    self.n_samples += 1
-    return batch, rows
-
-@patch
-def _n_rows(self:PrioritizedSampler) -> int:
-    "N of the weights: the rows that can be drawn (over a gated storage, counted on each call)"
-    st = self.storage
-    return int(st.valid(np.arange(len(st))).sum()) if self._gated else len(st)
-
-@patch
-def weights(self:PrioritizedSampler,
-            idxs:torch.Tensor, # Storage indices, as `sample` returns them
-            beta:float|None=None # Exponent (default: `current_beta`)
-           ) -> torch.Tensor:
-    "Importance-sampling weights (N·P(i))^-β of rows `idxs`, normalized as `weight_norm` says: float32, (n, 1), on the storage's device"
-    beta = self.current_beta if beta is None else beta
-    n_rows = self._n_rows() if self.weight_norm is None else None
-    return self.tree.weights(idxs.to(self.tree_device), beta, self.weight_norm, n_rows).to(self.storage.batch_device)[:, None]
-
-# %% ../../nbs/06c_memory.prioritized.ipynb #dfd20eac
-@patch
-def update_td(self:PrioritizedSampler,
-              td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-              idxs): # n storage indices, as `sample` returned them
-    "Write TD errors and priorities (|δ| + eps) ** alpha at rows `idxs`, except rows overwritten since they were sampled"
-    if not self._host: return self._update_tensors(td_errors, idxs)
-    t, n_rows, dev = self.tree, len(self.storage), self._td.device
-    arrays = td_arrays(n_rows, dev, td_errors, idxs)  # what `sample` returns and a loss computes: checked in one pass
-    if arrays is None:
-        i, td = td_rows(n_rows, dev, td_errors, idxs)  # anything else, or bad input: the checks that raise the precise error
-        arrays = i.cpu().numpy(), td.cpu().numpy()
-    i, td = arrays
-    if not len(i): return
-    col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
-    stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
-                                self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
-    rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
-    if self._gated: put_in_order(self.base_priority, rows, pri); self._pending.append(rows)
-    else: t.set(rows, pri, check=False)
-    self._stale_np += stale
-    if top > self._maxp_np: self._maxp_np[()] = top
-    if col is None and stale < len(i):  # TD errors kept on a GPU, beside the storage
-        rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
-        self._td[rows.to(dev)] = vals.to(dev)
-
-@patch
-def _update_tensors(self:PrioritizedSampler, td_errors, idxs):
-    "`update_td` with the tree on a GPU: tensor operations, no host synchronization after the input checks"
-    dev = self._td.device
-    idxs, td = td_rows(len(self.storage), dev, td_errors, idxs)
-    if not len(idxs): return
-    idxs = idxs.to(self.tree_device)
-    fresh = self.written_at[idxs] <= self.sampled_at[idxs]
-    self._n_stale += (~fresh).sum()
-    new = td.double().abs().add_(self.eps).pow_(self.alpha).to(self.tree_device)
-    torch.maximum(self._max_priority, torch.where(fresh, new, 0.).max(), out=self._max_priority)
-    # a stale row is written its own values: no change, and no host synchronization to find it
-    keep = self._td[idxs.to(dev)].to(self.tree_device)
-    rows, vals = last_wins(idxs, torch.where(fresh, td.to(self.tree_device), keep))
-    self._td[rows.to(dev)] = vals.to(dev)
-    self.tree.set(idxs, torch.where(fresh, new, self.tree.get(idxs, check=False)), check=False)
-
-# %% ../../nbs/06c_memory.prioritized.ipynb #b070de1f
-@patch
-def get_priority(self:PrioritizedSampler,
-                 idxs # Storage indices in [0, max_sz)
-                ) -> torch.Tensor:
-    "The priorities of rows `idxs` (float64, on `tree_device`); 0 for rows not in use"
-    if self._gated: self._flush()
-    return self.tree.get(as_idxs(idxs, self.storage.max_sz, self.tree_device), check=False)
-
-@patch
-def set_priority(self:PrioritizedSampler,
-                 idxs, # Storage indices of rows in the memory
-                 priorities): # One finite priority >= 0 per index: sampling is proportional to it
-    "Set the priorities of rows `idxs` directly (no exponent, no staleness check)"
-    idxs = as_idxs(idxs, len(self.storage), self.tree_device)
-    p = torch.as_tensor(np.asarray(priorities, dtype=np.float64) if not isinstance(priorities, torch.Tensor)
-                        else priorities.detach(), device=self.tree_device).double().reshape(-1)
-    if p.shape != idxs.shape:
-        raise ExperienceReplayException(f'expected one priority per index, got {len(p)} for {len(idxs)} indices')
-    ok = (p >= 0) & (p < np.inf)
-    if not bool(ok.all()): raise ExperienceReplayException(f'values must be finite and >= 0, got {p[~ok][:5].tolist()}')
-    if not len(idxs): return
-    if self._gated:
-        rows, vals = idxs.numpy(), p.numpy()
-        put_in_order(self.base_priority, rows, vals)
-        self._pending.append(rows)
-    else: self.tree.set(idxs, p, check=False)
-    torch.maximum(self._max_priority, p.max(), out=self._max_priority)  # the largest of them, as if set one at a time
-
-# %% ../../nbs/06c_memory.prioritized.ipynb #a980cb95
-@patch
-def state_dict(self:PrioritizedSampler) -> dict:
-    "Everything that restores this sampler, attached to a storage with the same `max_sz`"
-    if self._gated: self._flush()
-    return dict(kind=type(self).__name__, generator=self.generator.get_state(), td=self._td.clone(), leaves=self.tree.leaves,
-                base_priority=self.base_priority.copy() if self._gated else None,
-                written_at=self.written_at.clone(), sampled_at=self.sampled_at.clone(), sample_counts=self.sample_counts.clone(),
-                clock=self.clock, n_samples=self.n_samples, max_priority=self.max_priority, n_stale=self.n_stale)
-
-@patch
-def check_state(self:PrioritizedSampler, state:dict):
-    "Raise unless `state` fits this sampler; change nothing"
-    Sampler.check_state(self, state)
-    C = self.storage.max_sz
-    if tuple(state['leaves'].shape) != (C,):
-        raise ExperienceReplayException(f'the state holds {tuple(state["leaves"].shape)} priorities, this sampler keeps {C}')
-    if (state['base_priority'] is None) != (not self._gated):
-        raise ExperienceReplayException('the state is of a prioritized sampler over a storage with '
-                                        f'{"every" if state["base_priority"] is None else "not every"} row valid; this one is not')
-
-@patch
-def load_state_dict(self:PrioritizedSampler, state:dict):
-    "Restore what `state_dict` returned"
-    self.check_state(state)
-    C = self.storage.max_sz
-    self.tree.set(torch.arange(C), state['leaves'])
-    if self._gated:
-        self.base_priority[:] = state['base_priority']
-        self._pending.clear(); self.storage.changed()
-    for k in ('written_at', 'sampled_at', 'sample_counts'): getattr(self, k).copy_(torch.as_tensor(state[k]))
-    self.clock, self.n_samples = int(state['clock']), int(state['n_samples'])
-    self._max_priority.fill_(state['max_priority']); self._n_stale.fill_(state['n_stale'])
-    self.generator.set_state(state['generator'])
-    self._load_td(state)
-
-@patch
-def copy_rows(self:PrioritizedSampler, src:PrioritizedSampler, rows:torch.Tensor):
-    "Take over the TD errors and priorities of `src`'s rows `rows` as rows 0, 1, ..., and its largest priority"
-    Sampler.copy_rows(self, src, rows)
-    self.set_priority(torch.arange(len(rows)), src.get_priority(rows))
-    self._max_priority.fill_(src.max_priority)
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #c9ce68b3
 @delegates(PrioritizedSampler.__init__)

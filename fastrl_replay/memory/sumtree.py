@@ -8,7 +8,6 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.sumtree.html.md"""
 from __future__ import annotations
 import math
 import numpy as np, torch, numba
-from fastcore.basics import patch
 from ..errors import is_int, dtype_name, check_positive, check_choice
 
 
@@ -158,165 +157,167 @@ class SumTree:
                 raise ValueError(f'leaf indices must be in [0, {self.capacity}), got {_few(i[(i < 0) | (i >= self.capacity)])}')
         return i
 
+    def set(self,
+            idxs, # Leaf indices in `[0, capacity)`: a tensor, array or list of ints, repeats allowed (the last one wins)
+            values, # One value per index, finite and >= 0
+            check:bool=True # Check `idxs` and `values` first; `False` skips the host synchronization this costs on CUDA
+           ) -> SumTree:
+        "Set leaves `idxs` to `values` (the last of repeated indices wins) and update their ancestors"
+        if self.backend == 'numba': return self._set_host(idxs, values, check)
+        i, v = _tensor(idxs, self.device).reshape(-1), _tensor(values, self.device).reshape(-1)
+        if i.numel() != v.numel():
+            raise ValueError(f'expected one value per leaf index, got {i.numel()} indices and {v.numel()} values')
+        if v.dtype == torch.bool or v.is_complex(): raise ValueError(f'values must be real numbers, got dtype {dtype_name(v.dtype)}')
+        i, v = self._idxs(i, check), v.detach().to(torch.float64)  # TD errors straight from a loss may require grad
+        if check and v.numel():
+            ok = (v >= 0) & (v < math.inf)  # False for negatives, NaN and inf
+            if not bool(ok.all()): raise ValueError(f'values must be finite and >= 0, got {_few(v[~ok])}')
+        n = i.numel()
+        if n == 0: return self
+        # last write wins: a stable sort groups the repeats of an index in batch order, and each repeat takes the value
+        # at the last position of its group, so repeats write identical values and their order does not matter
+        s, pos = torch.sort(i, stable=True)
+        new = torch.ones(n, dtype=torch.bool, device=self.device)
+        new[1:] = s[1:] != s[:-1]
+        group = new.cumsum(0) - 1
+        last = torch.full_like(pos, -1).scatter_reduce_(0, group, pos, 'amax')
+        v = v[last[group]]
+        nodes = s + self.size
+        self.sum_tree.index_copy_(0, nodes, v)
+        self.min_tree.index_copy_(0, nodes, torch.where(v > 0, v, math.inf))
+        parents = nodes >> self._shifts  # (depth, n): the ancestors at each level, leaves' parents first
+        left = parents << 1
+        children = torch.stack([left, left | 1], 1)  # (depth, 2, n)
+        for p, c in zip(parents.unbind(0), children.unbind(0)):
+            self.sum_tree.index_copy_(0, p, self.sum_tree.take(c).sum(0))
+            self.min_tree.index_copy_(0, p, self.min_tree.take(c).amin(0))
+        return self
+
+    def _set_host(self, idxs, values, check:bool) -> SumTree:
+        "`set` for the numba backend: the same checks and messages, then one compiled loop"
+        if (not check and type(idxs) is np.ndarray and type(values) is np.ndarray and idxs.dtype == np.int64
+            and values.dtype == np.float64 and idxs.ndim == values.ndim == 1 and idxs.size == values.size):
+            set_leaves(self.host_sums, self.host_mins, self.size, self.depth, idxs, values)  # what a sampler passes: nothing to convert
+            return self
+        i, v = _host(idxs), _host(values)
+        if i.size != v.size: raise ValueError(f'expected one value per leaf index, got {i.size} indices and {v.size} values')
+        if v.dtype.kind not in 'fiu': raise ValueError(f'values must be real numbers, got dtype {v.dtype}')
+        if i.dtype.kind not in 'iu' and i.size: raise ValueError(f'leaf indices must be integers, got dtype {i.dtype}')
+        i = np.ascontiguousarray(i, dtype=np.int64)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        if check and _nb_bad_index(i, self.capacity) >= 0:
+            raise ValueError(f'leaf indices must be in [0, {self.capacity}), got '
+                             f'{_few(torch.from_numpy(i[(i < 0) | (i >= self.capacity)]))}')
+        if check and _nb_bad_value(v, _MAX_F64) >= 0:
+            raise ValueError(f'values must be finite and >= 0, got {_few(torch.from_numpy(v[~((v >= 0) & (v < math.inf))]))}')
+        set_leaves(self.host_sums, self.host_mins, self.size, self.depth, i, v)
+        return self
+
+    def get(self,
+            idxs, # Leaf indices in `[0, capacity)`
+            check:bool=True # Check the indices first (a host synchronization on CUDA)
+           ) -> torch.Tensor:
+        "The values of leaves `idxs`, float64, in the shape of `idxs`"
+        shape = np.shape(idxs) if not isinstance(idxs, torch.Tensor) else idxs.shape
+        return self.sum_tree[self._idxs(idxs, check) + self.size].view(shape)
+
+    def fill(self,
+             start:int, # The first leaf, in `[0, capacity)`
+             n:int, # Leaves to set, from `start` on, wrapping around at `capacity`
+             value # One value for all of them, finite and >= 0: a float or a 0-d tensor on the tree's device
+            ) -> SumTree:
+        "Set the `n` leaves from `start` on (wrapping at `capacity`, as a ring of rows is written) to `value`"
+        if not (is_int(start) and is_int(n) and 0 <= start < self.capacity and 0 <= n <= self.capacity):
+            raise ValueError(f'expected 0 <= start < {self.capacity} and 0 <= n <= {self.capacity}, got start={start!r}, n={n!r}')
+        if self.backend == 'numba':
+            v = float(value)
+            if not 0 <= v < math.inf: raise ValueError(f'values must be finite and >= 0, got {[v]}')
+            _nb_fill(self.host_sums, self.host_mins, self.size, self.depth, self.capacity, int(start), int(n), v)
+            return self
+        rows = torch.arange(start, start + n, device=self.device).remainder_(self.capacity)
+        v = value.to(self.device, torch.float64) if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64, device=self.device)
+        return self.set(rows, v.expand(n), check=not isinstance(value, torch.Tensor))
+
+    def find(self,
+             prefix, # Query masses, each in `[0, total]`: a tensor, array, list or float
+             check:bool=True # Check that the tree has mass and the queries are in range (a host synchronization on CUDA)
+            ) -> torch.Tensor:
+        "For each mass in `prefix`, the leaf whose interval of the cumulative sum holds it: int64 indices, shape of `prefix`"
+        q = _tensor(prefix, self.device).detach().to(torch.float64, copy=True)
+        shape = q.shape
+        q = q.reshape(-1)
+        if check:
+            total = self.total
+            if not total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is no leaf to find')
+            ok = (q >= 0) & (q <= total)  # False for NaN
+            if not bool(ok.all()): raise ValueError(f'query masses must be in [0, total={total}], got {_few(q[~ok])}')
+        return self._find(q).view(shape)
+
+    def _find(self, q:torch.Tensor) -> torch.Tensor:
+        "The leaves owning float64 masses `q` (1-d, unchecked, modified in place by the torch backend)"
+        if self.backend == 'numba':
+            out = np.empty(q.shape[0], dtype=np.int64)
+            _nb_find(self.host_sums, self.size, self.depth, self.capacity, q.numpy(), out)
+            return torch.from_numpy(out)
+        node = torch.ones(q.shape, dtype=torch.long, device=self.device)
+        sums = self.sum_tree.view(-1, 2)  # row k holds the children of node k
+        for _ in range(self.depth):
+            left, right = sums.index_select(0, node).unbind(1)
+            go_right = q.ge(left).logical_and_(right.gt(0))  # never into a child without mass
+            q.sub_(left.mul_(go_right))
+            node = node.mul_(2).add_(go_right)
+        return (node - self.size).clamp_(max=self.capacity - 1)
+
+    def _masses(self, n, generator, check) -> torch.Tensor:
+        "`n` uniform draws in `[0, 1)` from `generator`, after checking `n`, the generator's device and the tree's mass"
+        check_positive(n, 'n')
+        if generator is not None and generator.device.type != self.device.type:
+            raise ValueError(f'generator is on {generator.device}, the tree on {self.device}')
+        if check and not self.total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is nothing to sample')
+        return torch.rand(int(n), generator=generator, dtype=torch.float64, device=self.device)
+
+    def sample(self,
+               n:int, # Number of draws
+               generator:torch.Generator|None=None, # Random generator on the tree's device (default: torch's global one)
+               check:bool=True # Raise if the tree has no mass (a host synchronization on CUDA)
+              ) -> torch.Tensor:
+        "`n` independent draws of leaves, each with probability value / total: int64 leaf indices"
+        return self._draw(self._masses(n, generator, check), False)
+
+    def _draw(self, u:torch.Tensor, stratified:bool) -> torch.Tensor:
+        "The leaves for uniform draws `u`, independent or one per slice"
+        if self.backend == 'numba':
+            out = np.empty(len(u), dtype=np.int64)
+            _nb_draw(self.host_sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
+            return torch.from_numpy(out)
+        if not stratified: return self._find(u.mul_(self.sum_tree[1]))
+        k = torch.arange(len(u), dtype=torch.float64, device=self.device)
+        return self._find(u.add_(k).mul_(self.sum_tree[1] / len(u)))
+
+    def stratified_sample(self,
+                          n:int, # Number of draws: one per slice of `total / n`
+                          generator:torch.Generator|None=None, # Random generator on the tree's device (default: torch's global one)
+                          check:bool=True # Raise if the tree has no mass (a host synchronization on CUDA)
+                         ) -> torch.Tensor:
+        "One draw in each of `n` equal slices of the total mass: int64 leaf indices, in increasing order"
+        return self._draw(self._masses(n, generator, check), True)
+
+    def weights(self,
+                idxs, # Leaf indices, unchecked (as `sample` returns them): a tensor on the tree's device or an int64 array
+                beta:float, # Importance-sampling exponent
+                weight_norm:str|None='memory', # As `per_weights`: 'memory', 'batch' or None
+                n_rows:int|None=None # N, the leaves that can be drawn (needed for `weight_norm=None`)
+               ) -> torch.Tensor:
+        "Importance-sampling weights of leaves `idxs` by `per_weights`, with this tree's total and min: float32, 1-d, on the tree's device"
+        if weight_norm is None and n_rows is None: raise ValueError('weight_norm=None needs n_rows, the N of (N·P(i))^-β')
+        if self.backend == 'numba':
+            p = self.host_sums[_host(idxs) + self.size]
+            return torch.from_numpy(per_weights(p, beta, weight_norm, self.host_mins[1], n_rows, self.host_sums[1]).astype(np.float32))
+        p = self.sum_tree[self._idxs(idxs, False) + self.size]
+        return per_weights(p, beta, weight_norm, self.min_tensor, n_rows, self.total_tensor).float()
+
 # %% ../../nbs/06b_memory.sumtree.ipynb #4086d82e
-@patch
-def set(self:SumTree,
-        idxs, # Leaf indices in `[0, capacity)`: a tensor, array or list of ints, repeats allowed (the last one wins)
-        values, # One value per index, finite and >= 0
-        check:bool=True # Check `idxs` and `values` first; `False` skips the host synchronization this costs on CUDA
-       ) -> SumTree:
-    "Set leaves `idxs` to `values` (the last of repeated indices wins) and update their ancestors"
-    if self.backend == 'numba': return self._set_host(idxs, values, check)
-    i, v = _tensor(idxs, self.device).reshape(-1), _tensor(values, self.device).reshape(-1)
-    if i.numel() != v.numel():
-        raise ValueError(f'expected one value per leaf index, got {i.numel()} indices and {v.numel()} values')
-    if v.dtype == torch.bool or v.is_complex(): raise ValueError(f'values must be real numbers, got dtype {dtype_name(v.dtype)}')
-    i, v = self._idxs(i, check), v.detach().to(torch.float64)  # TD errors straight from a loss may require grad
-    if check and v.numel():
-        ok = (v >= 0) & (v < math.inf)  # False for negatives, NaN and inf
-        if not bool(ok.all()): raise ValueError(f'values must be finite and >= 0, got {_few(v[~ok])}')
-    n = i.numel()
-    if n == 0: return self
-    # last write wins: a stable sort groups the repeats of an index in batch order, and each repeat takes the value
-    # at the last position of its group, so repeats write identical values and their order does not matter
-    s, pos = torch.sort(i, stable=True)
-    new = torch.ones(n, dtype=torch.bool, device=self.device)
-    new[1:] = s[1:] != s[:-1]
-    group = new.cumsum(0) - 1
-    last = torch.full_like(pos, -1).scatter_reduce_(0, group, pos, 'amax')
-    v = v[last[group]]
-    nodes = s + self.size
-    self.sum_tree.index_copy_(0, nodes, v)
-    self.min_tree.index_copy_(0, nodes, torch.where(v > 0, v, math.inf))
-    parents = nodes >> self._shifts  # (depth, n): the ancestors at each level, leaves' parents first
-    left = parents << 1
-    children = torch.stack([left, left | 1], 1)  # (depth, 2, n)
-    for p, c in zip(parents.unbind(0), children.unbind(0)):
-        self.sum_tree.index_copy_(0, p, self.sum_tree.take(c).sum(0))
-        self.min_tree.index_copy_(0, p, self.min_tree.take(c).amin(0))
-    return self
-
 _MAX_F64 = float(np.finfo(np.float64).max)
-
-@patch
-def _set_host(self:SumTree, idxs, values, check:bool) -> SumTree:
-    "`set` for the numba backend: the same checks and messages, then one compiled loop"
-    if (not check and type(idxs) is np.ndarray and type(values) is np.ndarray and idxs.dtype == np.int64
-        and values.dtype == np.float64 and idxs.ndim == values.ndim == 1 and idxs.size == values.size):
-        set_leaves(self.host_sums, self.host_mins, self.size, self.depth, idxs, values)  # what a sampler passes: nothing to convert
-        return self
-    i, v = _host(idxs), _host(values)
-    if i.size != v.size: raise ValueError(f'expected one value per leaf index, got {i.size} indices and {v.size} values')
-    if v.dtype.kind not in 'fiu': raise ValueError(f'values must be real numbers, got dtype {v.dtype}')
-    if i.dtype.kind not in 'iu' and i.size: raise ValueError(f'leaf indices must be integers, got dtype {i.dtype}')
-    i = np.ascontiguousarray(i, dtype=np.int64)
-    v = np.ascontiguousarray(v, dtype=np.float64)
-    if check and _nb_bad_index(i, self.capacity) >= 0:
-        raise ValueError(f'leaf indices must be in [0, {self.capacity}), got '
-                         f'{_few(torch.from_numpy(i[(i < 0) | (i >= self.capacity)]))}')
-    if check and _nb_bad_value(v, _MAX_F64) >= 0:
-        raise ValueError(f'values must be finite and >= 0, got {_few(torch.from_numpy(v[~((v >= 0) & (v < math.inf))]))}')
-    set_leaves(self.host_sums, self.host_mins, self.size, self.depth, i, v)
-    return self
-
-@patch
-def get(self:SumTree,
-        idxs, # Leaf indices in `[0, capacity)`
-        check:bool=True # Check the indices first (a host synchronization on CUDA)
-       ) -> torch.Tensor:
-    "The values of leaves `idxs`, float64, in the shape of `idxs`"
-    shape = np.shape(idxs) if not isinstance(idxs, torch.Tensor) else idxs.shape
-    return self.sum_tree[self._idxs(idxs, check) + self.size].view(shape)
-
-@patch
-def fill(self:SumTree,
-         start:int, # The first leaf, in `[0, capacity)`
-         n:int, # Leaves to set, from `start` on, wrapping around at `capacity`
-         value # One value for all of them, finite and >= 0: a float or a 0-d tensor on the tree's device
-        ) -> SumTree:
-    "Set the `n` leaves from `start` on (wrapping at `capacity`, as a ring of rows is written) to `value`"
-    if not (is_int(start) and is_int(n) and 0 <= start < self.capacity and 0 <= n <= self.capacity):
-        raise ValueError(f'expected 0 <= start < {self.capacity} and 0 <= n <= {self.capacity}, got start={start!r}, n={n!r}')
-    if self.backend == 'numba':
-        v = float(value)
-        if not 0 <= v < math.inf: raise ValueError(f'values must be finite and >= 0, got {[v]}')
-        _nb_fill(self.host_sums, self.host_mins, self.size, self.depth, self.capacity, int(start), int(n), v)
-        return self
-    rows = torch.arange(start, start + n, device=self.device).remainder_(self.capacity)
-    v = value.to(self.device, torch.float64) if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64, device=self.device)
-    return self.set(rows, v.expand(n), check=not isinstance(value, torch.Tensor))
-
-# %% ../../nbs/06b_memory.sumtree.ipynb #135cd977
-@patch
-def find(self:SumTree,
-         prefix, # Query masses, each in `[0, total]`: a tensor, array, list or float
-         check:bool=True # Check that the tree has mass and the queries are in range (a host synchronization on CUDA)
-        ) -> torch.Tensor:
-    "For each mass in `prefix`, the leaf whose interval of the cumulative sum holds it: int64 indices, shape of `prefix`"
-    q = _tensor(prefix, self.device).detach().to(torch.float64, copy=True)
-    shape = q.shape
-    q = q.reshape(-1)
-    if check:
-        total = self.total
-        if not total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is no leaf to find')
-        ok = (q >= 0) & (q <= total)  # False for NaN
-        if not bool(ok.all()): raise ValueError(f'query masses must be in [0, total={total}], got {_few(q[~ok])}')
-    return self._find(q).view(shape)
-
-@patch
-def _find(self:SumTree, q:torch.Tensor) -> torch.Tensor:
-    "The leaves owning float64 masses `q` (1-d, unchecked, modified in place by the torch backend)"
-    if self.backend == 'numba':
-        out = np.empty(q.shape[0], dtype=np.int64)
-        _nb_find(self.host_sums, self.size, self.depth, self.capacity, q.numpy(), out)
-        return torch.from_numpy(out)
-    node = torch.ones(q.shape, dtype=torch.long, device=self.device)
-    sums = self.sum_tree.view(-1, 2)  # row k holds the children of node k
-    for _ in range(self.depth):
-        left, right = sums.index_select(0, node).unbind(1)
-        go_right = q.ge(left).logical_and_(right.gt(0))  # never into a child without mass
-        q.sub_(left.mul_(go_right))
-        node = node.mul_(2).add_(go_right)
-    return (node - self.size).clamp_(max=self.capacity - 1)
-
-# %% ../../nbs/06b_memory.sumtree.ipynb #bf90da6b
-@patch
-def _masses(self:SumTree, n, generator, check) -> torch.Tensor:
-    "`n` uniform draws in `[0, 1)` from `generator`, after checking `n`, the generator's device and the tree's mass"
-    check_positive(n, 'n')
-    if generator is not None and generator.device.type != self.device.type:
-        raise ValueError(f'generator is on {generator.device}, the tree on {self.device}')
-    if check and not self.total > 0: raise ValueError('the tree has no mass: every leaf is 0, so there is nothing to sample')
-    return torch.rand(int(n), generator=generator, dtype=torch.float64, device=self.device)
-
-@patch
-def sample(self:SumTree,
-           n:int, # Number of draws
-           generator:torch.Generator|None=None, # Random generator on the tree's device (default: torch's global one)
-           check:bool=True # Raise if the tree has no mass (a host synchronization on CUDA)
-          ) -> torch.Tensor:
-    "`n` independent draws of leaves, each with probability value / total: int64 leaf indices"
-    return self._draw(self._masses(n, generator, check), False)
-
-@patch
-def _draw(self:SumTree, u:torch.Tensor, stratified:bool) -> torch.Tensor:
-    "The leaves for uniform draws `u`, independent or one per slice"
-    if self.backend == 'numba':
-        out = np.empty(len(u), dtype=np.int64)
-        _nb_draw(self.host_sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
-        return torch.from_numpy(out)
-    if not stratified: return self._find(u.mul_(self.sum_tree[1]))
-    k = torch.arange(len(u), dtype=torch.float64, device=self.device)
-    return self._find(u.add_(k).mul_(self.sum_tree[1] / len(u)))
-
-@patch
-def stratified_sample(self:SumTree,
-                      n:int, # Number of draws: one per slice of `total / n`
-                      generator:torch.Generator|None=None, # Random generator on the tree's device (default: torch's global one)
-                      check:bool=True # Raise if the tree has no mass (a host synchronization on CUDA)
-                     ) -> torch.Tensor:
-    "One draw in each of `n` equal slices of the total mass: int64 leaf indices, in increasing order"
-    return self._draw(self._masses(n, generator, check), True)
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #a6c1e0f1
 WEIGHT_NORMS = ('memory', 'batch', None)
@@ -332,19 +333,3 @@ def per_weights(p, # Priorities of the sampled rows: a float64 array or tensor
     if weight_norm == 'batch': return (p / p.min()) ** -beta
     if weight_norm is None: return (p * (n_rows / total)) ** -beta
     raise ValueError(f"weight_norm must be 'memory', 'batch' or None, got {weight_norm!r}")
-
-# %% ../../nbs/06b_memory.sumtree.ipynb #a6c1e0f2
-@patch
-def weights(self:SumTree,
-            idxs, # Leaf indices, unchecked (as `sample` returns them): a tensor on the tree's device or an int64 array
-            beta:float, # Importance-sampling exponent
-            weight_norm:str|None='memory', # As `per_weights`: 'memory', 'batch' or None
-            n_rows:int|None=None # N, the leaves that can be drawn (needed for `weight_norm=None`)
-           ) -> torch.Tensor:
-    "Importance-sampling weights of leaves `idxs` by `per_weights`, with this tree's total and min: float32, 1-d, on the tree's device"
-    if weight_norm is None and n_rows is None: raise ValueError('weight_norm=None needs n_rows, the N of (N·P(i))^-β')
-    if self.backend == 'numba':
-        p = self.host_sums[_host(idxs) + self.size]
-        return torch.from_numpy(per_weights(p, beta, weight_norm, self.host_mins[1], n_rows, self.host_sums[1]).astype(np.float32))
-    p = self.sum_tree[self._idxs(idxs, False) + self.size]
-    return per_weights(p, beta, weight_norm, self.min_tensor, n_rows, self.total_tensor).float()
