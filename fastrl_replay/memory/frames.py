@@ -441,7 +441,8 @@ class CompressedFrameStorage(FrameStorage):
         for k in ('storage_dir', 'reuse_files'):
             if kwargs.get(k): raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
         self.block, self.level = int(block), int(level)
-        self._cctx, self._dctx = zstd.ZstdCompressor(level=self.level), zstd.ZstdDecompressor()
+        self._cctx = zstd.ZstdCompressor(level=self.level, write_checksum=True)  # a damaged block fails to decode
+        self._dctx = zstd.ZstdDecompressor()
         super().__init__(observation_shape, max_sz, **kwargs)
 
     def settings(self) -> dict:
@@ -473,7 +474,9 @@ class CompressedFrameStorage(FrameStorage):
         self.stage[j] = frame
         if j == self.block_rows(self.open_block) - 1:
             b, n = self.open_block, j + 1
-            self.blocks[b] = self._cctx.compress(self.stage[:n])
+            # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
+            # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
+            self.blocks[b] = bytes(memoryview(self._cctx.compress(self.stage[:n])))
             self.open_block = (b + 1) % self.n_blocks
             self.stage[:self.block_rows(self.open_block)] = self._decode(self.open_block)
 
