@@ -148,6 +148,25 @@ def measure(game:str, lib:str, n:int) -> dict:
     finally: shutil.rmtree(d)
     return res
 
+NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 32)', 'ours': '`FrameStorage` (this library, uncompressed)',
+         'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (zstd 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
+         'sb3-optimize': 'SB3 2.9.2 `optimize_memory_usage`', 'torchrl': 'TorchRL 0.14.1 `LazyTensorStorage`'}
+
+def table(rows:list) -> str:
+    "The results as a markdown table per game: bytes per transition, adds per second, sample(32), checkpoint"
+    out = []
+    for g in dict.fromkeys(r['game'] for r in rows):
+        out += [f'**{g}**', '', '| library | transitions | bytes / transition in RAM | adds / s | sample(32) ms | checkpoint bytes / transition | checkpoint s |',
+                '|---|---:|---:|---:|---:|---:|---:|']
+        for r in sorted((r for r in rows if r['game'] == g), key=lambda r: list(NAMES).index(r['library'])):
+            b = r.get('held_bytes_per_transition') if r['library'] in ('sb3-optimize', 'torchrl') else r['rss_bytes_per_transition']
+            mark = ' (nbytes)' if r['library'] in ('sb3-optimize', 'torchrl') else ''
+            ck = ' (1,000 saved, scaled)' if 'checkpoint_items' in r else ''
+            out.append(f"| {NAMES[r['library']]} | {r['transitions']:,} | {b:,.0f}{mark} | {r['adds_per_s']:,.0f} | {r['sample32_ms']:.2f} | "
+                       f"{r['checkpoint_bytes_per_transition']:,.0f} | {r['checkpoint_s']:.2f}{ck} |")
+        out.append('')
+    return '\n'.join(out)
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--games', nargs='*', default=GAMES)
@@ -155,7 +174,13 @@ def main():
     p.add_argument('--steps', type=int, default=200_000)
     p.add_argument('--one', nargs=2, metavar=('GAME', 'LIB'), help=argparse.SUPPRESS)
     p.add_argument('--out', default='bench/results/atari_bench.json')
+    p.add_argument('--table', metavar='RESULTS', help='print the markdown table of a results file (its rows, or JSON lines)')
     a = p.parse_args()
+    if a.table:
+        text = Path(a.table).read_text()
+        rows = json.loads(text)['rows'] if text.lstrip().startswith('{"steps"') or text.lstrip().startswith('{\n') else [json.loads(l) for l in text.splitlines() if l.strip()]
+        print(table(rows))
+        return
     if a.one:
         print(json.dumps(measure(*a.one, a.steps)))
         return
