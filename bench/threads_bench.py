@@ -3,9 +3,11 @@
 Two small-network workloads, each in a fresh process per setting, alternating settings for `--repeats` rounds:
 - `dqn`: `dqn_learner('CartPole-v1')` fitted for 5,000 environment steps in 10 epochs, as `fastrl-replay train --steps 5000`
   (without the `TorchThreads` callback `dqn_learner` adds, so that the setting measured is the one used);
-- `learner`: a plain fastai `Learner` (`synth_replay_learner`, an MLP on a synthetic stream) with the replay callback
-  replaying batches of 64 from a memory of 10,000, 2,000 batches.
-Writes `bench/results/threads.json` (the rates, the machine, its load average before and after)."""
+- `learner`: the plain fastai `Learner` of the first tutorial (`nbs/tutorials/01_learner_cartpole.ipynb`: `GymLoop` on
+  CartPole-v1, `ExperienceReplayCallback`, `DQNTrainer`), without its `TorchThreads` callback, fitted for 3 epochs of
+  1,200 batches of 8 environment steps.
+Writes `bench/results/threads.json` (the rates, the machine, the 1-minute load average as each run starts, `uptime` before
+and after)."""
 import argparse, json, os, platform, subprocess, sys, time
 from pathlib import Path
 
@@ -25,33 +27,40 @@ def work(kind: str, threads: str) -> float:
         t = time.perf_counter()
         with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(10, 1e-3)
         return learn.dls.train.dataset.loop.env_steps / (time.perf_counter() - t)
-    import inspect
-    from fastrl_replay.memory.experience_replay import ExperienceReplay
-    from fastrl_replay.all import ExperienceReplayCallback
-    from fastrl_replay.data.synth import synth_replay_learner
-    mem = ExperienceReplay(bs=64, max_sz=10_000, warmup_sz=500, seed=0)
-    params = inspect.signature(ExperienceReplayCallback).parameters
-    cb = ExperienceReplayCallback(mem) if 'experience_replay' in params else ExperienceReplayCallback(mem)
-    learn = synth_replay_learner(n_batches=500, bs=10, cbs=cb, seed=0)
+    from fastrl_replay.all import (QNet, EpsilonGreedy, Source, GymLoop, FirstLast, gym_dataloaders, DQNLoss, ExperienceReplay,
+                                   ExperienceReplayCallback, DQNTrainer, NoValidation)
+    from fastai.learner import Learner
+    torch.manual_seed(0)  # tutorial 01's learner, without its TorchThreads callback, for 3 of its 10 epochs
+    model = QNet(4, 2, hidden=(64, 64))
+    agent = EpsilonGreedy(model, n_actions=2, eps_steps=6_000, random_steps=500, seed=0)
+    source = Source([GymLoop('CartPole-v1', agent=agent, seed=0), FirstLast(gamma=0.99)])
+    dls = gym_dataloaders(source, n=1_200, bs=8)
+    loss = DQNLoss(model)
+    memory = ExperienceReplay(bs=64, max_sz=10_000, warmup_sz=500, seed=0)
+    learn = Learner(dls, model, loss_func=loss, cbs=[ExperienceReplayCallback(memory), DQNTrainer(loss, target_sync=100), NoValidation()])
     t = time.perf_counter()
-    with learn.no_bar(), learn.no_logging(): learn.fit(4)
-    return 2000 / (time.perf_counter() - t)
+    with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(3, 2e-3)
+    return source.loop.env_steps / (time.perf_counter() - t)
 
 def main(repeats: int):
     import torch
-    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), machine=f'{platform.machine()}, {os.cpu_count()} CPUs, '
+    uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), uptime_before=uptime(), machine=f'{platform.machine()}, {os.cpu_count()} CPUs, '
                f'torch {torch.__version__}, default threads {torch.get_num_threads()}', command='python bench/threads_bench.py',
                load_before=os.getloadavg(), runs={})
     for r in range(repeats):
         for kind in ('dqn', 'learner'):
             for threads in ('default', '1') if r % 2 == 0 else ('1', 'default'):
+                load1 = os.getloadavg()[0]  # the 1-minute load average as this run starts
                 out = subprocess.run([sys.executable, __file__, '--one', kind, threads], capture_output=True, text=True, check=True,
                                      env=os.environ | {'PYTHONPATH': str(ROOT)})
                 rate = float(out.stdout.strip().splitlines()[-1])
                 res['runs'].setdefault(f'{kind} threads={threads}', []).append(round(rate, 1))
-                print(kind, threads, round(rate, 1), flush=True)
+                res.setdefault('load_at_start', {}).setdefault(f'{kind} threads={threads}', []).append(round(load1, 2))
+                print(kind, threads, round(rate, 1), 'load', round(load1, 2), flush=True)
     res['load_after'] = os.getloadavg()
-    res['units'] = {'dqn': 'environment steps/s', 'learner': 'batches/s'}
+    res['uptime_after'] = uptime()
+    res['units'] = {'dqn': 'environment steps/s', 'learner': 'environment steps/s'}
     out = ROOT/'bench'/'results'/'threads.json'
     out.parent.mkdir(exist_ok=True); out.write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))

@@ -14,6 +14,8 @@ from .errors import check_positive
 from fastai.callback.core import Callback
 from .callback import ExperienceReplayCallback
 from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
+from .agents.sac import sac_learner, sac_defaults, evaluate_actor
+from .agents.td3 import td3_learner, td3_defaults
 from .atari import is_atari, atari_learner, atari_defaults, atari_env
 from .checkpoint import CheckpointCallback, CheckpointError
 from .data.synth import synth_replay_learner
@@ -21,7 +23,7 @@ from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_prioritie
                                  figures_to_html)
 
 # %% auto #0
-__all__ = ['run_demo', 'run_train', 'resume_train', 'main']
+__all__ = ['ALGOS', 'run_demo', 'run_train', 'resume_train', 'main']
 
 # %% ../nbs/90_cli.ipynb #6c09baf2
 def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
@@ -66,8 +68,16 @@ class _Counter(Callback):
     def after_step(self): self.counts['trained'] += 1
 
 # %% ../nbs/90_cli.ipynb #ef9ae840
-def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete actions)
-              steps:int|None=None, # Environment steps to train for (default: `env`'s, from `dqn_defaults`)
+@dataclasses.dataclass(frozen=True)
+class _Algo:
+    "What `train` needs of an agent: its default environment, its builder, its settings per environment and its defaults"
+    env:str; build:object; defaults:object; lr:float; replay_size:int
+
+ALGOS = dict(dqn=_Algo('CartPole-v1', dqn_learner, dqn_defaults, OptimSettings.lr, ReplaySettings.max_sz),
+             sac=_Algo('Pendulum-v1', sac_learner, sac_defaults, 3e-4, 1_000_000), td3=_Algo('Pendulum-v1', td3_learner, td3_defaults, 1e-3, 1_000_000))
+
+def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v1 for a DQN, Pendulum-v1 for SAC and TD3)
+              steps:int|None=None, # Environment steps to train for (default: `env`'s, from `dqn_defaults`, `sac_defaults` or `td3_defaults`)
               seed:int=0, # Seed for everything sampled
               replay_size:int|None=None, # Capacity of the replay memory (default: `env`'s)
               out:str='reports', # Folder that receives `<run>/`
@@ -76,24 +86,31 @@ def run_train(env:str='CartPole-v1', # Gymnasium environment id (discrete action
               quiet:bool=False, # Hide fastai's progress bar and table
               checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
               learner:dict|None=None, # `dqn_learner`'s other settings, grouped as its arguments (`net`, `explore`, `replay`, `optim`, `gamma`, ...); `ray` trains on Ray
-              ray:dict|None=None # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
+              ray:dict|None=None, # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
+              algo:str='dqn' # The agent: 'dqn' (discrete actions), 'sac' or 'td3' (Box actions)
              ) -> dict:
-    "Train a DQN with experience replay, evaluate it greedily and write its report"
-    d = atari_defaults(env) if is_atari(env) else dqn_defaults(env)  # the settings chosen for `env`; those given here take their place
+    "Train a DQN, SAC or TD3 agent with experience replay, evaluate it greedily and write its report"
+    if algo not in ALGOS: raise ValueError(f"algo must be 'dqn', 'sac' or 'td3', got {algo!r}")
+    a = ALGOS[algo]
+    if algo != 'dqn' and (replay == 'laber' or ray is not None):
+        raise ValueError(f'{algo.upper()} trains with uniform or prioritized (per) replay in this process; LaBER and Ray collectors are for the DQN')
+    env = ifnone(env, a.env)
+    d = atari_defaults(env) if algo == 'dqn' and is_atari(env) else a.defaults(env)  # the settings chosen for `env`; those given here take their place
     steps = ifnone(steps, d.pop('steps'))
-    replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', ReplaySettings.max_sz))
-    lr = ifnone(lr, d.get('optim', {}).get('lr', OptimSettings.lr))
+    replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', a.replay_size) if algo == 'dqn' else
+                         min(d.get('replay', {}).get('max_sz', a.replay_size), steps))  # a memory larger than the run never fills
+    lr = ifnone(lr, d.get('optim', {}).get('lr', a.lr))
     given = dict(learner or {}) | ({} if ray is None else dict(ray=ray))
     kwargs = {k: d[k] | v if isinstance(v, dict) and isinstance(d.get(k), dict) else v for k, v in (d | given).items()}
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
     check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
-    settings = dict(env=env, steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
+    settings = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
                     checkpoint_every=checkpoint_every, learner=kwargs)
     learn, run = _learner(settings), None
     if checkpoint_every is not None:
         try: text = json.dumps(settings, indent=2)
         except TypeError as e: raise ValueError(f'a checkpointed run keeps its settings in run.json: {e}') from None
-        run = _new_run_dir(Path(out), f'dqn-{env}-seed{seed}')
+        run = _new_run_dir(Path(out), f'{algo}-{env}-seed{seed}')
         (run/'run.json').write_text(text)
     return _fit_and_report(learn, settings, run, Path(out), quiet)
 
@@ -111,14 +128,15 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
 
 # %% ../nbs/90_cli.ipynb #3483a9d1
 def _learner(s:dict):
-    "The DQN learner of run settings `s`: `dqn_learner`'s, or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
+    "The learner of run settings `s`: `dqn_learner`'s (`sac_learner`'s, `td3_learner`'s for `algo`), or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
     torch.set_num_threads(1)  # a small network trains fastest on one thread
     kw = dict(s['learner'])
     replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
     optim = dict(kw.pop('optim', {}), lr=s['lr'])
     if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
         from fastrl_replay.agents.dqn_ray import dqn_ray_learner as build
-    else: build = atari_learner if is_atari(s['env']) else dqn_learner  # an Atari game: the Nature DQN on compressed frames
+    elif s.get('algo', 'dqn') == 'dqn' and is_atari(s['env']): build = atari_learner  # the Nature DQN on compressed frames
+    else: build = ALGOS[s.get('algo', 'dqn')].build
     return build(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'], replay=replay, optim=optim, **kw)
 
 def _bytes_per_transition(mem) -> float|None:
@@ -142,22 +160,24 @@ def _bytes_per_transition(mem) -> float|None:
 def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
     "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
     cbs = [] if run is None else [CheckpointCallback(run/'checkpoint', every=s['checkpoint_every'], resume=resume)]
+    algo = s.get('algo', 'dqn')
+    fit = learn.fit_flat_cos if algo == 'dqn' else learn.fit  # SAC and TD3 at a constant learning rate, as rl-baselines3-zoo trains them
     start = time.perf_counter()
     if quiet:
-        with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(10, s['lr'], cbs=cbs)
-    else: learn.fit_flat_cos(10, s['lr'], cbs=cbs)
+        with learn.no_bar(), learn.no_logging(): fit(10, s['lr'], cbs=cbs)
+    else: fit(10, s['lr'], cbs=cbs)
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
     if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500)
-    else: returns = evaluate(learn.model, env, n_episodes=20, seed=seed + 10_000)
+    else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
     stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
-    metrics = dict(env=env, seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
+    metrics = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
                    env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'],
                    memory_bytes_per_transition=None if 'ray' in s['learner'] else _bytes_per_transition(mem))  # shards on Ray: in their workers
     fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
     if fleet: metrics.update(_fleet_report(learn))
-    run = run or _new_run_dir(out, f'dqn-{env}-seed{seed}')
+    run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
     figs = [plot_returns(stats.returns), plot_losses(learn.recorder)]
@@ -209,11 +229,11 @@ def _epoch_table(recorder) -> tuple[list, list]:
 def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
     "An offline HTML report: title, settings, results and epochs in readable units, then the figures, with plotly.js inlined once"
     m, e = metrics, html.escape
-    title = f'DQN on {m["env"]}: seed {m["seed"]}, {m["replay"]} replay'
+    title = f'{m.get("algo", "dqn").upper()} on {m["env"]}: seed {m["seed"]}, {m["replay"]} replay'
     results = [(f'greedy return, {len(m["eval_returns"])} episodes', f'{m["eval_mean"]:.1f} ± {m["eval_std"]:.1f}'),
                ('environment steps', m['env_steps']), ('episodes', m['episodes']), ('training time', f'{m["wall_s"]:.1f} s'),
                ('speed', f'{m["env_steps_per_s"]:,.0f} environment steps/s'), ('memory rows', f'{m["memory_rows"]:,} of {m["replay_size"]:,}')]
-    shown = {'env', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
+    shown = {'env', 'algo', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
              'memory_rows', 'replay_size', 'lr'}
     results += [(k.replace('_', ' '), v) for k, v in m.items() if k not in shown]  # e.g. a run on Ray: actors, shards, rows lost
     flat = _flat(settings)
@@ -244,8 +264,9 @@ def main(argv=None):
     d.add_argument('--epochs', type=_positive, default=3, help='passes over the synthetic stream (default: 3)')
     d.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
-    t = sub.add_parser('train', help='train a DQN with experience replay, evaluate it and write its report')
-    t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1)')
+    t = sub.add_parser('train', help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
+    t.add_argument('--algo', choices=['dqn', 'sac', 'td3'], help='the agent: dqn for discrete actions, sac or td3 for Box actions (default: dqn)')
+    t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1 for dqn, Pendulum-v1 for sac and td3)')
     t.add_argument('--steps', type=_positive, help="environment steps (default: the environment's, 50000 for CartPole-v1)")
     t.add_argument('--seed', type=int, help='seed (default: 0)')
     t.add_argument('--replay-size', type=_positive, help="replay memory capacity (default: the environment's, 50000 for CartPole-v1)")
@@ -276,7 +297,7 @@ def main(argv=None):
     print(f"report: {m['report']}")
 
 # %% ../nbs/90_cli.ipynb #c7c71c81
-_TRAIN = dict(env='CartPole-v1', steps=None, seed=0, replay_size=None, replay='uniform', out='reports', checkpoint_every=None)  # None: the env's
+_TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay='uniform', out='reports', checkpoint_every=None)  # None: the env's
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"

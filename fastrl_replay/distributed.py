@@ -26,8 +26,8 @@ from .data.gym import GymLoop, Source, SourceStats, FirstLast, EpsilonGreedy
 
 # %% auto #0
 __all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'ReplayShard', 'call', 'fetch', 'ask', 'write_batch',
-           'init_ray', 'RayReplay', 'refresh', 'flush', 'apply', 'reset', 'close', 'Collector', 'CollectorFleet',
-           'advance', 'stop', 'RaySource', 'FleetCallback', 'fleet_metrics', 'close_learner']
+           'init_ray', 'RayReplay', 'Collector', 'CollectorFleet', 'RaySource', 'FleetCallback', 'fleet_metrics',
+           'close_learner']
 
 # %% ../nbs/14_distributed.ipynb #f6f69888
 def shard_for(writer:int, # The writer: a collector's index, or 0 for the client's own `+`
@@ -91,66 +91,55 @@ class ReplayShard:
 
     def _write_added(self):
         if self.folder is not None: (self.folder/_ADDED).write_text(str(self.n_added))
-
-# %% ../nbs/14_distributed.ipynb #f4d3e1f5
-def _shard_add(self:ReplayShard, batch:Mapping) -> tuple[int, int]:
-    "Add a batch of transitions (a dict of arrays); return this incarnation and the rows acknowledged so far"
-    n = len(next(iter(batch.values())))
-    self.memory + batch
-    self.n_added += n
-    self._write_added()
-    if self.checkpoint_every and self.n_added - self._ckpt_at >= self.checkpoint_every: self.checkpoint()
-    return self.incarnation, self.n_added
-
-def _shard_checkpoint(self:ReplayShard) -> Path|None:
-    "Save the memory to `memory-<n_added>` in the folder and remove older checkpoints"
-    if self.folder is None: return None
-    path = self.folder/f'memory-{self.n_added}'
-    self.memory.save(path, durable=False)
-    for old in self.folder.glob('memory-*'):
-        if old != path and old.name.split('-')[1].isdigit(): shutil.rmtree(old, ignore_errors=True)
-    self._ckpt_at = self.n_added
-    return path
-
-def _shard_stats(self:ReplayShard) -> dict:
-    "Rows, total and smallest priority (rows and 1 for uniform sampling), incarnation, rows added and lost"
-    m = self.memory
-    if self.prioritized: total, low = m.sampler.totals()
-    else: total, low = float(len(m)), 1.
-    return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
-                restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
-
-def _shard_sample(self:ReplayShard, k:int, updates:list=()) -> dict:
-    "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, raw priorities and the stats after the draw"
-    for u in updates: self.update_td(*u)
-    batch, rows = self.memory.sample(k)
-    p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
-    cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
-    return dict(batch=cols, rows=rows.numpy(), p=p, stats=self.stats())
-
-def _shard_update_td(self:ReplayShard, td:np.ndarray, rows:np.ndarray, incarnation:int) -> int:
-    "Write TD errors at `rows` if they were sampled from this incarnation; the number dropped"
-    if incarnation != self.incarnation:
-        self.n_dropped += len(rows)
-        return len(rows)
-    self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)))
-    return 0
-
-def _shard_apply(self:ReplayShard, fn:Callable):
-    "`fn(memory)`, run where the memory is"
-    return fn(self.memory)
-
-def _shard_reset(self:ReplayShard):
-    "Start again with a new, empty memory and counts at 0; the folder's checkpoints are removed"
-    self.memory = self.make_memory(self.index)
-    self.n_added = self.restored = self.lost = self.n_dropped = self._ckpt_at = 0
-    if self.folder is not None:
-        for old in self.folder.glob('memory-*'): shutil.rmtree(old, ignore_errors=True)
-        (self.folder/_META).write_text(json.dumps(dict(incarnation=self.incarnation, lost=0)))
+    def add(self, batch:Mapping) -> tuple[int, int]:
+        "Add a batch of transitions (a dict of arrays); return this incarnation and the rows acknowledged so far"
+        n = len(next(iter(batch.values())))
+        self.memory + batch
+        self.n_added += n
         self._write_added()
-
-ReplayShard.add, ReplayShard.checkpoint, ReplayShard.stats = _shard_add, _shard_checkpoint, _shard_stats
-ReplayShard.sample, ReplayShard.update_td, ReplayShard.apply, ReplayShard.reset = _shard_sample, _shard_update_td, _shard_apply, _shard_reset
+        if self.checkpoint_every and self.n_added - self._ckpt_at >= self.checkpoint_every: self.checkpoint()
+        return self.incarnation, self.n_added
+    def checkpoint(self) -> Path|None:
+        "Save the memory to `memory-<n_added>` in the folder and remove older checkpoints"
+        if self.folder is None: return None
+        path = self.folder/f'memory-{self.n_added}'
+        self.memory.save(path, durable=False)
+        for old in self.folder.glob('memory-*'):
+            if old != path and old.name.split('-')[1].isdigit(): shutil.rmtree(old, ignore_errors=True)
+        self._ckpt_at = self.n_added
+        return path
+    def stats(self) -> dict:
+        "Rows, total and smallest priority (rows and 1 for uniform sampling), incarnation, rows added and lost"
+        m = self.memory
+        if self.prioritized: total, low = m.sampler.totals()
+        else: total, low = float(len(m)), 1.
+        return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
+                    restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
+    def sample(self, k:int, updates:list=()) -> dict:
+        "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, raw priorities and the stats after the draw"
+        for u in updates: self.update_td(*u)
+        batch, rows = self.memory.sample(k)
+        p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
+        cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
+        return dict(batch=cols, rows=rows.numpy(), p=p, stats=self.stats())
+    def update_td(self, td:np.ndarray, rows:np.ndarray, incarnation:int) -> int:
+        "Write TD errors at `rows` if they were sampled from this incarnation; the number dropped"
+        if incarnation != self.incarnation:
+            self.n_dropped += len(rows)
+            return len(rows)
+        self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)))
+        return 0
+    def apply(self, fn:Callable):
+        "`fn(memory)`, run where the memory is"
+        return fn(self.memory)
+    def reset(self):
+        "Start again with a new, empty memory and counts at 0; the folder's checkpoints are removed"
+        self.memory = self.make_memory(self.index)
+        self.n_added = self.restored = self.lost = self.n_dropped = self._ckpt_at = 0
+        if self.folder is not None:
+            for old in self.folder.glob('memory-*'): shutil.rmtree(old, ignore_errors=True)
+            (self.folder/_META).write_text(json.dumps(dict(incarnation=self.incarnation, lost=0)))
+            self._write_added()
 
 # %% ../nbs/14_distributed.ipynb #a39e7e44
 def call(handle, method:str, *args):
@@ -240,148 +229,122 @@ class RayReplay:
     def current_beta(self) -> float:
         "The importance-sampling exponent of the next sample, annealed over the client's samples"
         return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
-
-# %% ../nbs/14_distributed.ipynb #82ae2954
-def _note(self:RayReplay, st:dict): self._stats[st['index']] = st
-
-def refresh(self:RayReplay) -> list[dict]:
-    "Every shard's stats, asked for now"
-    try: sts = fetch([call(s, 'stats') for s in self.shards])
-    except _LOST: sts = [ask(s, 'stats') for s in self.shards]  # one is restarting: wait for it
-    for st in sts: self._note(st)
-    return self._stats
-
-def _len(self:RayReplay) -> int: return sum(st['n'] for st in self.refresh())
-
-def _add(self:RayReplay, batch) -> RayReplay:
-    "Write the rows of `batch` to the shard the routing rule names (writer 0), and return the client"
-    b = _as_arrays(batch)
-    if not b or len(next(iter(b.values()))) == 0: return self
-    write_batch(self.shards, shard_for(0, self.n_batches, self.n_shards), b)
-    self.n_batches += 1
-    return self
-
-RayReplay._note, RayReplay.refresh, RayReplay.__len__, RayReplay.__add__ = _note, refresh, _len, _add
-
-# %% ../nbs/14_distributed.ipynb #0bf6cca3
-def _request(self:RayReplay, bs:int) -> dict:
-    "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
-    st = self._stats
-    if any(s is None for s in st) or sum(s['n'] for s in st) < max(self.warmup_sz, 1): st = self.refresh()
-    n = sum(s['n'] for s in st)
-    if n < max(self.warmup_sz, 1): raise WarmupNotReached(f'the shards hold {n} rows and sampling needs {max(self.warmup_sz, 1)}')
-    totals = torch.tensor([s['total'] for s in st], dtype=torch.float64)
-    counts = torch.multinomial(totals, bs, replacement=True, generator=self.generator).bincount(minlength=self.n_shards).tolist()
-    used = dict(n=n, total=float(totals.sum()), min=min(s['min'] for s in st if s['n']))
-    parts = [(j, call(self.shards[j], 'sample', k, self._take_stash(j))) for j, k in enumerate(counts) if k]
-    for j, k in enumerate(counts):
-        if not k and self._td_stash[j]: self._send_stash(j)  # no sample for them to ride on
-    return dict(bs=bs, used=used, parts=parts)
-
-def _take_stash(self:RayReplay, j:int) -> list:
-    "The TD updates waiting for shard `j`, handed over"
-    out, self._td_stash[j] = self._td_stash[j], []
-    return out
-
-def _send_stash(self:RayReplay, j:int):
-    "Send the TD updates waiting for shard `j` on their own"
-    self._td_refs += [call(self.shards[j], 'update_td', *u) for u in self._take_stash(j)]
-
-def _collect(self:RayReplay, req:dict) -> tuple[BD, torch.Tensor]:
-    "The batch a request asked for: columns joined over shards, global keys, global importance weights"
-    outs = fetch([f for _, f in req['parts']])
-    for o in outs: self._note(o['stats'])
-    keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _), o in zip(req['parts'], outs)])
-    batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
-    if self.prioritized:
-        u = req['used']
-        p = np.concatenate([o['p'] for o in outs])
-        w = per_weights(p, self.current_beta, self.weight_norm, p_min=u['min'], n_rows=u['n'], total=u['total'])
-        batch['weight'] = torch.from_numpy(w.astype(np.float32))[:, None]
-    self.n_samples += 1
-    return BD._new(batch), torch.from_numpy(keys)
-
-def _sample(self:RayReplay, bs:int|None=None) -> tuple[BD, torch.Tensor]:
-    "A batch of `bs` rows drawn over all shards as one memory would draw them, and their keys; prefetched when `prefetch` > 0"
-    bs = ifnone(bs, self.bs)
-    check_positive(bs)
-    while self._pending and self._pending[0]['bs'] != bs: self._pending.popleft()
-    for attempt in range(3):
+    def _note(self, st:dict): self._stats[st['index']] = st
+    def refresh(self) -> list[dict]:
+        "Every shard's stats, asked for now"
+        try: sts = fetch([call(s, 'stats') for s in self.shards])
+        except _LOST: sts = [ask(s, 'stats') for s in self.shards]  # one is restarting: wait for it
+        for st in sts: self._note(st)
+        return self._stats
+    def __len__(self) -> int: return sum(st['n'] for st in self.refresh())
+    def __add__(self, batch) -> RayReplay:
+        "Write the rows of `batch` to the shard the routing rule names (writer 0), and return the client"
+        b = _as_arrays(batch)
+        if not b or len(next(iter(b.values()))) == 0: return self
+        write_batch(self.shards, shard_for(0, self.n_batches, self.n_shards), b)
+        self.n_batches += 1
+        return self
+    def _request(self, bs:int) -> dict:
+        "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
+        st = self._stats
+        if any(s is None for s in st) or sum(s['n'] for s in st) < max(self.warmup_sz, 1): st = self.refresh()
+        n = sum(s['n'] for s in st)
+        if n < max(self.warmup_sz, 1): raise WarmupNotReached(f'the shards hold {n} rows and sampling needs {max(self.warmup_sz, 1)}')
+        totals = torch.tensor([s['total'] for s in st], dtype=torch.float64)
+        counts = torch.multinomial(totals, bs, replacement=True, generator=self.generator).bincount(minlength=self.n_shards).tolist()
+        used = dict(n=n, total=float(totals.sum()), min=min(s['min'] for s in st if s['n']))
+        parts = [(j, call(self.shards[j], 'sample', k, self._take_stash(j))) for j, k in enumerate(counts) if k]
+        for j, k in enumerate(counts):
+            if not k and self._td_stash[j]: self._send_stash(j)  # no sample for them to ride on
+        return dict(bs=bs, used=used, parts=parts)
+    def _take_stash(self, j:int) -> list:
+        "The TD updates waiting for shard `j`, handed over"
+        out, self._td_stash[j] = self._td_stash[j], []
+        return out
+    def _send_stash(self, j:int):
+        "Send the TD updates waiting for shard `j` on their own"
+        self._td_refs += [call(self.shards[j], 'update_td', *u) for u in self._take_stash(j)]
+    def _collect(self, req:dict) -> tuple[BD, torch.Tensor]:
+        "The batch a request asked for: columns joined over shards, global keys, global importance weights"
+        outs = fetch([f for _, f in req['parts']])
+        for o in outs: self._note(o['stats'])
+        keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _), o in zip(req['parts'], outs)])
+        batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
+        if self.prioritized:
+            u = req['used']
+            p = np.concatenate([o['p'] for o in outs])
+            w = per_weights(p, self.current_beta, self.weight_norm, p_min=u['min'], n_rows=u['n'], total=u['total'])
+            batch['weight'] = torch.from_numpy(w.astype(np.float32))[:, None]
+        self.n_samples += 1
+        return BD._new(batch), torch.from_numpy(keys)
+    def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]:
+        "A batch of `bs` rows drawn over all shards as one memory would draw them, and their keys; prefetched when `prefetch` > 0"
+        bs = ifnone(bs, self.bs)
+        check_positive(bs)
+        while self._pending and self._pending[0]['bs'] != bs: self._pending.popleft()
+        for attempt in range(3):
+            try:
+                if self._pending: req = self._pending.popleft()
+                else:
+                    if not self.prefetch: self.refresh()  # without prefetch, the split uses the totals of this moment
+                    req = self._request(bs)
+                out = self._collect(req)
+                break
+            except _LOST:  # a shard died under the request: drop what was in flight and ask again once Ray restarted it
+                self._pending.clear(); self.n_retried += 1
+                self.refresh()
+        else: raise RuntimeError('the shards failed three samples in a row')
         try:
-            if self._pending: req = self._pending.popleft()
-            else:
-                if not self.prefetch: self.refresh()  # without prefetch, the split uses the totals of this moment
-                req = self._request(bs)
-            out = self._collect(req)
-            break
-        except _LOST:  # a shard died under the request: drop what was in flight and ask again once Ray restarted it
-            self._pending.clear(); self.n_retried += 1
-            self.refresh()
-    else: raise RuntimeError('the shards failed three samples in a row')
-    try:
-        while len(self._pending) < self.prefetch: self._pending.append(self._request(bs))
-    except WarmupNotReached: pass  # a restarted shard brought fewer rows back: this batch stands, the next waits
-    return out
-
-RayReplay._request, RayReplay._collect, RayReplay.sample = _request, _collect, _sample
-RayReplay._take_stash, RayReplay._send_stash = _take_stash, _send_stash
-
-# %% ../nbs/14_distributed.ipynb #e819e5de
-def _update_td(self:RayReplay,
-               td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-               keys): # n keys, as `sample` returned them
-    "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from"
-    k = to_numpy(keys)
-    td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
-    shard, inc, rows = decode_keys(k)
-    parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
-    if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard
-        for j, u in parts:
-            self._td_stash[j].append(u)
-            if len(self._td_stash[j]) > 8: self._send_stash(j)
-        return
-    refs = [call(self.shards[j], 'update_td', *u) for j, u in parts]
-    if not self.async_td or self.local: self._wait_td(refs)
-    else:
-        self._td_refs += refs
-        if len(self._td_refs) > 4 * self.n_shards:  # bounded: the oldest are done long before
-            done, self._td_refs = ray.wait(self._td_refs, num_returns=len(self._td_refs) - 2 * self.n_shards)
-            self._wait_td(done)
-
-def _wait_td(self:RayReplay, refs:list):
-    "Wait for TD updates; count the rows of those a dead shard never applied"
-    for r in refs:
-        try: fetch([r])
-        except _LOST: self.td_lost += 1
-
-def flush(self:RayReplay):
-    "Send the TD updates waiting for a sample request, and wait for every one in flight"
-    for j in range(self.n_shards): self._send_stash(j)
-    self._wait_td(self._td_refs); self._td_refs = []
-
-def _shard_rows(self:RayReplay) -> list[int]: return [st['n'] for st in self.refresh()]
-def _rows_lost(self:RayReplay) -> int: return sum(st['lost'] for st in self.refresh())
-
-def apply(self:RayReplay, fn:Callable) -> list:
-    "`fn(memory)` on every shard's memory, where it is; the results in shard order"
-    return fetch([call(s, 'apply', fn) for s in self.shards])
-
-def reset(self:RayReplay):
-    "Empty every shard and forget what was in flight"
-    self.flush(); self._pending.clear()
-    fetch([call(s, 'reset') for s in self.shards])
-    self._stats, self.n_samples, self.n_batches = [None] * self.n_shards, 0, 0
-
-def close(self:RayReplay):
-    "Stop the shard actors; their checkpoints stay in `folder` if it was given, a temporary folder is removed"
-    if not self.local:
-        for s in self.shards: ray.kill(s, no_restart=True)
-    self.shards = []
-    if self._own_folder: shutil.rmtree(self.folder, ignore_errors=True)
-
-RayReplay.update_td, RayReplay._wait_td, RayReplay.flush, RayReplay.apply, RayReplay.close = _update_td, _wait_td, flush, apply, close
-RayReplay.reset = reset
-RayReplay.shard_rows, RayReplay.rows_lost = property(_shard_rows), property(_rows_lost)
+            while len(self._pending) < self.prefetch: self._pending.append(self._request(bs))
+        except WarmupNotReached: pass  # a restarted shard brought fewer rows back: this batch stands, the next waits
+        return out
+    def update_td(self,
+                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
+                   keys): # n keys, as `sample` returned them
+        "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from"
+        k = to_numpy(keys)
+        td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
+        shard, inc, rows = decode_keys(k)
+        parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
+        if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard
+            for j, u in parts:
+                self._td_stash[j].append(u)
+                if len(self._td_stash[j]) > 8: self._send_stash(j)
+            return
+        refs = [call(self.shards[j], 'update_td', *u) for j, u in parts]
+        if not self.async_td or self.local: self._wait_td(refs)
+        else:
+            self._td_refs += refs
+            if len(self._td_refs) > 4 * self.n_shards:  # bounded: the oldest are done long before
+                done, self._td_refs = ray.wait(self._td_refs, num_returns=len(self._td_refs) - 2 * self.n_shards)
+                self._wait_td(done)
+    def _wait_td(self, refs:list):
+        "Wait for TD updates; count the rows of those a dead shard never applied"
+        for r in refs:
+            try: fetch([r])
+            except _LOST: self.td_lost += 1
+    def flush(self):
+        "Send the TD updates waiting for a sample request, and wait for every one in flight"
+        for j in range(self.n_shards): self._send_stash(j)
+        self._wait_td(self._td_refs); self._td_refs = []
+    @property
+    def shard_rows(self) -> list[int]: return [st['n'] for st in self.refresh()]
+    @property
+    def rows_lost(self) -> int: return sum(st['lost'] for st in self.refresh())
+    def apply(self, fn:Callable) -> list:
+        "`fn(memory)` on every shard's memory, where it is; the results in shard order"
+        return fetch([call(s, 'apply', fn) for s in self.shards])
+    def reset(self):
+        "Empty every shard and forget what was in flight"
+        self.flush(); self._pending.clear()
+        fetch([call(s, 'reset') for s in self.shards])
+        self._stats, self.n_samples, self.n_batches = [None] * self.n_shards, 0, 0
+    def close(self):
+        "Stop the shard actors; their checkpoints stay in `folder` if it was given, a temporary folder is removed"
+        if not self.local:
+            for s in self.shards: ray.kill(s, no_restart=True)
+        self.shards = []
+        if self._own_folder: shutil.rmtree(self.folder, ignore_errors=True)
 
 # %% ../nbs/14_distributed.ipynb #c1d12922
 class Collector:
@@ -425,22 +388,24 @@ class Collector:
         "Take `n` environment steps, writing every finished transition; what was done"
         if instance is not None and instance != self.instance:  # restarted since the caller last heard from it
             return dict(index=self.index, instance=self.instance, restarted=True, env_steps=0, written=0, returns=[], acks={},
-                        epsilon=self.source.loop.agent.epsilon)
+                        epsilon=self.source.stats().epsilon)
         if weights is not None and version != self.version:
             self.model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()}); self.version = version
         if incarnation != self.incarnation: self.incarnation, self.seq = incarnation, 0
-        src, loop, acks, written = self.source, self.source.loop, {}, 0
-        start, eps0 = loop.env_steps, len(loop.returns)
-        while loop.env_steps - start < n:
-            src._fill()
-            while len(src.queue) >= self.write_bs:
-                rows = [src.queue.popleft() for _ in range(self.write_bs)]
+        src, acks, written = self.source, {}, 0
+        before = src.stats()
+        start, eps0 = before.env_steps, len(before.returns)
+        while src.stats().env_steps - start < n:
+            if src.step() < self.write_bs: continue
+            while src.n_ready >= self.write_bs:
+                rows = src.take(self.write_bs)
                 self._write(rows, acks); written += len(rows)
-        if src.queue:  # the rest: a chunk's transitions are all in the shards when it returns
-            rows = list(src.queue); src.queue.clear()
+        if src.n_ready:  # the rest: a chunk's transitions are all in the shards when it returns
+            rows = src.take()
             self._write(rows, acks); written += len(rows)
-        return dict(index=self.index, instance=self.instance, restarted=False, env_steps=loop.env_steps - start, written=written,
-                    returns=loop.returns[eps0:], acks=acks, epsilon=loop.agent.epsilon)
+        after = src.stats()
+        return dict(index=self.index, instance=self.instance, restarted=False, env_steps=after.env_steps - start, written=written,
+                    returns=after.returns[eps0:], acks=acks, epsilon=after.epsilon)
 
 # %% ../nbs/14_distributed.ipynb #d4751888
 class CollectorFleet:
@@ -486,61 +451,51 @@ class CollectorFleet:
         "Put `model`'s weights where the collectors' next chunks will find them"
         w = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         self.weights, self.version = (w if self.local else ray.put(w)), self.version + 1
-
-# %% ../nbs/14_distributed.ipynb #75d0b34b
-def _submit(self:CollectorFleet, i:int):
-    self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i], self.instances[i])
-
-def _account(self:CollectorFleet, i:int, r:dict):
-    "Count a finished chunk; a collector that answers from a new process has restarted: count it, its next chunk carries the new count"
-    if r['restarted'] and self.instances[i] != 'lost': self.restarts[i] += 1  # it died between two chunks
-    self.instances[i] = r['instance']
-    self.actor_env_steps[i] += r['env_steps']; self.written[i] += r['written']
-    self.returns += r['returns']; self.episode_returns.extend(r['returns'])
-    self.actor_epsilons[i] = r['epsilon']
-
-def _settle(self:CollectorFleet, block:bool):
-    "Take in the chunks that finished (waiting for one if `block`); a dead collector's chunk is counted and handed out again"
-    if not self.inflight: return
-    if self.local: done = list(self.inflight)
-    else:
-        refs = {r: i for i, r in self.inflight.items()}
-        ready, _ = ray.wait(list(refs), num_returns=1, timeout=None if block else 0)
-        done = [refs[r] for r in ready]
-    for i in done:
-        r = self.inflight.pop(i)
-        try: self._account(i, fetch([r])[0])
-        except _LOST:
-            if self.instances[i] != 'lost': self.restarts[i] += 1  # counted at the first failure, not again while Ray restarts it
-            self.instances[i] = 'lost'  # whichever process answers next is a new one
-            time.sleep(0.01)  # Ray is starting it: the next chunk waits a little
-
-def advance(self:CollectorFleet, n:int):
-    "Wait until the collectors have taken `n` more environment steps than asked for before, keeping them one chunk ahead"
-    self.target += n
-    while True:
-        self._settle(block=False)
-        ahead = self.env_steps + self.chunk * len(self.inflight)
-        for i in sorted(range(self.n_actors), key=lambda i: self.actor_env_steps[i]):  # the one behind first
-            if i not in self.inflight and ahead < self.target + self.chunk * self.n_actors and not self.stopped:
-                self._submit(i); ahead += self.chunk
-        if self.env_steps >= self.target: return
-        self._settle(block=True)
-
-def stop(self:CollectorFleet):
-    "Hand out no more chunks and wait for those in flight"
-    self.stopped = True
-    while self.inflight: self._settle(block=True)
-    self.stopped = False
-
-def close(self:CollectorFleet):
-    "Stop the collector actors"
-    if not self.local:
-        for a in self.actors: ray.kill(a, no_restart=True)
-    self.actors = []
-
-CollectorFleet._submit, CollectorFleet._account, CollectorFleet._settle = _submit, _account, _settle
-CollectorFleet.advance, CollectorFleet.stop, CollectorFleet.close = advance, stop, close
+    def _submit(self, i:int):
+        self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i], self.instances[i])
+    def _account(self, i:int, r:dict):
+        "Count a finished chunk; a collector that answers from a new process has restarted: count it, its next chunk carries the new count"
+        if r['restarted'] and self.instances[i] != 'lost': self.restarts[i] += 1  # it died between two chunks
+        self.instances[i] = r['instance']
+        self.actor_env_steps[i] += r['env_steps']; self.written[i] += r['written']
+        self.returns += r['returns']; self.episode_returns.extend(r['returns'])
+        self.actor_epsilons[i] = r['epsilon']
+    def _settle(self, block:bool):
+        "Take in the chunks that finished (waiting for one if `block`); a dead collector's chunk is counted and handed out again"
+        if not self.inflight: return
+        if self.local: done = list(self.inflight)
+        else:
+            refs = {r: i for i, r in self.inflight.items()}
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=None if block else 0)
+            done = [refs[r] for r in ready]
+        for i in done:
+            r = self.inflight.pop(i)
+            try: self._account(i, fetch([r])[0])
+            except _LOST:
+                if self.instances[i] != 'lost': self.restarts[i] += 1  # counted at the first failure, not again while Ray restarts it
+                self.instances[i] = 'lost'  # whichever process answers next is a new one
+                time.sleep(0.01)  # Ray is starting it: the next chunk waits a little
+    def advance(self, n:int):
+        "Wait until the collectors have taken `n` more environment steps than asked for before, keeping them one chunk ahead"
+        self.target += n
+        while True:
+            self._settle(block=False)
+            ahead = self.env_steps + self.chunk * len(self.inflight)
+            for i in sorted(range(self.n_actors), key=lambda i: self.actor_env_steps[i]):  # the one behind first
+                if i not in self.inflight and ahead < self.target + self.chunk * self.n_actors and not self.stopped:
+                    self._submit(i); ahead += self.chunk
+            if self.env_steps >= self.target: return
+            self._settle(block=True)
+    def stop(self):
+        "Hand out no more chunks and wait for those in flight"
+        self.stopped = True
+        while self.inflight: self._settle(block=True)
+        self.stopped = False
+    def close(self):
+        "Stop the collector actors"
+        if not self.local:
+            for a in self.actors: ray.kill(a, no_restart=True)
+        self.actors = []
 
 # %% ../nbs/14_distributed.ipynb #586c1aa0
 class RaySource:

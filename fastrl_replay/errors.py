@@ -81,12 +81,23 @@ def dtype_name(d) -> str:
 
 def draw_seed(seed:int|None=None) -> int:
     "`seed`, or (None) a seed drawn from torch's global RNG, so `torch.manual_seed` fixes it"
+    if seed is not None and (not is_int(seed) or not -2**63 <= seed < 2**64):
+        raise ExperienceReplayException(f'seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed takes, got {seed!r}')
     return seed if seed is not None else int(torch.randint(2**62, ()))
+
+def as_device(device, name:str='device') -> torch.device:
+    "`device` (a `torch.device`, its name, or None for the CPU) as a `torch.device` that holds values; raise for anything else"
+    try: d = torch.device(ifnone(device, 'cpu'))
+    except (RuntimeError, TypeError, ValueError): raise ExperienceReplayException(f'{name} must be a torch device or its name, got {device!r}') from None
+    if d.type == 'meta': raise ExperienceReplayException(f"{name} must hold values (the CPU or an accelerator), got {device!r}: a meta device keeps none")
+    return d
 
 def new_generator(generator:torch.Generator|None=None, seed:int|None=None, device=None) -> torch.Generator:
     "`generator`, checked to be on `device`, or a new one there seeded with `seed` (default: `draw_seed()`)"
-    device = torch.device(ifnone(device, 'cpu'))
+    device = as_device(device)
     if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ExperienceReplayException(f'generator must be a torch.Generator, got {type(generator).__name__}')
     if generator is None:
         generator = torch.Generator(device)
         generator.manual_seed(draw_seed(seed))

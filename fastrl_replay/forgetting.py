@@ -21,6 +21,7 @@ from .memory.experience_replay import ExperienceReplay
 from .memory.continual import ReservoirReplay, TaskBalancedReplay
 from .errors import check_choice
 from .plots import figures_to_html
+from .threads import torch_threads
 
 # %% auto #0
 __all__ = ['MEMORIES', 'BUDGETS', 'make_memory', 'RateCurve', 'a2c_forgetting', 'dqn_forgetting', 'plot_confusions',
@@ -186,10 +187,10 @@ def run_forgetting(seed:int=0, # Seed of everything sampled
     check_choice(agent, 'agent', tuple(BUDGETS)); check_choice(memory, 'memory', tuple(MEMORIES))
     unknown = set(budget) - {*BUDGETS[agent], 'curve_every', 'curve_trials'}
     if unknown: raise ValueError(f'unknown settings {sorted(unknown)}')
-    torch.set_num_threads(1)
     settings = {**BUDGETS[agent], **budget}
     start = time.perf_counter()
-    run = (a2c_forgetting if agent == 'a2c' else dqn_forgetting)(seed, memory, eval_trials=eval_trials, **settings)
+    with torch_threads(1):  # small networks train fastest on one thread; the setting is restored afterwards
+        run = (a2c_forgetting if agent == 'a2c' else dqn_forgetting)(seed, memory, eval_trials=eval_trials, **settings)
     wall = time.perf_counter() - start
     s = run['scores']
     rate = lambda k: s[k]['rate']

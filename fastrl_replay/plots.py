@@ -66,6 +66,18 @@ def _frame_rows(n:int, max_frames:int) -> np.ndarray:
     k = min(n, max_frames)
     return np.arange(k) * (n - 1) // max(k - 1, 1)
 
+def _curve(y, max_points:int=4_000) -> tuple[np.ndarray, np.ndarray]:
+    "The x (index) and y of the curve `y` in at most `max_points` points: a longer one as its ends and the min and max of each run of points, in float32"
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    n = len(y)
+    if n <= max_points: return np.arange(n), y
+    bins = np.arange(n) * ((max_points - 2) // 2) // n  # equal runs of consecutive points
+    order = np.lexsort((y, bins))  # by run, then by value: each run's first is its min and its last its max
+    ends = np.flatnonzero(np.diff(bins[order], append=bins[-1] + 1)) + 1
+    keep = np.unique(np.concatenate([[0, n - 1], order[np.r_[0, ends[:-1]]], order[ends - 1]]))  # in index order
+    return keep.astype(np.int32), y[keep].astype(np.float32)
+
+
 # %% ../nbs/07_plots.ipynb #d7ef0dd6
 def _add_player(fig:go.Figure, rows) -> go.Figure:
     "Add ▶/◼ buttons and a slider, one step per frame labelled by its buffer row, to `fig`"
@@ -97,7 +109,8 @@ def plot_replay_stats(experience_replay, # The memory to plot: an `ExperienceRep
     fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=titles)  # a list, even for one row
     for i, (c, y) in enumerate(zip(cols, ys)):
         pos = dict(row=i // n_cols + 1, col=i % n_cols + 1)
-        fig.add_trace(go.Scatter(x=np.arange(len(y)), y=y, mode='lines+markers', name=titles[i]), **pos)
+        x, yc = _curve(y)  # a long column as the min and max of each run of rows
+        fig.add_trace(go.Scatter(x=x, y=yc, mode='lines+markers', name=titles[i]), **pos)
         fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode='markers', marker=dict(color='red', size=10), name=f'{c} row'), **pos)
     markers = list(range(1, 2 * len(cols), 2))  # traces alternate line, marker: frames move only the markers
     rows = _frame_rows(len(er), max_frames)
@@ -114,9 +127,11 @@ def _priorities(mem) -> tuple[np.ndarray, str]:
 def plot_priorities(mem, # A memory: its priorities if it has them (`get_priority`), else its |td_error|
                     bins:int=50 # Histogram bins
                    ) -> go.Figure:
-    "A histogram of the priorities of the stored rows (log count)"
+    "A histogram of the priorities of the stored rows (log count), counted here so that the figure holds `bins` bars, not every row"
+    check_positive(bins, 'bins')
     vals, name = _priorities(mem)
-    fig = go.Figure(go.Histogram(x=vals, nbinsx=bins, marker_color='#636efa', name=name))
+    counts, edges = np.histogram(vals, bins=bins)
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color='#636efa', name=name))
     fig.update_layout(title=f'{name} of {len(vals):,} stored rows', xaxis_title=name, yaxis_title='rows',
                       yaxis_type='log', bargap=0.05, height=350)
     return fig
@@ -126,7 +141,8 @@ def plot_sample_counts(mem # A memory with `sample_counts`, such as a `Prioritiz
                       ) -> go.Figure:
     "Draws of each stored row since it was written, against its storage row"
     counts = mem.sample_counts[:len(mem)].cpu().numpy()
-    fig = go.Figure(go.Scattergl(x=np.arange(len(counts)), y=counts, mode='markers', marker=dict(size=3), name='draws'))
+    x, y = _curve(counts)  # a large memory as the fewest and most draws of each run of rows
+    fig = go.Figure(go.Scattergl(x=x, y=y, mode='markers', marker=dict(size=3), name='draws'))
     fig.update_layout(title=f'draws per row (mean {counts.mean():.2f}, max {counts.max() if len(counts) else 0})',
                       xaxis_title='storage row', yaxis_title='draws since written', height=350)
     return fig
@@ -137,7 +153,8 @@ def plot_losses(recorder # A fastai `Recorder`, or a `Learner` holding one
     "The smoothed training loss the recorder kept, one point per training iteration"
     losses = [float(l) for l in getattr(getattr(recorder, 'recorder', recorder), 'losses', [])]
     if not losses: raise ValueError('the recorder holds no training losses: fit the learner first')
-    fig = go.Figure(go.Scatter(x=np.arange(len(losses)), y=losses, mode='lines', name='smoothed loss'))
+    x, y = _curve(losses)  # a long run as the min and max of each run of iterations
+    fig = go.Figure(go.Scatter(x=x, y=y, mode='lines', name='smoothed loss'))
     return fig.update_layout(title='Training loss', xaxis_title='iteration', yaxis_title='loss (smoothed)', height=350)
 
 # %% ../nbs/07_plots.ipynb #a767a1b0
@@ -155,9 +172,9 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
     if isinstance(returns, torch.Tensor): returns = returns.detach().cpu().double()
     r = np.asarray(returns, dtype=np.float64).reshape(-1)
     if not len(r): raise ValueError('no returns to plot')
-    x = np.arange(len(r))
-    fig = go.Figure([go.Scatter(x=x, y=r, mode='markers', name='return', marker=dict(size=5, opacity=0.5)),
-                     go.Scatter(x=x, y=_rolling_mean(r, window), mode='lines', name=f'mean of last {window}')])
+    (x, y), (xm, ym) = _curve(r), _curve(_rolling_mean(r, window))  # many episodes: the min and max of each run of them
+    fig = go.Figure([go.Scatter(x=x, y=y, mode='markers', name='return', marker=dict(size=5, opacity=0.5)),
+                     go.Scatter(x=xm, y=ym, mode='lines', name=f'mean of last {window}')])
     return fig.update_layout(title='Episode returns', xaxis_title='episode', yaxis_title='return', height=350)
 
 # %% ../nbs/07_plots.ipynb #7be512c8

@@ -107,7 +107,7 @@ def obs(s): return np.array([s + 1, 0], np.int32)
                     'terminated': np.zeros((1, 1), bool)}, "column 'state': expected shape (n, 2)"),
     (lambda b: b.update_td(torch.ones(2), [0, 8]), 'indices [8] are out of range for a memory of 5 rows'),
     (lambda b: b.sample_transition_batch(indices=[4]), 'indices [4] are not valid transitions'),
-    (lambda b: b.set_priority([0], [1.]), 'set_priority needs a buffer made with prioritized=True'),
+    (lambda b: b.set_priority([0], [1.]), 'set_priority needs a prioritized buffer; this CircularReplayBuffer samples uniformly'),
 ])
 def test_bad_frame_input(call, msg):
     buf = CircularReplayBuffer((2,), 3, 8, 4, update_horizon=2, observation_dtype=np.int32, seed=0)

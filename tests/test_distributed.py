@@ -74,6 +74,26 @@ def test_global_prioritized_sampling_matches_one_memory(per3):
     tid = b['tid'][:, 0]
     np.testing.assert_allclose(b['weight'][:, 0].numpy(), ((60 * pri[tid] / pri.sum()) ** -0.5).numpy(), rtol=1e-5)
 
+def _uniform(max_sz, i): return ExperienceReplay(bs=32, max_sz=max_sz, warmup_sz=0, seed=i)
+
+def test_uniform_shards_drop_stale_td_errors_too():
+    "Uniform shards skip a late update by the same hand-out marks as a local memory"
+    rr = RayReplay(partial(_uniform, 20), 2, seed=1)
+    try:
+        rr.prefetch = 0
+        for j in range(2): rr + _rows(20, 20 * j)
+        b, keys = rr.sample(16)
+        rr + _rows(20, 40)  # the 3rd batch goes to shard 0 and overwrites it whole after the sample
+        rr.update_td(torch.full((16,), 2.), keys); rr.flush()
+        td = rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy())
+        tid = rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())
+        sampled = b['tid'][:, 0]
+        assert (sampled < 20).any() and (sampled >= 20).any()  # both shards were sampled
+        assert not (td[0] != 0).any()
+        assert set(tid[1][td[1] == 2.].tolist()) == {t for t in sampled.tolist() if t >= 20}
+        assert rr.apply(lambda m: m.sampler.n_stale) == [int((sampled < 20).sum()), 0]
+    finally: rr.close()
+
 def test_td_errors_reach_the_owning_shard_and_stale_ones_are_dropped(per3):
     rr = per3; rr.reset(); rr.prefetch = 0
     for j in range(3): rr + _rows(20, 20 * j)  # batches go to shards 0, 1, 2

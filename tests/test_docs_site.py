@@ -79,6 +79,21 @@ def test_to_page():
     assert [c['id'] for c in nb['cells']] == [f'cell-{i}' for i in range(6)]
     assert nb['cells'][1]['metadata'] == {'api': ['f']}
 
+def test_every_show_doc_of_a_cell():
+    "A cell of several show_doc calls shows each: the kernel kept the last one's output, the builder renders the others"
+    nb, _ = docs.to_page(_processed(_code('#| echo: false\n#| output: asis\nshow_doc(ExperienceReplay.sample)\nshow_doc(Source.stats)\n'
+                                          'show_doc(plot_returns)', _md_out('---\n\n### plot_returns\n\n*Each*'))))
+    assert nb['cells'][1]['metadata'] == {'api': ['Replay.sample', 'Source.stats', 'plot_returns']}
+    src = nb['cells'][1]['source']
+    assert src.count('{.api-entry}') == 3 and src.index('### Replay.sample') < src.index('### Source.stats') < src.index('### plot\\_returns')
+    cpprb, _ = docs.to_page(_processed(_code('#| echo: false\nshow_doc(ReplayBuffer.get_stored_size)\nshow_doc(f)', _md_out('### f'))),
+                            'compat.cpprb')  # a name several modules define: the page's own module first
+    assert cpprb['cells'][1]['metadata'] == {'api': ['ReplayBuffer.get_stored_size', 'f']}
+    assert docs.default_exp(Path('06a_memory.experience_replay.ipynb')) == 'memory.experience_replay'
+    assert docs.default_exp(Path('index.ipynb')) is None
+    with pytest.raises(ValueError, match=r'show_doc\(NoSuchThing\) names no object'):
+        docs.to_page(_processed(_code('#| echo: false\nshow_doc(NoSuchThing)\nshow_doc(f)', _md_out('### f'))))
+
 def test_api_headings():
     "show_doc headings become API entries whose dunder names stay names; headings in code fences stay code"
     md = '### Memory.__getitem__\n\n```python\n# not a heading\n```\n\n*Doc*'

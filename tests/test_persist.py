@@ -529,7 +529,7 @@ def flip_header_brace(f):
 
 def swap_refs(ck, man):
     st = man['state']
-    st['sampler']['written_at'], st['storage']['rows'] = st['storage']['rows'], st['sampler']['written_at']
+    st['sampler']['handed'], st['storage']['rows'] = st['storage']['rows'], st['sampler']['handed']
 
 
 def replace_with(ck, what):
@@ -579,10 +579,10 @@ FINDINGS = {  # name: (change to the checkpoint and its manifest, whether the ma
     'swapped files': (lambda ck, man: (man['arrays'][0].update(file='arrays/1.npy'), man['arrays'][1].update(file='arrays/0.npy')), True,
                       "/manifest.json: arrays[0].file: expected 'arrays/0.npy', got 'arrays/1.npy'"),
     'swapped references': (swap_refs, True, '/manifest.json: the state does not fit a PrioritizedExperienceReplay: the block of rows: '
-                                            'expected (3000, row bytes) uint8, got Tensor (3000,) torch.int64'),
+                                            'expected (3000, row bytes) uint8, got Tensor (3000,) torch.int8'),
     'flipped header byte': (lambda ck, man: flip_header_brace(ck/'arrays'/'0.npy'), True,
                             "/arrays/0.npy: not a whole .npy array: its header cannot be read (TokenError: ('EOF in multi-line statement', (2, 0)))"),
-    'missing state key': (lambda ck, man: man['state']['sampler'].pop('clock'), True, "/manifest.json: the state does not fit a PrioritizedExperienceReplay: 'clock'"),
+    'missing state key': (lambda ck, man: man['state']['sampler'].pop('n_samples'), True, "/manifest.json: the state does not fit a PrioritizedExperienceReplay: 'n_samples'"),
     'missing manifest key': (lambda ck, man: man.pop('state'), True, "/manifest.json: expected the keys ['format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays'], "
                                                                      "got ['arrays', 'dropped', 'format', 'kind', 'settings', 'version']"),
     'missing settings key': (lambda ck, man: man['settings'].pop('sampler'), True,

@@ -142,14 +142,35 @@ def test_priority_plots():
     learn = synth_replay_learner(n_batches=3, bs=10, cbs=ExperienceReplayCallback(mem))
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     fig = plot_priorities(mem, bins=7)
-    assert fig.layout.xaxis.title.text == 'priority' and fig.data[0].nbinsx == 7 and fig.layout.yaxis.type == 'log'
-    np.testing.assert_array_equal(fig.data[0].x, mem.get_priority(torch.arange(30)).numpy())
+    assert fig.layout.xaxis.title.text == 'priority' and len(fig.data[0].x) == 7 and fig.layout.yaxis.type == 'log'
+    counts, edges = np.histogram(mem.get_priority(torch.arange(30)).numpy(), bins=7)
+    np.testing.assert_array_equal(fig.data[0].y, counts)
+    np.testing.assert_array_equal(fig.data[0].x, (edges[:-1] + edges[1:]) / 2)
+    np.testing.assert_array_equal(fig.data[0].width, np.diff(edges))
     counts = plot_sample_counts(mem)
     assert list(counts.data[0].x) == list(range(30)) and counts.data[0].y.sum() == 10  # two trained batches of 5
     er = memory()
     fig = plot_priorities(er)  # no priorities: |td_error|
     assert fig.layout.xaxis.title.text == '|td_error|' and fig.layout.title.text == '|td_error| of 20 stored rows'
-    np.testing.assert_array_equal(fig.data[0].x, er.memory['td_error'][:, 0].abs().numpy())
+    np.testing.assert_array_equal(fig.data[0].y, np.histogram(er.memory['td_error'][:, 0].abs().numpy(), bins=50)[0])
+    with pytest.raises(ExperienceReplayException, match='bins'): plot_priorities(er, bins=0)
+
+def test_a_large_memory_makes_a_small_page():
+    "Figures of 50,000 rows and 20,000 losses hold a few thousand points each: the page without plotly.js stays small"
+    n = 50_000
+    mem = PrioritizedExperienceReplay(bs=5, max_sz=n, warmup_sz=1, seed=0) + synth_transitions(n)
+    td = torch.from_numpy(np.random.default_rng(0).exponential(size=n)).float()
+    td[31_337] = 100.  # one outlier
+    mem.update_td(td, torch.arange(n))
+    figs = [plot_replay_stats(mem, 'td_error,reward', max_frames=100), plot_priorities(mem), plot_sample_counts(mem)]
+    line = figs[0].data[0]
+    assert 3_990 <= len(line.x) <= 4_000 and line.x[0] == 0 and line.x[-1] == n - 1 and 31_337 in line.x and line.y.max() == 100.
+    assert len(figs[0].data[2].x) <= 4_000 and len(figs[2].data[0].x) <= 4_000
+    class Rec: losses = list(np.linspace(1, 0, 20_000))
+    figs.append(plot_losses(Rec()))
+    assert 3_990 <= len(figs[-1].data[0].x) <= 4_000 and figs[-1].data[0].y[0] == 1 and figs[-1].data[0].y[-1] == 0
+    page = figures_to_html(figs, include_plotlyjs=False, show=False)
+    assert len(page) < 250_000, len(page)
 
 def test_setup_plotly_outside_ipython():
     before = pio.renderers.default

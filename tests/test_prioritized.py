@@ -165,10 +165,10 @@ def test_bad_input_raises_and_changes_nothing(path, call, msg):
     _, idxs = m.sample()
     m.update_td(torch.tensor([0.5, 1., 2., 4.]), idxs)
     before = (m.tree.sum_tree.clone(), m.tree.min_tree.clone(), m.memory['td_error'].clone(), m.sample_counts.clone(),
-              m.written_at.clone(), m.sampled_at.clone(), m.max_priority, m.n_stale, m.pointer, len(m))
+              m.handed.clone(), m.max_priority, m.n_stale, m.pointer, len(m))
     with pytest.raises(ExperienceReplayException) as e: call(m)
     assert msg in str(e.value)
-    after = (m.tree.sum_tree, m.tree.min_tree, m.memory['td_error'], m.sample_counts, m.written_at, m.sampled_at,
+    after = (m.tree.sum_tree, m.tree.min_tree, m.memory['td_error'], m.sample_counts, m.handed,
              m.max_priority, m.n_stale, m.pointer, len(m))
     for a, b in zip(before, after):
         assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b

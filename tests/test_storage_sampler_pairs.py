@@ -88,7 +88,8 @@ class Twin:
         self.naive = NaiveMemory(stack, n, gamma, padding) if pair.frames else None
         self.prioritized = pair.sampler == 'prioritized'
         p = {**PRIO, **kw}
-        self.ref = Reference(max_sz, p['alpha'], p['eps']) if pair.sampler != 'uniform' else None  # draw counts; priorities
+        self.ref = Reference(max_sz, p['alpha'], p['eps'])  # hand-out times and stale updates; priorities and draw counts where the sampler keeps them
+        self.counts = pair.sampler != 'uniform'
         self.added = 0
 
     def remake(self):
@@ -118,7 +119,7 @@ class Twin:
             for env, term, trunc, r in zip(b['env_id'][:, 0], b['terminated'][:, 0], b['truncated'][:, 0], b['reward'][:, 0]):
                 self.naive.add(int(env), float(r), bool(term), bool(trunc))
         self.ring.add({'key': s, 'td_error': 0.} for s in range(self.added, self.added + k))
-        if self.ref is not None: self.ref.add(k)
+        self.ref.add(k)
         self.added += k
         return b
 
@@ -150,9 +151,9 @@ class Twin:
         if self.pair.frames: np.testing.assert_array_equal(m.storage.valid(np.arange(n)), self.expected_valid())
         if self.prioritized:
             np.testing.assert_allclose(m.sampler.get_priority(np.arange(self.C)).numpy(), self.expected_priorities(), rtol=1e-12, atol=0)
-            assert m.sampler.n_stale == self.ref.stale
             assert m.sampler.max_priority == pytest.approx(self.ref.maxp, rel=1e-12)
-        if self.ref is not None: np.testing.assert_array_equal(m.sampler.sample_counts[:n].numpy(), self.ref.counts[:n])
+        assert m.sampler.n_stale == self.ref.stale  # every sampler skips the updates of rows overwritten since handed out
+        if self.counts: np.testing.assert_array_equal(m.sampler.sample_counts[:n].numpy(), self.ref.counts[:n])
 
     def check_rows(self, b, rows):
         "Every row of a sampled batch equals the reference's row at its storage index"
@@ -211,7 +212,7 @@ class Twin:
             total = (s + eps).sum()
             w = ((s + eps) / total).mean() / ((score.of(b) + eps) / total)
             torch.testing.assert_close(b['weight'][:, 0], w.float(), rtol=1e-6, atol=0)
-        if self.ref is not None: self.ref.sampled_rows(rows.tolist())
+        self.ref.sampled_rows(rows.tolist())
         self.last = b
         return idxs
 
@@ -220,8 +221,10 @@ class Twin:
         arg = {'tensor': idxs if isinstance(idxs, torch.Tensor) else torch.tensor(rows, dtype=torch.int64),
                'list': rows, 'u64': np.array(rows, dtype=np.ulonglong)}[container]
         self.mem.update_td(torch.tensor(tds, dtype=torch.float32), arg)
-        if self.prioritized: self.ref.update(tds, rows)
-        else: self.ring.update_td([float(np.float32(t)) for t in tds], rows)
+        fresh = [not 0 <= self.ref.sampled[i] < self.ref.written[i] for i in rows]
+        self.ref.update(tds, rows)
+        if not self.prioritized:
+            self.ring.update_td([float(np.float32(t)) for t, f in zip(tds, fresh) if f], [i for i, f in zip(rows, fresh) if f])
 
     def set(self, rows, prios):
         self.mem.sampler.set_priority(rows, prios)

@@ -190,10 +190,41 @@ def api_details(md: str, names: list) -> str:
                     md, count=1, flags=re.M)
     return md
 
-def show_doc_cell(cell, directives):
-    "The markdown cell showing what a hidden `show_doc` cell displays, or `None` for other cells"
+@functools.lru_cache(None)
+def library_namespace() -> dict:
+    "Every name of every module of the library, the names a module defines taking precedence over those it imports"
+    from fastrl_replay._modidx import d
+    mods = [importlib.import_module(m) for m in d['syms']]
+    ns = {k: v for m in mods for k, v in vars(m).items() if getattr(v, '__module__', None) == m.__name__}
+    for m in mods:
+        for k, v in vars(m).items(): ns.setdefault(k, v)
+    return ns
+
+def default_exp(rel: Path) -> str | None:
+    "The module `nbs/rel` exports to (its `#| default_exp`), or `None`"
+    for c in json.loads((NBS/rel).read_text())['cells']:
+        if c['cell_type'] == 'code' and (m := re.search(r'^#\|\s*default_exp\s+(\S+)', ''.join(c['source']), re.M)): return m.group(1)
+    return None
+
+_re_show_doc = re.compile(r'^show_doc\((.+)\)\s*$', re.M)
+def show_doc_outputs(src: str, outs: list, module: str | None = None) -> list:
+    "The outputs of every `show_doc` call of a cell: the kernel displays only the last one, so the others are rendered here"
+    calls = _re_show_doc.findall(src)
+    if len(calls) < 2: return outs
+    from nbdev.showdoc import show_doc
+    ns = {**library_namespace(), **(vars(importlib.import_module(f'fastrl_replay.{module}')) if module else {}), 'show_doc': show_doc}
+    res = []
+    for args in calls[:-1]:
+        try: md = eval(f'show_doc({args})', ns)._repr_markdown_()
+        except Exception as e: raise ValueError(f'show_doc({args}) names no object of the library: {e}') from None
+        res.append({'output_type': 'display_data', 'metadata': {}, 'data': {'text/markdown': md}})
+    return res + outs
+
+def show_doc_cell(cell, directives, module: str | None = None):
+    "The markdown cell showing what a hidden `show_doc` cell displays (names resolved in `module` first), or `None` for other cells"
     outs = cell.get('outputs', [])
     if directives.get('echo') != 'false' or not outs or not all('text/markdown' in o.get('data', {}) for o in outs): return None
+    outs = show_doc_outputs(split_directives(''.join(cell.get('source', '')))[1], outs, module)
     # a markdown cell rather than an output: its heading is a section of the page, listed in the page's contents
     names, mds = [], []
     for o in outs:
@@ -227,8 +258,8 @@ def copy_images():
     "Put `nbs/images/` next to the page sources, where the pages' `images/...` links find them"
     if (NBS/'images').is_dir(): shutil.copytree(NBS/'images', SRC/'images', dirs_exist_ok=True)
 
-def to_page(nb: dict) -> tuple[dict, dict]:
-    "A processed notebook as the notebook Sphinx renders (a title, no directives, no hidden input), and its front matter"
+def to_page(nb: dict, module: str | None = None) -> tuple[dict, dict]:
+    "A processed notebook (of library module `module`) as the notebook Sphinx renders (a title, no directives, no hidden input), and its front matter"
     cells, fm = nb['cells'], {}
     if cells and cells[0]['cell_type'] == 'raw': fm = frontmatter(cells.pop(0))
     head = [f"# {fm['title']}"] if fm.get('title') else []
@@ -242,7 +273,7 @@ def to_page(nb: dict) -> tuple[dict, dict]:
         elif c['cell_type'] == 'code':
             d, src = split_directives(src)
             if d.get('include') == 'false': continue
-            if (doc := show_doc_cell(c, d)) is not None:
+            if (doc := show_doc_cell(c, d, module)) is not None:
                 out.append(doc); continue
             outputs = fix_outputs(c.get('outputs', []))
             if is_test_only(src) and not outputs: continue  # tests stay in the notebook; the page shows the lesson
@@ -293,7 +324,7 @@ def make_sources(proc: Path) -> list:
     pages, titles = [], {}
     for p in processed(proc):
         rel = p.relative_to(proc)
-        page, fm = to_page(json.loads(p.read_text()))
+        page, fm = to_page(json.loads(p.read_text()), default_exp(rel) if (NBS/rel).exists() else None)
         pages.append((page_name(rel, fm), page)); titles[pages[-1][0]] = fm.get('title')
     pages += extra_pages()
     names = [n for n, _ in pages]

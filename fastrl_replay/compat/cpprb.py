@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, is_int, check_number, check_positive
-from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.checks import as_idxs, TORCH_DTYPES, host_array, priority_tensor
 from ..memory.core import Sampler, Replay
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
@@ -132,220 +132,164 @@ class ReplayBuffer:
 
     def __repr__(self):
         return f'{type(self).__name__}(size={self._size}, stored={self.get_stored_size()}, env_dict={list(self._cols)})'
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #8f7cca53
-@patch
-def get_stored_size(self:ReplayBuffer) -> int:
-    "Transitions stored"
-    return len(self.replay)
-
-@patch
-def get_buffer_size(self:ReplayBuffer) -> int:
-    "Capacity"
-    return self._size
-
-@patch
-def get_next_index(self:ReplayBuffer) -> int:
-    "Where the next transition is written"
-    return self.replay.pointer % self._size
-
-@patch
-def get_current_episode_len(self:ReplayBuffer) -> int:
-    "Transitions stored since the last `on_episode_end`"
-    return self._episode_len
-
-@patch
-def is_Nstep(self:ReplayBuffer) -> bool:
-    "Whether rewards are summed over n steps"
-    return self.Nstep is not None
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #10e807df
-@patch
-def _rows(self:ReplayBuffer, kwargs:dict) -> tuple[dict, int]:
-    "The values of `kwargs` as arrays of shape (n, *shape) in their stored dtypes, and n; raise if they do not fit"
-    if kwargs.keys() != self._cols.keys():
-        missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
-        raise (MissingValues if missing else ExperienceReplayException)(
-            f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
-    rows = {}
-    with np.errstate(invalid='ignore', over='ignore'):  # casts as NumPy's assignment casts, as cpprb's
-        for k, (shape, dtype, stored) in self._cols.items():
-            a = kwargs[k]
-            if type(a) is not np.ndarray: a = np.asarray(a)
-            if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
-            try: a = a.reshape(-1, *shape)
-            except ValueError:
-                raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
-                                                f'got {a.shape}') from None
-            if a.dtype != dtype: a = a.astype(dtype)
-            rows[k] = a if stored is dtype else a.view(stored)
-    n = len(a)
-    if any(len(v) != n for v in rows.values()):
-        raise ExperienceReplayException(f'add: every value needs the same number of steps, got { {k: len(v) for k, v in rows.items()} }')
-    return rows, n
-
-@patch
-def add(self:ReplayBuffer, **kwargs) -> int|None:
-    "Add one transition, or a batch with a leading step dimension; the index of the first one stored (None while all wait for their n-step return)"
-    rows, n = self._rows(kwargs)
-    return self._store(rows, None)
-
-@patch
-def _store(self:ReplayBuffer, rows:dict, priorities:np.ndarray|None) -> int|None:
-    "Pass checked rows through the n-step window, if any, and write what comes out"
-    if self.Nstep is not None:
-        rows, priorities = self._nstep_push(rows, priorities)
-        if rows is None: return None
-    return self._write(rows, priorities)
-
-@patch
-def _write(self:ReplayBuffer, rows:dict, priorities:np.ndarray|None) -> int:
-    "Write rows into the memory; the index of the first"
-    start, n = self.get_next_index(), len(next(iter(rows.values())))
-    self.replay + rows
-    self._written(start, n, priorities)
-    self._episode_len += n
-    return start
-
-@patch
-def _written(self:ReplayBuffer, start:int, n:int, priorities):
-    "Rows `start` to `start + n` (wrapping) were written: nothing more to do for a uniform buffer"
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #4a795042
-@patch
-def _check_stored(self:ReplayBuffer):
-    if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-
-@patch
-def _out(self:ReplayBuffer, batch) -> dict:
-    "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
-    return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
-
-@patch
-def sample(self:ReplayBuffer,
-           batch_size:int): # Transitions to draw
-    "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
-    self._check_stored()
-    return self._out(self.replay.sample(batch_size)[0])
-
-@patch
-def _encode_sample(self:ReplayBuffer,
-                   idx): # Indexes of stored transitions: an int or a sequence of them
-    "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
-    return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
-
-@patch
-def _shuffled(self:ReplayBuffer, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
-
-@patch
-def get_all_transitions(self:ReplayBuffer,
-                        shuffle:bool=False): # Return them in a random order instead of storage order
-    "Every stored transition, as a dict of NumPy arrays"
-    idx = self._shuffled(len(self.replay)) if shuffle else np.arange(len(self.replay))
-    return self._out(self.replay.storage.gather(torch.from_numpy(idx)))
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #f41333b9
-@patch
-def on_episode_end(self:ReplayBuffer):
-    "End the episode: write the transitions still waiting for their n-step return"
-    if self._pending is not None: self._write(*self._nstep_flush())
-    self._episode_len = 0
-
-@patch
-def clear(self:ReplayBuffer):
-    "Remove every transition; the sampler's generator goes on"
-    self.replay = self._new_replay(self._renewed_sampler(), reuse_files=True)
-    self._pending, self._episode_len = None, 0
-
-@patch
-def _renewed_sampler(self:ReplayBuffer) -> Sampler:
-    "A sampler for an emptied buffer, drawing from the same generator"
-    return self._new_sampler().share_generator(self.replay.sampler)
+    def get_stored_size(self) -> int:
+        "Transitions stored"
+        return len(self.replay)
+    def get_buffer_size(self) -> int:
+        "Capacity"
+        return self._size
+    def get_next_index(self) -> int:
+        "Where the next transition is written"
+        return self.replay.pointer % self._size
+    def get_current_episode_len(self) -> int:
+        "Transitions stored since the last `on_episode_end`"
+        return self._episode_len
+    def is_Nstep(self) -> bool:
+        "Whether rewards are summed over n steps"
+        return self.Nstep is not None
+    def _rows(self, kwargs:dict) -> tuple[dict, int]:
+        "The values of `kwargs` as arrays of shape (n, *shape) in their stored dtypes, and n; raise if they do not fit"
+        if kwargs.keys() != self._cols.keys():
+            missing, extra = [k for k in self._cols if k not in kwargs], [k for k in kwargs if k not in self._cols]
+            raise (MissingValues if missing else ExperienceReplayException)(
+                f'add: expected values for {list(self._cols)}; missing {missing}, unexpected {extra}')
+        rows = {}
+        with np.errstate(invalid='ignore', over='ignore'):  # casts as NumPy's assignment casts, as cpprb's
+            for k, (shape, dtype, stored) in self._cols.items():
+                a = kwargs[k]
+                if type(a) is not np.ndarray: a = host_array(a, k)
+                if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
+                try: a = a.reshape(-1, *shape)
+                except ValueError:
+                    raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
+                                                    f'got {a.shape}') from None
+                if a.dtype != dtype: a = a.astype(dtype)
+                rows[k] = a if stored is dtype else a.view(stored)
+        n = len(a)
+        if any(len(v) != n for v in rows.values()):
+            raise ExperienceReplayException(f'add: every value needs the same number of steps, got { {k: len(v) for k, v in rows.items()} }')
+        return rows, n
+    def add(self, **kwargs) -> int|None:
+        "Add one transition, or a batch with a leading step dimension; the index of the first one stored (None while all wait for their n-step return)"
+        rows, n = self._rows(kwargs)
+        return self._store(rows, None)
+    def _store(self, rows:dict, priorities:np.ndarray|None) -> int|None:
+        "Pass checked rows through the n-step window, if any, and write what comes out"
+        if self.Nstep is not None:
+            rows, priorities = self._nstep_push(rows, priorities)
+            if rows is None: return None
+        return self._write(rows, priorities)
+    def _write(self, rows:dict, priorities:np.ndarray|None) -> int:
+        "Write rows into the memory; the index of the first"
+        start, n = self.get_next_index(), len(next(iter(rows.values())))
+        self.replay + rows
+        self._written(start, n, priorities)
+        self._episode_len += n
+        return start
+    def _written(self, start:int, n:int, priorities):
+        "Rows `start` to `start + n` (wrapping) were written: nothing more to do for a uniform buffer"
+    def _check_stored(self):
+        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+    def _out(self, batch) -> dict:
+        "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
+        return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
+    def sample(self,
+               batch_size:int): # Transitions to draw
+        "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
+        self._check_stored()
+        return self._out(self.replay.sample(batch_size)[0])
+    def _encode_sample(self,
+                       idx): # Indexes of stored transitions: an int or a sequence of them
+        "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
+        return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
+    def _shuffled(self, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
+    def get_all_transitions(self,
+                            shuffle:bool=False): # Return them in a random order instead of storage order
+        "Every stored transition, as a dict of NumPy arrays"
+        idx = self._shuffled(len(self.replay)) if shuffle else np.arange(len(self.replay))
+        return self._out(self.replay.storage.gather(torch.from_numpy(idx)))
+    def on_episode_end(self):
+        "End the episode: write the transitions still waiting for their n-step return"
+        if self._pending is not None: self._write(*self._nstep_flush())
+        self._episode_len = 0
+    def clear(self):
+        "Remove every transition; the sampler's generator goes on"
+        self.replay = self._new_replay(self._renewed_sampler(), reuse_files=True)
+        self._pending, self._episode_len = None, 0
+    def _renewed_sampler(self) -> Sampler:
+        "A sampler for an emptied buffer, drawing from the same generator"
+        return self._new_sampler().share_generator(self.replay.sampler)
+    def save_transitions(self,
+                         file, # A path (`.npz` is appended if missing) or a writable binary file
+                         *, safe:bool=True): # Kept for cpprb's signature: the file always holds every transition whole
+        "Write every stored transition to a compressed `.npz` of plain arrays"
+        data = {f'data.{k}': v for k, v in self.get_all_transitions().items()}
+        np.savez_compressed(file, version=np.int64(_FORMAT), Nstep=np.bool_(self.is_Nstep()), **data)
+    def load_transitions(self,
+                         file): # A path or a readable binary file that `save_transitions` wrote
+        "Add the transitions of a file that `save_transitions` wrote, as they were stored; a file that does not fit adds nothing"
+        try:
+            with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
+        except ValueError as e:
+            raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that save_transitions wrote '
+                                            f'(files that need pickle, as cpprb\'s own, are not read): {e}') from None
+        version, nstep = d.pop('version', None), d.pop('Nstep', None)
+        if version is None or nstep is None or version.shape != () or int(version) != _FORMAT:
+            raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an Nstep flag, got version {version!r}')
+        if bool(nstep) != self.is_Nstep(): raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
+        if bad := [k for k in d if not k.startswith('data.')]: raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
+        rows, n = self._rows({k[5:]: v for k, v in d.items()})
+        if n: self._write(rows, None)
+    def _check_nstep(self, Nstep) -> dict:
+        "Nstep, checked against the columns, with its defaults"
+        if not isinstance(Nstep, Mapping) or 'size' not in Nstep:
+            raise ExperienceReplayException(f"Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and 'next', got {Nstep!r}")
+        n, gamma = Nstep['size'], Nstep.get('gamma', 0.99)
+        check_positive(n, "Nstep['size']")
+        check_number("Nstep['gamma']", gamma)
+        rew, nxt = _names(Nstep.get('rew'), "Nstep['rew']"), _names(Nstep.get('next'), "Nstep['next']")
+        if missing := [k for k in ['done', *rew, *nxt] if k not in self._cols]:
+            raise ExperienceReplayException(f'Nstep: {missing} are not among the values {list(self._cols)}')
+        if self._cols['done'][0] != (1,): raise ExperienceReplayException(f"Nstep: 'done' must have shape 1, got {self._cols['done'][0]}")
+        if bad := [k for k in rew if self._cols[k][1].kind != 'f']:
+            raise ExperienceReplayException(f"Nstep: rewards are summed in their dtype, which must be a float one; {bad} are not")
+        return dict(size=int(n), gamma=float(np.float32(gamma)), rew=rew, next=nxt)
+    def _nstep_push(self, rows:dict, priorities) -> tuple[dict|None, np.ndarray|None]:
+        "Append checked rows to the window; the transitions whose n-step window is now complete (None if none), and their priorities"
+        P, n = self._pending, self.Nstep['size']
+        A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k, v in rows.items()}
+        if priorities is not None: A['__priorities'] = priorities if P is None else np.concatenate([P['__priorities'], priorities])
+        L = len(A['done'])
+        E = max(L - (n - 1), 0)
+        self._pending = {k: v[E:] for k, v in A.items()}
+        if not E: return None, None
+        return self._nstep_rows(A, E, L)
+    def _nstep_rows(self, A:dict, E:int, L:int) -> tuple[dict, np.ndarray|None]:
+        "The first `E` transitions of the window `A` (of `L` steps), with their next values and done taken at the end of their window"
+        n = self.Nstep['size']
+        t = np.arange(E)
+        last = np.minimum(t + n - 1, L - 1)
+        ends = A['done'].reshape(L) != 0
+        for k in reversed(range(n)):  # the first step of each window that ends the episode, if any
+            j = np.minimum(t + k, L - 1)
+            last = np.where(ends[j] & (j <= last), j, last)
+        out = {k: v[:E] for k, v in A.items() if k != '__priorities'}
+        steps = np.minimum(t[:, None] + np.arange(n), L - 1)  # each window's steps; those past the window's data get discount 0
+        d = A['done'].reshape(L)
+        g = (1 - d.astype(np.result_type(d.dtype, np.float32))) * np.float32(self.Nstep['gamma'])
+        disc = np.where(t[:, None] + np.arange(n) < L - 1, g[steps], g.dtype.type(0))
+        for r in self.Nstep['rew']: out[r] = nstep_returns(A[r][steps], disc)
+        for k in self.Nstep['next']: out[k] = A[k][last]
+        out['done'] = A['done'][last]
+        return out, A['__priorities'][:E] if '__priorities' in A else None
+    def _nstep_flush(self) -> tuple[dict, np.ndarray|None]:
+        "Every transition in the window, with the windows left, and an empty window"
+        A, self._pending = self._pending, None
+        L = len(A['done'])
+        return self._nstep_rows(A, L, L)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a1c0e5f2
 _FORMAT = 1  # the version of the files `save_transitions` writes
-
-@patch
-def save_transitions(self:ReplayBuffer,
-                     file, # A path (`.npz` is appended if missing) or a writable binary file
-                     *, safe:bool=True): # Kept for cpprb's signature: the file always holds every transition whole
-    "Write every stored transition to a compressed `.npz` of plain arrays"
-    data = {f'data.{k}': v for k, v in self.get_all_transitions().items()}
-    np.savez_compressed(file, version=np.int64(_FORMAT), Nstep=np.bool_(self.is_Nstep()), **data)
-
-@patch
-def load_transitions(self:ReplayBuffer,
-                     file): # A path or a readable binary file that `save_transitions` wrote
-    "Add the transitions of a file that `save_transitions` wrote, as they were stored; a file that does not fit adds nothing"
-    try:
-        with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
-    except ValueError as e:
-        raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that save_transitions wrote '
-                                        f'(files that need pickle, as cpprb\'s own, are not read): {e}') from None
-    version, nstep = d.pop('version', None), d.pop('Nstep', None)
-    if version is None or nstep is None or version.shape != () or int(version) != _FORMAT:
-        raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an Nstep flag, got version {version!r}')
-    if bool(nstep) != self.is_Nstep(): raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
-    if bad := [k for k in d if not k.startswith('data.')]: raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
-    rows, n = self._rows({k[5:]: v for k, v in d.items()})
-    if n: self._write(rows, None)
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #887d77de
-@patch
-def _check_nstep(self:ReplayBuffer, Nstep) -> dict:
-    "Nstep, checked against the columns, with its defaults"
-    if not isinstance(Nstep, Mapping) or 'size' not in Nstep:
-        raise ExperienceReplayException(f"Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and 'next', got {Nstep!r}")
-    n, gamma = Nstep['size'], Nstep.get('gamma', 0.99)
-    check_positive(n, "Nstep['size']")
-    check_number("Nstep['gamma']", gamma)
-    rew, nxt = _names(Nstep.get('rew'), "Nstep['rew']"), _names(Nstep.get('next'), "Nstep['next']")
-    if missing := [k for k in ['done', *rew, *nxt] if k not in self._cols]:
-        raise ExperienceReplayException(f'Nstep: {missing} are not among the values {list(self._cols)}')
-    if self._cols['done'][0] != (1,): raise ExperienceReplayException(f"Nstep: 'done' must have shape 1, got {self._cols['done'][0]}")
-    if bad := [k for k in rew if self._cols[k][1].kind != 'f']:
-        raise ExperienceReplayException(f"Nstep: rewards are summed in their dtype, which must be a float one; {bad} are not")
-    return dict(size=int(n), gamma=float(np.float32(gamma)), rew=rew, next=nxt)
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #a6c80cc5
-@patch
-def _nstep_push(self:ReplayBuffer, rows:dict, priorities) -> tuple[dict|None, np.ndarray|None]:
-    "Append checked rows to the window; the transitions whose n-step window is now complete (None if none), and their priorities"
-    P, n = self._pending, self.Nstep['size']
-    A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k, v in rows.items()}
-    if priorities is not None: A['__priorities'] = priorities if P is None else np.concatenate([P['__priorities'], priorities])
-    L = len(A['done'])
-    E = max(L - (n - 1), 0)
-    self._pending = {k: v[E:] for k, v in A.items()}
-    if not E: return None, None
-    return self._nstep_rows(A, E, L)
-
-@patch
-def _nstep_rows(self:ReplayBuffer, A:dict, E:int, L:int) -> tuple[dict, np.ndarray|None]:
-    "The first `E` transitions of the window `A` (of `L` steps), with their next values and done taken at the end of their window"
-    n = self.Nstep['size']
-    t = np.arange(E)
-    last = np.minimum(t + n - 1, L - 1)
-    ends = A['done'].reshape(L) != 0
-    for k in reversed(range(n)):  # the first step of each window that ends the episode, if any
-        j = np.minimum(t + k, L - 1)
-        last = np.where(ends[j] & (j <= last), j, last)
-    out = {k: v[:E] for k, v in A.items() if k != '__priorities'}
-    steps = np.minimum(t[:, None] + np.arange(n), L - 1)  # each window's steps; those past the window's data get discount 0
-    d = A['done'].reshape(L)
-    g = (1 - d.astype(np.result_type(d.dtype, np.float32))) * np.float32(self.Nstep['gamma'])
-    disc = np.where(t[:, None] + np.arange(n) < L - 1, g[steps], g.dtype.type(0))
-    for r in self.Nstep['rew']: out[r] = nstep_returns(A[r][steps], disc)
-    for k in self.Nstep['next']: out[k] = A[k][last]
-    out['done'] = A['done'][last]
-    return out, A['__priorities'][:E] if '__priorities' in A else None
-
-@patch
-def _nstep_flush(self:ReplayBuffer) -> tuple[dict, np.ndarray|None]:
-    "Every transition in the window, with the windows left, and an empty window"
-    A, self._pending = self._pending, None
-    L = len(A['done'])
-    return self._nstep_rows(A, L, L)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #cd8c6739
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -369,87 +313,70 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _new_sampler(self) -> Sampler:
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
+    def _checked_priorities(self, priorities, n:int, what:str='priorities') -> np.ndarray:
+        "`priorities` as `n` float32 values, each finite and >= 0; raise otherwise"
+        p = np.ravel(priority_tensor(priorities, 'cpu').numpy().astype(np.float32)) if priorities is not None else None
+        if p is None or len(p) != n:
+            raise ExperienceReplayException(f'{what}: expected {n} priorities, one per transition, got {None if p is None else len(p)}')
+        if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
+        return p
+    def _leaf(self, p:np.ndarray) -> np.ndarray:
+        "(p + eps)^alpha in float32, as cpprb's segment tree holds it"
+        return (p + np.float32(self.eps)) ** np.float32(self.alpha)
+    def add(self,
+            priorities=None, # One priority per step (default: the largest priority so far)
+            **kwargs): # The values, by name
+        "Add one transition or a batch, with their priorities; the index of the first one stored (None while all wait for their n-step return)"
+        rows, n = self._rows(kwargs)
+        if priorities is not None: priorities = self._checked_priorities(priorities, n)
+        elif self.Nstep is not None: priorities = np.full(n, self._max_p, np.float32)  # the largest now, not when it leaves the window
+        return self._store(rows, priorities)
+    def _written(self, start:int, n:int, priorities):
+        "Set the priorities of the rows just written (the largest so far where none is given), and mark them changed"
+        rows = (start + np.arange(n)) % self._size
+        if priorities is not None and n: self._max_p = max(self._max_p, priorities.max())
+        p = np.full(n, self._max_p, np.float32) if priorities is None else priorities
+        if n > self._size: rows, p = rows[-self._size:], p[-self._size:]  # only the last `size` stay
+        self.replay.sampler.set_priority(rows, self._leaf(p).astype(np.float64))
+        self._unchanged[rows] = False
+    def sample(self,
+               batch_size:int, # Transitions to draw
+               beta:float=0.4): # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
+        "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
+        check_number('beta', beta)
+        self._check_stored()
+        self.replay.sampler.beta = float(beta)
+        batch, idxs = self.replay.sample(batch_size)
+        res = self._out(batch)
+        res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
+        if self.check_for_update: self._unchanged[:] = True
+        return res
+    def update_priorities(self,
+                          indexes, # Indexes, as `sample` returned them
+                          priorities): # One priority p >= 0 per index
+        "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
+        i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
+        p = self._checked_priorities(priorities, len(i))
+        if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
+        if not len(i): return
+        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64))
+        self._max_p = max(self._max_p, p.max())
+    def get_max_priority(self) -> float:
+        "The largest priority given so far (1 at first): what a transition added without one gets"
+        return float(self._max_p)
+    def clear(self):
+        "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
+        ReplayBuffer.clear(self)
+        self._max_p, self._unchanged[:] = np.float32(1.), True
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
-@patch
-def _checked_priorities(self:PrioritizedReplayBuffer, priorities, n:int, what:str='priorities') -> np.ndarray:
-    "`priorities` as `n` float32 values, each finite and >= 0; raise otherwise"
-    p = np.ravel(np.asarray(priorities, dtype=np.float32)) if priorities is not None else None
-    if p is None or len(p) != n:
-        raise ExperienceReplayException(f'{what}: expected {n} priorities, one per transition, got {None if p is None else len(p)}')
-    if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
-    return p
-
 def _whole(v, what:str):
     "`v` with float values taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
-    a = np.asarray(v)
+    a = host_array(v, what)
     if a.dtype.kind != 'f': return v
     if not np.isfinite(a).all() or (a != np.round(a)).any():
         raise ExperienceReplayException(f'{what}: expected whole numbers, got {a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')
     return a.astype(np.int64)
-
-@patch
-def _leaf(self:PrioritizedReplayBuffer, p:np.ndarray) -> np.ndarray:
-    "(p + eps)^alpha in float32, as cpprb's segment tree holds it"
-    return (p + np.float32(self.eps)) ** np.float32(self.alpha)
-
-@patch
-def add(self:PrioritizedReplayBuffer,
-        priorities=None, # One priority per step (default: the largest priority so far)
-        **kwargs): # The values, by name
-    "Add one transition or a batch, with their priorities; the index of the first one stored (None while all wait for their n-step return)"
-    rows, n = self._rows(kwargs)
-    if priorities is not None: priorities = self._checked_priorities(priorities, n)
-    elif self.Nstep is not None: priorities = np.full(n, self._max_p, np.float32)  # the largest now, not when it leaves the window
-    return self._store(rows, priorities)
-
-@patch
-def _written(self:PrioritizedReplayBuffer, start:int, n:int, priorities):
-    "Set the priorities of the rows just written (the largest so far where none is given), and mark them changed"
-    rows = (start + np.arange(n)) % self._size
-    if priorities is not None and n: self._max_p = max(self._max_p, priorities.max())
-    p = np.full(n, self._max_p, np.float32) if priorities is None else priorities
-    if n > self._size: rows, p = rows[-self._size:], p[-self._size:]  # only the last `size` stay
-    self.replay.sampler.set_priority(rows, self._leaf(p).astype(np.float64))
-    self._unchanged[rows] = False
-
-# %% ../../nbs/13a_compat.cpprb.ipynb #ee4fb61d
-@patch
-def sample(self:PrioritizedReplayBuffer,
-           batch_size:int, # Transitions to draw
-           beta:float=0.4): # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
-    "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
-    check_number('beta', beta)
-    self._check_stored()
-    self.replay.sampler.beta = float(beta)
-    batch, idxs = self.replay.sample(batch_size)
-    res = self._out(batch)
-    res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
-    if self.check_for_update: self._unchanged[:] = True
-    return res
-
-@patch
-def update_priorities(self:PrioritizedReplayBuffer,
-                      indexes, # Indexes, as `sample` returned them
-                      priorities): # One priority p >= 0 per index
-    "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
-    i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
-    p = self._checked_priorities(priorities, len(i))
-    if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
-    if not len(i): return
-    self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64))
-    self._max_p = max(self._max_p, p.max())
-
-@patch
-def get_max_priority(self:PrioritizedReplayBuffer) -> float:
-    "The largest priority given so far (1 at first): what a transition added without one gets"
-    return float(self._max_p)
-
-@patch
-def clear(self:PrioritizedReplayBuffer):
-    "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
-    ReplayBuffer.clear(self)
-    self._max_p, self._unchanged[:] = np.float32(1.), True
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #b1aa0002
 class _CpprbLaBER:

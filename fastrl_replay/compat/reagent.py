@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections import namedtuple
 from functools import lru_cache
 import keyword, shutil
-from functools import partial
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
-from ..memory.checks import cast_exactly, as_idxs
+from ..memory.checks import cast_exactly, as_idxs, host_array, as_flag
 from ..memory.core import UniformSampler, Replay
 from ..memory.frames import FrameStorage, ReplayElement
+from ..memory.circular import ReAgentRing
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
 
@@ -40,93 +40,88 @@ class PaddedFrameStorage(FrameStorage):
         extras = [tuple(e) for e in (extras or [])]
         if _PAD not in [e[0] for e in extras]: extras.append((_PAD, (), np.bool_))
         super().__init__(observation_shape, max_sz, stack_size, n_steps, gamma, extras, **kwargs)
-
-@patch(as_prop=True)
-def opens_episode(self:PaddedFrameStorage) -> bool:
-    "Whether the next step starts an episode, and so comes after padding"
-    s = self.streams.get(0)
-    return s is None or bool(s[1])
-
-@patch(as_prop=True)
-def extra_names(self:PaddedFrameStorage) -> list:
-    "The names of the extra elements, the padding mark aside"
-    return [e.name for e in self.extras if e.name != _PAD]
+    @property
+    def opens_episode(self) -> bool:
+        "Whether the next step starts an episode, and so comes after padding"
+        s = self.streams.get(0)
+        return s is None or bool(s[1])
+    @property
+    def extra_names(self) -> list:
+        "The names of the extra elements, the padding mark aside"
+        return [e.name for e in self.extras if e.name != _PAD]
+    def add_padded(self,
+                   observation, action, reward, # One step's values
+                   terminal, # The episode ended in a terminal state
+                   cut:bool=False, # The episode ended here without a terminal state: transitions reaching this step are not valid
+                   **extras): # The extra elements by name
+        "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
+        names = self.extra_names
+        if sorted(extras) != sorted(names):
+            raise ExperienceReplayException(f'Add expects the extra elements {sorted(names)}; got {sorted(extras)}')
+        obs = _value('observation', observation, self.obs_shape, self.obs_dtype)
+        act = _value('action', action, self.action_shape, self.action_dtype)
+        rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
+        if rew.dtype.kind == 'f' and not np.isfinite(rew).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
+        t = host_array(terminal, 'terminal')
+        if t.size != 1: raise ExperienceReplayException(f'terminal: expected one value, got shape {t.shape}')
+        ex = {e.name: _value(e.name, extras[e.name], e.shape, e.type) for e in self.extras if e.name != _PAD}
+        # an int ends the episode when it is not 0, as the peers' uint8 terminal column holds it; anything else must be a bool, 0 or 1
+        term = bool(t.reshape(()).item()) if t.dtype.kind in 'biu' else as_flag(t.reshape(()).item(), 'terminal')
+        first = self.add_count
+        if self.opens_episode:
+            zeros = {e.name: np.zeros(e.shape, e.type) for e in self.extras if e.name != _PAD}
+            for _ in range(self.stack_size - 1):
+                self.add_step(np.zeros(self.obs_shape, self.obs_dtype), np.zeros(self.action_shape, self.action_dtype),
+                              np.zeros(self.reward_shape, self.reward_dtype), False, **zeros, **{_PAD: True})
+        final = np.zeros(self.obs_shape, self.obs_dtype) if cut and not term else None
+        self.add_step(obs, act, rew, term, truncated=final is not None, next_observation=final, **ex, **{_PAD: False})
+        return first, self.add_count - 1
+    def _reaches_cut(self, rows:np.ndarray) -> np.ndarray:
+        "Whether the n-step window of each step at `rows` reaches a step that ended its episode without a terminal state"
+        C, cut, open_, cur = self.max_sz, np.zeros(len(rows), bool), np.ones(len(rows), bool), rows
+        for _ in range(self.n_steps):
+            term, trunc = self.terminal[cur], self.truncated[cur]
+            cut |= open_ & trunc & ~term
+            nx = self.next[cur]
+            open_ &= ~(term | trunc) & (nx >= 0)
+            cur = np.where(open_, nx % C, cur)
+        return cut
+    def valid(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` is a valid transition now: buildable, not padding, not reaching an episode cut short"
+        ok = FrameStorage.valid(self, rows)
+        r = np.where(ok, rows, 0)
+        return ok & ~self.extra[_PAD][r] & ~self._reaches_cut(r)
+    def gather(self, idxs):
+        "The transitions at storage indices `idxs`; raise if one is not valid"
+        rows = as_idxs(idxs, self.max_sz, 'cpu').numpy()
+        ok = self.valid(rows)
+        if not ok.all(): raise ExperienceReplayException(f'indices {rows[~ok][:5].tolist()} are not valid transitions')
+        b = FrameStorage.gather(self, torch.from_numpy(rows))
+        b.pop(_PAD)
+        return b
+    def add(self, other):
+        raise ExperienceReplayException('a PaddedFrameStorage is written one step at a time, with `add_padded` (the buffers\' `add`), '
+                                        'so that each episode opens with its padding; it takes no batches')
 
 # %% ../../nbs/13c_compat.reagent.ipynb #33af6ee2
 def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
     "`v` as an array of `shape` and `dtype`: a float rounds to a float dtype, anything else must fit exactly"
     if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array of shape {shape}, got a dict (sparse features are not supported)')
-    a = to_numpy(v)
+    a = host_array(v, name)
     if a.shape != tuple(shape): raise ExperienceReplayException(f'{name}: expected shape {tuple(shape)}, got {a.shape}')
     if a.dtype == dtype: return a
     if a.dtype.kind == 'f' and dtype.kind == 'f': return a.astype(dtype)
     return cast_exactly(name, a, dtype, by_value=True)
 
-# %% ../../nbs/13c_compat.reagent.ipynb #c0ee725d
-@patch
-def add_padded(self:PaddedFrameStorage,
-               observation, action, reward, # One step's values
-               terminal, # The episode ended in a terminal state
-               cut:bool=False, # The episode ended here without a terminal state: transitions reaching this step are not valid
-               **extras): # The extra elements by name
-    "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
-    names = self.extra_names
-    if sorted(extras) != sorted(names):
-        raise ExperienceReplayException(f'Add expects the extra elements {sorted(names)}; got {sorted(extras)}')
-    obs = _value('observation', observation, self.obs_shape, self.obs_dtype)
-    act = _value('action', action, self.action_shape, self.action_dtype)
-    rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
-    if rew.dtype.kind == 'f' and not np.isfinite(rew).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
-    t = to_numpy(terminal)
-    if t.size != 1: raise ExperienceReplayException(f'terminal: expected one value, got shape {t.shape}')
-    ex = {e.name: _value(e.name, extras[e.name], e.shape, e.type) for e in self.extras if e.name != _PAD}
-    term, first = bool(t.reshape(())), self.add_count
-    if self.opens_episode:
-        zeros = {e.name: np.zeros(e.shape, e.type) for e in self.extras if e.name != _PAD}
-        for _ in range(self.stack_size - 1):
-            self.add_step(np.zeros(self.obs_shape, self.obs_dtype), np.zeros(self.action_shape, self.action_dtype),
-                          np.zeros(self.reward_shape, self.reward_dtype), False, **zeros, **{_PAD: True})
-    final = np.zeros(self.obs_shape, self.obs_dtype) if cut and not term else None
-    self.add_step(obs, act, rew, term, truncated=final is not None, next_observation=final, **ex, **{_PAD: False})
-    return first, self.add_count - 1
+# %% ../../nbs/13c_compat.reagent.ipynb #c2a10ad1
+def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
 
-# %% ../../nbs/13c_compat.reagent.ipynb #a4ae6699
-@patch
-def _reaches_cut(self:PaddedFrameStorage, rows:np.ndarray) -> np.ndarray:
-    "Whether the n-step window of each step at `rows` reaches a step that ended its episode without a terminal state"
-    C, cut, open_, cur = self.max_sz, np.zeros(len(rows), bool), np.ones(len(rows), bool), rows
-    for _ in range(self.n_steps):
-        term, trunc = self.terminal[cur], self.truncated[cur]
-        cut |= open_ & trunc & ~term
-        nx = self.next[cur]
-        open_ &= ~(term | trunc) & (nx >= 0)
-        cur = np.where(open_, nx % C, cur)
-    return cut
-
-@patch
-def valid(self:PaddedFrameStorage, rows:np.ndarray) -> np.ndarray:
-    "Whether each of `rows` is a valid transition now: buildable, not padding, not reaching an episode cut short"
-    ok = FrameStorage.valid(self, rows)
-    r = np.where(ok, rows, 0)
-    return ok & ~self.extra[_PAD][r] & ~self._reaches_cut(r)
-
-@patch
-def gather(self:PaddedFrameStorage, idxs):
-    "The transitions at storage indices `idxs`; raise if one is not valid"
-    rows = as_idxs(idxs, self.max_sz, 'cpu').numpy()
-    ok = self.valid(rows)
-    if not ok.all(): raise ExperienceReplayException(f'indices {rows[~ok][:5].tolist()} are not valid transitions')
-    b = FrameStorage.gather(self, torch.from_numpy(rows))
-    b.pop(_PAD)
-    return b
-
-@patch
-def add(self:PaddedFrameStorage, other):
-    raise ExperienceReplayException('a PaddedFrameStorage is written one step at a time, with `add_padded` (the buffers\' `add`), '
-                                    'so that each episode opens with its padding; it takes no batches')
+class _Load:
+    "`load` of a buffer class returns the buffer saved at a path; `load` of a buffer restores one into it, as ReAgent's and Dopamine's `load(checkpoint_dir, suffix)`"
+    def __get__(self, obj, cls): return cls._load_saved if obj is None else obj._load_into
 
 # %% ../../nbs/13c_compat.reagent.ipynb #b676117f
-class PaddedReplay(Replay):
+class PaddedReplay(ReAgentRing, Replay):
     "A `Replay` over a `PaddedFrameStorage` with ReAgent's and Dopamine's settings, indices and validity: what their buffers share"
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
@@ -153,229 +148,163 @@ class PaddedReplay(Replay):
         self._valid, self._n_valid, self._dirty = np.zeros(replay_capacity, bool), 0, []
         for k, v in self._defaults.items(): setattr(self, k, v)
 
+    @property
+    def add_count(self) -> int:
+        "Rows written, padding included"
+        return 0 if self.storage is None else self.storage.add_count
+    @property
+    def extra_names(self) -> list:
+        "The names of the extra elements, in the order they are stored"
+        return [] if self.storage is None else self.storage.extra_names
+    load = _Load()  # `Class.load(path)` returns the saved buffer; `buffer.load(checkpoint_dir, suffix)` restores one into it
+
     def __repr__(self):
         return (f'{type(self).__name__}(stack_size={self.stack_size}, replay_capacity={self.replay_capacity}, batch_size={self.bs}, '
                 f'update_horizon={self.update_horizon}, size={self.size}, cursor={self.cursor()})')
+    def _new_sampler(self, generator=None, seed=None):
+        "A uniform sampler, or one by priority taking priorities as they are given (alpha 1)"
+        if not self.prioritized: return UniformSampler(generator, seed)
+        return PrioritizedSampler(alpha=1., beta=1., beta_steps=0, weight_norm='batch', generator=generator, seed=seed)
+    def _build(self, observation:tuple, action:tuple, reward:tuple, extras:list):
+        "Make the storage for columns given as (shape, dtype) and join it with the sampler"
+        st = PaddedFrameStorage(observation[0], self.replay_capacity, self.stack_size, self.update_horizon, self.gamma, extras,
+                                observation_dtype=observation[1], action_shape=action[0], action_dtype=action[1],
+                                reward_shape=reward[0], reward_dtype=reward[1])
+        Replay.__init__(self, st, self.sampler, self.bs, self.warmup_sz)
+    def _revalidate(self):
+        "Recompute the validity of every index"
+        self._valid, self._dirty = self.storage.valid(np.arange(self.replay_capacity)), []
+        self._n_valid = int(self._valid.sum())
+    def _settle(self):
+        "Recompute the validity of the rows that the adds since the last call may have changed"
+        if not self._dirty: return
+        rows = np.unique(np.concatenate([np.arange(a, b) for a, b in self._dirty]) % self.replay_capacity)
+        self._dirty = []
+        new = self.storage.valid(rows)
+        self._n_valid += int(new.sum()) - int(self._valid[rows].sum())
+        self._valid[rows] = new
+    @classmethod
+    def from_parts(cls, storage, sampler, bs:int=16, warmup_sz:int=100, *args, **kwargs) -> PaddedReplay:
+        "A buffer of class `cls` joining a `PaddedFrameStorage` and a sampler (the interface's settings at their defaults until `load_state_dict`)"
+        if not isinstance(storage, PaddedFrameStorage):
+            raise ExperienceReplayException(f'a {cls.__name__} keeps its steps in a PaddedFrameStorage, got a {type(storage).__name__}')
+        self = Replay.from_parts.__func__(cls, storage, sampler, bs, warmup_sz, *args, **kwargs)
+        self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = storage.stack_size, storage.max_sz, storage.n_steps, storage.gamma
+        self._draws = None, None
+        for k, v in cls._defaults.items(): setattr(self, k, v)
+        self._revalidate()
+        return self
+    def _write(self, observation, action, reward, terminal, extras:dict, cut:bool=False, priority=None):
+        "Check and write one step after its padding; tell the sampler; update the valid indices"
+        if priority is not None:
+            if not self.prioritized:
+                raise ExperienceReplayException(f'priority: a {type(self).__name__} samples uniformly; got priority={priority!r}')
+            p = to_numpy(priority)
+            if p.size != 1: raise ExperienceReplayException(f'priority: expected one number, got shape {p.shape}')
+            priority = p.reshape(()).item()
+            check_number('priority', priority)
+        first, last = self.storage.add_padded(observation, action, reward, terminal, cut, **extras)
+        C = self.replay_capacity
+        for s in range(first, last + 1): self.sampler.added(s % C, 1)
+        if self.prioritized and (last > first or priority is not None):  # a new row already holds the largest priority
+            p = np.zeros(last + 1 - first)
+            p[-1] = self.sampler.max_priority if priority is None else priority
+            self.sampler.set_priority(np.arange(first, last + 1) % C, p)
+        self._dirty.append((first - self.update_horizon, last + self.stack_size))
+        if len(self._dirty) > 1024: self._settle()
+    @property
+    def size(self) -> int:
+        "Valid transitions: the indices `sample_index_batch` draws from"
+        self._settle()
+        return self._n_valid
+    def __len__(self): return 0 if self.storage is None else len(self.storage)
+    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` (indices in range) holds a valid transition now"
+        self._settle()
+        return self._valid[rows]
+    def _draw(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices drawn by the sampler"
+        check_positive(batch_size, 'batch_size')
+        if self.size == 0:
+            raise NoValidTransitions(f'cannot sample {batch_size} indices: none of the {len(self)} stored rows is a valid transition yet')
+        return self.sampler.draw(batch_size)
+    def _rows(self, indices) -> np.ndarray:
+        "`indices`, `(n,)` or `(n, 1)`, as a 1-d array of indices in range"
+        a = to_numpy(indices)
+        if a.ndim == 2 and a.shape[1] == 1: a = a[:, 0]
+        return as_idxs(a, self.replay_capacity, 'cpu').numpy()
+    def _resolve(self, batch_size:int|None, indices) -> np.ndarray:
+        "The indices of a sample: `indices`, or `batch_size` (default: the buffer's) drawn ones"
+        if indices is None: return self._draw(self.bs if batch_size is None else batch_size).numpy()
+        rows = self._rows(indices)
+        if batch_size is not None and batch_size != len(rows):
+            raise ExperienceReplayException(f'batch_size is {batch_size}, but {len(rows)} indices were given')
+        if self.storage is None: raise NoValidTransitions('the buffer is empty: no index is a valid transition')
+        return rows
+    def set_priority(self,
+                     indices, # Indices of written rows, `(n,)` or `(n, 1)`
+                     priorities): # One finite priority >= 0 per index
+        "Set the priorities of `indices` as given: sampling is proportional to them"
+        self._check_prioritized('set_priority')
+        rows = self._rows(indices)
+        if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
+        self.sampler.set_priority(rows, priorities, fresh_only=True)  # rows overwritten since they were handed out keep theirs
+    def get_priority(self, indices) -> np.ndarray:
+        "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
+        self._check_prioritized('get_priority')
+        rows = self._rows(indices)
+        if self.storage is None: return np.zeros(len(rows), np.float32)
+        return self.sampler.base_priority[rows].astype(np.float32)
+    def _ready(self, what:str):
+        if self.storage is None: raise ExperienceReplayException(f'{what}: the buffer has no columns yet (its first add types them)')
+    def settings(self) -> dict:
+        self._ready('settings')
+        return Replay.settings(self)
+    def state_dict(self) -> dict:
+        "`Replay`'s state and the interface's settings"
+        self._ready('state_dict')
+        return {**Replay.state_dict(self), 'compat': {k: getattr(self, k) for k in self._defaults}}
+    def load_state_dict(self, state:dict, assign:bool=False):
+        "Restore what `state_dict` returned into a buffer with the same columns; a state that does not fit changes nothing"
+        self._ready('load_state_dict')
+        compat = state.get('compat') if isinstance(state, dict) else None
+        if not isinstance(compat, dict) or set(compat) != set(self._defaults):
+            raise ExperienceReplayException(f'the state holds the settings {sorted(compat) if isinstance(compat, dict) else None}; '
+                                            f'a {type(self).__name__} keeps {sorted(self._defaults)}')
+        Replay.load_state_dict(self, {k: v for k, v in state.items() if k != 'compat'}, assign=assign)
+        for k, v in compat.items(): setattr(self, k, np.dtype(v) if k.endswith('dtype') else v)
+        self._revalidate()
+    def save(self,
+             path, # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per iteration
+             durable:bool|int=True): # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
+        "Write a checkpoint to the directory `path`, atomically; `save(checkpoint_dir, iteration_number)` writes `checkpoint_dir/ckpt.<iteration_number>` and removes the one `checkpoint_duration` iterations older, unless `keep_every` spares it"
+        self._ready('save')
+        if isinstance(durable, bool): return Replay.save(self, path, durable)
+        if not is_int(durable) or durable < 0:
+            raise ExperienceReplayException(f'save(path, durable) takes a bool, or save(checkpoint_dir, iteration_number) an int >= 0; got {durable!r}')
+        res = Replay.save(self, _ckpt(path, durable), True)
+        stale = durable - self.checkpoint_duration
+        if stale >= 0 and not (self.keep_every is not None and stale % self.keep_every == 0): shutil.rmtree(_ckpt(path, stale), ignore_errors=True)
+        return res
+    @classmethod
+    def _load_saved(cls, path, suffix=None) -> PaddedReplay:
+        "The buffer saved in the directory `path` (or, with `suffix`, in `path/ckpt.<suffix>`), which must be a `cls`"
+        return load_memory(path if suffix is None else _ckpt(path, suffix), cls)
+    def _load_into(self, checkpoint_dir, suffix=None):
+        "Restore the buffer saved in `checkpoint_dir/ckpt.<suffix>` (or, without `suffix`, in `checkpoint_dir`) into this one; a checkpoint that does not fit changes nothing"
+        path = Path(checkpoint_dir) if suffix is None else _ckpt(checkpoint_dir, suffix)
+        if not path.exists(): raise FileNotFoundError(f'no checkpoint at {path}')
+        saved = load_memory(path, type(self))
+        fresh = self.storage is None
+        if fresh:  # a ReAgent buffer not yet added to takes the saved one's columns
+            st = saved.storage
+            self._build((st.obs_shape, st.obs_dtype), (st.action_shape, st.action_dtype), (st.reward_shape, st.reward_dtype),
+                        [e for e in st.extras if e.name != _PAD])
+        try: self.load_state_dict(saved.state_dict())
+        except BaseException:
+            if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
+            raise
 
-# %% ../../nbs/13c_compat.reagent.ipynb #94234e2d
-@patch
-def _new_sampler(self:PaddedReplay, generator=None, seed=None):
-    "A uniform sampler, or one by priority taking priorities as they are given (alpha 1)"
-    if not self.prioritized: return UniformSampler(generator, seed)
-    return PrioritizedSampler(alpha=1., beta=1., beta_steps=0, weight_norm='batch', generator=generator, seed=seed)
-
-@patch
-def _build(self:PaddedReplay, observation:tuple, action:tuple, reward:tuple, extras:list):
-    "Make the storage for columns given as (shape, dtype) and join it with the sampler"
-    st = PaddedFrameStorage(observation[0], self.replay_capacity, self.stack_size, self.update_horizon, self.gamma, extras,
-                            observation_dtype=observation[1], action_shape=action[0], action_dtype=action[1],
-                            reward_shape=reward[0], reward_dtype=reward[1])
-    Replay.__init__(self, st, self.sampler, self.bs, self.warmup_sz)
-
-@patch
-def _revalidate(self:PaddedReplay):
-    "Recompute the validity of every index"
-    self._valid, self._dirty = self.storage.valid(np.arange(self.replay_capacity)), []
-    self._n_valid = int(self._valid.sum())
-
-@patch
-def _settle(self:PaddedReplay):
-    "Recompute the validity of the rows that the adds since the last call may have changed"
-    if not self._dirty: return
-    rows = np.unique(np.concatenate([np.arange(a, b) for a, b in self._dirty]) % self.replay_capacity)
-    self._dirty = []
-    new = self.storage.valid(rows)
-    self._n_valid += int(new.sum()) - int(self._valid[rows].sum())
-    self._valid[rows] = new
-
-@patch(cls_method=True)
-def from_parts(cls:PaddedReplay, storage, sampler, bs:int=16, warmup_sz:int=100, *args, **kwargs) -> PaddedReplay:
-    "A buffer of class `cls` joining a `PaddedFrameStorage` and a sampler (the interface's settings at their defaults until `load_state_dict`)"
-    if not isinstance(storage, PaddedFrameStorage):
-        raise ExperienceReplayException(f'a {cls.__name__} keeps its steps in a PaddedFrameStorage, got a {type(storage).__name__}')
-    self = Replay.from_parts.__func__(cls, storage, sampler, bs, warmup_sz, *args, **kwargs)
-    self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = storage.stack_size, storage.max_sz, storage.n_steps, storage.gamma
-    self._draws = None, None
-    for k, v in cls._defaults.items(): setattr(self, k, v)
-    self._revalidate()
-    return self
-
-# %% ../../nbs/13c_compat.reagent.ipynb #904ea168
-@patch
-def _write(self:PaddedReplay, observation, action, reward, terminal, extras:dict, cut:bool=False, priority=None):
-    "Check and write one step after its padding; tell the sampler; update the valid indices"
-    if priority is not None:
-        if not self.prioritized:
-            raise ExperienceReplayException(f'priority: a {type(self).__name__} samples uniformly; got priority={priority!r}')
-        p = to_numpy(priority)
-        if p.size != 1: raise ExperienceReplayException(f'priority: expected one number, got shape {p.shape}')
-        priority = p.reshape(()).item()
-        check_number('priority', priority)
-    first, last = self.storage.add_padded(observation, action, reward, terminal, cut, **extras)
-    C = self.replay_capacity
-    for s in range(first, last + 1): self.sampler.added(s % C, 1)
-    if self.prioritized and (last > first or priority is not None):  # a new row already holds the largest priority
-        p = np.zeros(last + 1 - first)
-        p[-1] = self.sampler.max_priority if priority is None else priority
-        self.sampler.set_priority(np.arange(first, last + 1) % C, p)
-    self._dirty.append((first - self.update_horizon, last + self.stack_size))
-    if len(self._dirty) > 1024: self._settle()
-
-# %% ../../nbs/13c_compat.reagent.ipynb #5814cdf7
-@patch(as_prop=True)
-def size(self:PaddedReplay) -> int:
-    "Valid transitions: the indices `sample_index_batch` draws from"
-    self._settle()
-    return self._n_valid
-
-PaddedReplay.add_count = property(lambda self: 0 if self.storage is None else self.storage.add_count,
-                                  doc='Rows written, padding included')
-PaddedReplay.extra_names = property(lambda self: [] if self.storage is None else self.storage.extra_names,
-                                    doc='The names of the extra elements, in the order they are stored')
-
-@patch
-def __len__(self:PaddedReplay): return 0 if self.storage is None else len(self.storage)
-@patch
-def cursor(self:PaddedReplay) -> int:
-    "Index of the row the next write goes to"
-    return self.add_count % self.replay_capacity
-@patch
-def is_empty(self:PaddedReplay) -> bool: return self.add_count == 0
-@patch
-def is_full(self:PaddedReplay) -> bool: return self.add_count >= self.replay_capacity
-
-@patch
-def is_valid_transition(self:PaddedReplay, index) -> bool:
-    "Whether index `index` holds a valid transition now (False out of range)"
-    i = to_numpy(index)
-    if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
-    i = int(i.reshape(()))
-    self._settle()
-    return 0 <= i < self.replay_capacity and bool(self._valid[i])
-
-@patch
-def valid_mask(self:PaddedReplay) -> np.ndarray:
-    "For every index, whether it holds a valid transition now"
-    self._settle()
-    return self._valid.copy()
-
-# %% ../../nbs/13c_compat.reagent.ipynb #c8f1d38f
-@patch
-def _draw(self:PaddedReplay, batch_size:int) -> torch.Tensor:
-    "`batch_size` valid indices drawn by the sampler"
-    check_positive(batch_size, 'batch_size')
-    if self.size == 0:
-        raise NoValidTransitions(f'cannot sample {batch_size} indices: none of the {len(self)} stored rows is a valid transition yet')
-    return self.sampler.draw(batch_size)
-
-@patch
-def _rows(self:PaddedReplay, indices) -> np.ndarray:
-    "`indices`, `(n,)` or `(n, 1)`, as a 1-d array of indices in range"
-    a = to_numpy(indices)
-    if a.ndim == 2 and a.shape[1] == 1: a = a[:, 0]
-    return as_idxs(a, self.replay_capacity, 'cpu').numpy()
-
-@patch
-def _resolve(self:PaddedReplay, batch_size:int|None, indices) -> np.ndarray:
-    "The indices of a sample: `indices`, or `batch_size` (default: the buffer's) drawn ones"
-    if indices is None: return self._draw(self.bs if batch_size is None else batch_size).numpy()
-    rows = self._rows(indices)
-    if batch_size is not None and batch_size != len(rows):
-        raise ExperienceReplayException(f'batch_size is {batch_size}, but {len(rows)} indices were given')
-    if self.storage is None: raise NoValidTransitions('the buffer is empty: no index is a valid transition')
-    return rows
-
-# %% ../../nbs/13c_compat.reagent.ipynb #3a1bf2d6
-@patch
-def _check_prioritized(self:PaddedReplay, what:str):
-    if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this is a {type(self).__name__}')
-
-@patch
-def set_priority(self:PaddedReplay,
-                 indices, # Indices of written rows, `(n,)` or `(n, 1)`
-                 priorities): # One finite priority >= 0 per index
-    "Set the priorities of `indices` as given: sampling is proportional to them"
-    self._check_prioritized('set_priority')
-    rows = self._rows(indices)
-    if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
-    self.sampler.set_priority(rows, priorities)
-
-@patch
-def get_priority(self:PaddedReplay, indices) -> np.ndarray:
-    "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
-    self._check_prioritized('get_priority')
-    rows = self._rows(indices)
-    if self.storage is None: return np.zeros(len(rows), np.float32)
-    return self.sampler.base_priority[rows].astype(np.float32)
-
-# %% ../../nbs/13c_compat.reagent.ipynb #850bb6f3
-@patch
-def _ready(self:PaddedReplay, what:str):
-    if self.storage is None: raise ExperienceReplayException(f'{what}: the buffer has no columns yet (its first add types them)')
-
-@patch
-def settings(self:PaddedReplay) -> dict:
-    self._ready('settings')
-    return Replay.settings(self)
-
-@patch
-def state_dict(self:PaddedReplay) -> dict:
-    "`Replay`'s state and the interface's settings"
-    self._ready('state_dict')
-    return {**Replay.state_dict(self), 'compat': {k: getattr(self, k) for k in self._defaults}}
-
-@patch
-def load_state_dict(self:PaddedReplay, state:dict, assign:bool=False):
-    "Restore what `state_dict` returned into a buffer with the same columns; a state that does not fit changes nothing"
-    self._ready('load_state_dict')
-    compat = state.get('compat') if isinstance(state, dict) else None
-    if not isinstance(compat, dict) or set(compat) != set(self._defaults):
-        raise ExperienceReplayException(f'the state holds the settings {sorted(compat) if isinstance(compat, dict) else None}; '
-                                        f'a {type(self).__name__} keeps {sorted(self._defaults)}')
-    Replay.load_state_dict(self, {k: v for k, v in state.items() if k != 'compat'}, assign=assign)
-    for k, v in compat.items(): setattr(self, k, np.dtype(v) if k.endswith('dtype') else v)
-    self._revalidate()
-
-def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
-
-@patch
-def save(self:PaddedReplay,
-         path, # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per iteration
-         durable:bool|int=True): # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
-    "Write a checkpoint to the directory `path`, atomically; `save(checkpoint_dir, iteration_number)` writes `checkpoint_dir/ckpt.<iteration_number>` and removes the one `checkpoint_duration` iterations older, unless `keep_every` spares it"
-    self._ready('save')
-    if isinstance(durable, bool): return Replay.save(self, path, durable)
-    if not is_int(durable) or durable < 0:
-        raise ExperienceReplayException(f'save(path, durable) takes a bool, or save(checkpoint_dir, iteration_number) an int >= 0; got {durable!r}')
-    res = Replay.save(self, _ckpt(path, durable), True)
-    stale = durable - self.checkpoint_duration
-    if stale >= 0 and not (self.keep_every is not None and stale % self.keep_every == 0): shutil.rmtree(_ckpt(path, stale), ignore_errors=True)
-    return res
-
-def _load_new(cls, path, suffix=None) -> PaddedReplay:
-    "The buffer saved in the directory `path` (or, with `suffix`, in `path/ckpt.<suffix>`), which must be a `cls`"
-    return load_memory(path if suffix is None else _ckpt(path, suffix), cls)
-
-def _load_into(self:PaddedReplay, checkpoint_dir, suffix=None):
-    "Restore the buffer saved in `checkpoint_dir/ckpt.<suffix>` (or, without `suffix`, in `checkpoint_dir`) into this one; a checkpoint that does not fit changes nothing"
-    path = Path(checkpoint_dir) if suffix is None else _ckpt(checkpoint_dir, suffix)
-    if not path.exists(): raise FileNotFoundError(f'no checkpoint at {path}')
-    saved = load_memory(path, type(self))
-    fresh = self.storage is None
-    if fresh:  # a ReAgent buffer not yet added to takes the saved one's columns
-        st = saved.storage
-        self._build((st.obs_shape, st.obs_dtype), (st.action_shape, st.action_dtype), (st.reward_shape, st.reward_dtype),
-                    [e for e in st.extras if e.name != _PAD])
-    try: self.load_state_dict(saved.state_dict())
-    except BaseException:
-        if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
-        raise
-
-class _Load:
-    "`load` of a buffer class returns the buffer saved at a path; `load` of a buffer restores one into it, as ReAgent's and Dopamine's `load(checkpoint_dir, suffix)`"
-    def __get__(self, obj, cls): return partial(_load_new, cls) if obj is None else partial(_load_into, obj)
-
-PaddedReplay.load = _Load()
 
 # %% ../../nbs/13c_compat.reagent.ipynb #12133925
 def _window(st:FrameStorage, rows:np.ndarray, S:int, n:int) -> np.ndarray:
@@ -455,89 +384,81 @@ class ReplayBuffer(PaddedReplay):
                  seed:int|None=None): # Seed for a new generator
         super().__init__(stack_size, replay_capacity, batch_size, update_horizon, gamma, generator, seed)
         self.return_everything_as_stack, self.return_as_timeline_format = bool(return_everything_as_stack), bool(return_as_timeline_format)
-
-# %% ../../nbs/13c_compat.reagent.ipynb #004444bb
-@patch
-def get_transition_elements(self:ReplayBuffer, extras:list|None=None) -> list:
-    "The field names of `sample_transition_batch`, in order"
-    extras = self.extra_names if extras is None else list(extras)
-    names = ['state', 'action', 'reward', 'next_state', 'next_action', 'next_reward', 'terminal', 'indices', 'step']
-    names += [f'{p}{k}' for k in extras for p in ('', 'next_')]
-    return names + ['sampling_probabilities'] if self.prioritized else names
-
-@patch
-def initialize_buffer(self:ReplayBuffer, **kwargs):
-    "Type the columns from one step's values (the first `add` calls it)"
-    if self.storage is not None: raise ExperienceReplayException("the buffer's columns are typed already")
-    missing = [k for k in _REQUIRED if k not in kwargs]
-    if missing: raise ExperienceReplayException(f'a step holds {list(_REQUIRED)} and extra elements; missing {missing}')
-    extras = [k for k in kwargs if k not in _REQUIRED]
-    _check_names(self.get_transition_elements(extras), extras)
-    types = {k: _dense_type(k, v) for k, v in kwargs.items() if k != 'terminal'}
-    self._build(types['observation'], types['action'], types['reward'], [ReplayElement(k, *types[k]) for k in extras])
-
-@patch
-def _add(self:ReplayBuffer, values:dict, priority=None):
-    "Write one step given by name; the first add types the columns, and types nothing if it fails"
-    fresh = self.storage is None
-    try:
-        if fresh: self.initialize_buffer(**values)
-        self._write(*(values[k] for k in _REQUIRED), {k: v for k, v in values.items() if k not in _REQUIRED}, priority=priority)
-    except BaseException:
-        if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
-        raise
-
-@patch
-def add(self:ReplayBuffer,
-        observation, action, reward, # One step's values
-        terminal, # The episode ended here
-        **kwargs): # Extra elements, by name
-    "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
-    self._add(dict(observation=observation, action=action, reward=reward, terminal=terminal, **kwargs))
-
-# %% ../../nbs/13c_compat.reagent.ipynb #3209d7ab
-@patch
-def _batch(self:ReplayBuffer, rows:np.ndarray):
-    "The named tuple of the transitions at `rows`, in ReAgent's fields and shapes"
-    st, S, m = self.storage, self.stack_size, len(rows)
-    b = st.gather(torch.from_numpy(rows))
-    W, k = _window(st, rows, S, self.update_horizon), b['horizon'][:, 0].numpy()
-    cols = dict(observation=st.obs, action=st.action, reward=st.reward, **{n: st.extra[n] for n in st.extra_names})
-    stack = lambda n, off: _col(_stacked(_take(cols[n], _at(W, off, S), st.max_sz), S))
-    series = lambda n, lo: [_stacked(_take(cols[n], _run(W[i], lo, int(k[i]), S), st.max_sz), S) for i in range(m)]
-    state = lambda x: _col(x.movedim(1, -1) if S > 1 else x)  # a view, as ReAgent's permute
-    tl, ev, out = self.return_as_timeline_format, self.return_everything_as_stack, {}
-    for name in self.get_transition_elements():
-        if name == 'state': v = state(b['state'])
-        elif name == 'next_state': v = series('observation', 1) if tl else state(b['next_state'])
-        elif name == 'reward': v = series('reward', 0) if tl else stack('reward', 0) if ev else b['reward']
-        elif name == 'terminal': v = b['terminated']
-        elif name == 'indices': v = torch.from_numpy(rows)[:, None]
-        elif name == 'step': v = b['horizon']
-        elif name == 'sampling_probabilities': v = torch.from_numpy(self.get_priority(rows))[:, None]
-        elif name in cols: v = stack(name, 0)
-        else: v = series(name[5:], 1) if tl else stack(name[5:], k)
-        out[name] = v
-    return _batch_type(tuple(out))(**out)
-
-@patch
-def sample_index_batch(self:ReplayBuffer, batch_size:int) -> torch.Tensor:
-    "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
-    return self._draw(batch_size)
-
-@patch
-def sample_transition_batch(self:ReplayBuffer,
-                            batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
-                            indices=None): # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
-    "A named tuple of transitions with ReAgent's fields (every column stacked, `next_*` columns, `terminal`, `indices`, `step`)"
-    return self._batch(self._resolve(batch_size, indices))
-
-@patch
-def sample_all_valid_transitions(self:ReplayBuffer):
-    "Every valid transition, in index order"
-    rows = np.flatnonzero(self.valid_mask())
-    if not len(rows): raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
-    return self.sample_transition_batch(indices=rows)
+    def get_transition_elements(self, extras:list|None=None) -> list:
+        "The field names of `sample_transition_batch`, in order"
+        extras = self.extra_names if extras is None else list(extras)
+        names = ['state', 'action', 'reward', 'next_state', 'next_action', 'next_reward', 'terminal', 'indices', 'step']
+        names += [f'{p}{k}' for k in extras for p in ('', 'next_')]
+        return names + ['sampling_probabilities'] if self.prioritized else names
+    def initialize_buffer(self, **kwargs):
+        "Type the columns from one step's values (the first `add` calls it)"
+        if self.storage is not None: raise ExperienceReplayException("the buffer's columns are typed already")
+        missing = [k for k in _REQUIRED if k not in kwargs]
+        if missing: raise ExperienceReplayException(f'a step holds {list(_REQUIRED)} and extra elements; missing {missing}')
+        extras = [k for k in kwargs if k not in _REQUIRED]
+        _check_names(self.get_transition_elements(extras), extras)
+        types = {k: _dense_type(k, v) for k, v in kwargs.items() if k != 'terminal'}
+        self._build(types['observation'], types['action'], types['reward'], [ReplayElement(k, *types[k]) for k in extras])
+    def _add(self, values:dict, priority=None):
+        "Write one step given by name; the first add types the columns, and types nothing if it fails"
+        fresh = self.storage is None
+        try:
+            if fresh: self.initialize_buffer(**values)
+            self._write(*(values[k] for k in _REQUIRED), {k: v for k, v in values.items() if k not in _REQUIRED}, priority=priority)
+        except BaseException:
+            if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
+            raise
+    def add(self,
+            observation, action, reward, # One step's values
+            terminal, # The episode ended here
+            **kwargs): # Extra elements, by name
+        "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
+        self._add(dict(observation=observation, action=action, reward=reward, terminal=terminal, **kwargs))
+    def _batch(self, rows:np.ndarray):
+        "The named tuple of the transitions at `rows`, in ReAgent's fields and shapes"
+        st, S, m = self.storage, self.stack_size, len(rows)
+        b = st.gather(torch.from_numpy(rows))
+        W, k = _window(st, rows, S, self.update_horizon), b['horizon'][:, 0].numpy()
+        cols = dict(observation=st.obs, action=st.action, reward=st.reward, **{n: st.extra[n] for n in st.extra_names})
+        stack = lambda n, off: _col(_stacked(_take(cols[n], _at(W, off, S), st.max_sz), S))
+        series = lambda n, lo: [_stacked(_take(cols[n], _run(W[i], lo, int(k[i]), S), st.max_sz), S) for i in range(m)]
+        state = lambda x: _col(x.movedim(1, -1) if S > 1 else x)  # a view, as ReAgent's permute
+        tl, ev, out = self.return_as_timeline_format, self.return_everything_as_stack, {}
+        for name in self.get_transition_elements():
+            if name == 'state': v = state(b['state'])
+            elif name == 'next_state': v = series('observation', 1) if tl else state(b['next_state'])
+            elif name == 'reward': v = series('reward', 0) if tl else stack('reward', 0) if ev else b['reward']
+            elif name == 'terminal': v = b['terminated']
+            elif name == 'indices': v = torch.from_numpy(rows)[:, None]
+            elif name == 'step': v = b['horizon']
+            elif name == 'sampling_probabilities': v = torch.from_numpy(self.get_priority(rows))[:, None]
+            elif name in cols: v = stack(name, 0)
+            else: v = series(name[5:], 1) if tl else stack(name[5:], k)
+            out[name] = v
+        return _batch_type(tuple(out))(**out)
+    def sample_transition_batch(self,
+                                batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
+                                indices=None): # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
+        "A named tuple of transitions with ReAgent's fields (every column stacked, `next_*` columns, `terminal`, `indices`, `step`)"
+        return self._batch(self._resolve(batch_size, indices))
+    @classmethod
+    def create_from_env(cls,
+                        env:gym.Env, # One gymnasium environment
+                        *, replay_memory_size:int, # Rows kept, padding included
+                        batch_size:int, # Transitions per sample
+                        stack_size:int=1, # Steps per stack
+                        store_log_prob:bool=True, # Keep a `log_prob` extra element
+                        **kwargs): # Other arguments of the buffer
+        "A buffer with columns typed by the spaces of `env` and the extra elements `mdp_id`, `sequence_number` (and `log_prob`)"
+        if isinstance(env, gym.vector.VectorEnv):
+            raise ExperienceReplayException('a buffer holds the steps of one environment, got a vector environment; '
+                                            'CircularReplayBuffer keeps several apart')
+        obs, act = _space_type('observation', env.observation_space), _space_type('action', env.action_space)
+        buf = cls(stack_size=stack_size, replay_capacity=replay_memory_size, batch_size=batch_size, **kwargs)
+        extras = [ReplayElement('mdp_id', (), np.dtype(np.int64)), ReplayElement('sequence_number', (), np.dtype(np.int64))]
+        if store_log_prob: extras.append(ReplayElement('log_prob', (), np.dtype(np.float32)))
+        buf._build(obs, act, ((), np.dtype(np.float32)), extras)
+        return buf
 
 # %% ../../nbs/13c_compat.reagent.ipynb #dda9fc18
 def _space_type(name:str, space) -> tuple[tuple, np.dtype]:
@@ -546,26 +467,6 @@ def _space_type(name:str, space) -> tuple[tuple, np.dtype]:
         raise ExperienceReplayException(f'{name}: expected a Box, Discrete, MultiDiscrete or MultiBinary space, got {space}')
     dtype = np.dtype(space.dtype)
     return tuple(space.shape), np.dtype(np.float32) if dtype == np.float64 else dtype
-
-# %% ../../nbs/13c_compat.reagent.ipynb #6a3c92b5
-@patch(cls_method=True)
-def create_from_env(cls:ReplayBuffer,
-                    env:gym.Env, # One gymnasium environment
-                    *, replay_memory_size:int, # Rows kept, padding included
-                    batch_size:int, # Transitions per sample
-                    stack_size:int=1, # Steps per stack
-                    store_log_prob:bool=True, # Keep a `log_prob` extra element
-                    **kwargs): # Other arguments of the buffer
-    "A buffer with columns typed by the spaces of `env` and the extra elements `mdp_id`, `sequence_number` (and `log_prob`)"
-    if isinstance(env, gym.vector.VectorEnv):
-        raise ExperienceReplayException('a buffer holds the steps of one environment, got a vector environment; '
-                                        'CircularReplayBuffer keeps several apart')
-    obs, act = _space_type('observation', env.observation_space), _space_type('action', env.action_space)
-    buf = cls(stack_size=stack_size, replay_capacity=replay_memory_size, batch_size=batch_size, **kwargs)
-    extras = [ReplayElement('mdp_id', (), np.dtype(np.int64)), ReplayElement('sequence_number', (), np.dtype(np.int64))]
-    if store_log_prob: extras.append(ReplayElement('log_prob', (), np.dtype(np.float32)))
-    buf._build(obs, act, ((), np.dtype(np.float32)), extras)
-    return buf
 
 # %% ../../nbs/13c_compat.reagent.ipynb #d67ad32a
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -585,15 +486,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         check_positive(max_sample_attempts, 'max_sample_attempts')
         super().__init__(stack_size, replay_capacity, batch_size, False, False, update_horizon, gamma, generator=generator, seed=seed)
         self.max_sample_attempts = max_sample_attempts
-
-@patch
-def add(self:PrioritizedReplayBuffer,
-        observation, action, reward, # One step's values
-        terminal, # The episode ended here
-        priority=None, # The step's priority (default: the largest so far, 1 at first)
-        **kwargs): # Extra elements, by name
-    "Write one step with its priority, after `stack_size - 1` padding steps of priority 0 when it opens an episode"
-    self._add(dict(observation=observation, action=action, reward=reward, terminal=terminal, **kwargs), priority)
+    def add(self,
+            observation, action, reward, # One step's values
+            terminal, # The episode ended here
+            priority=None, # The step's priority (default: the largest so far, 1 at first)
+            **kwargs): # Extra elements, by name
+        "Write one step with its priority, after `stack_size - 1` padding steps of priority 0 when it opens an episode"
+        self._add(dict(observation=observation, action=action, reward=reward, terminal=terminal, **kwargs), priority)
 
 # %% ../../nbs/13c_compat.reagent.ipynb #0bf2dd96
 _DOPAMINE_FIELDS = ['state', 'action', 'reward', 'next_state', 'next_action', 'next_reward', 'terminal', 'indices']
@@ -630,83 +529,67 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         _check_names(_DOPAMINE_FIELDS + [e.name for e in extras] + ['sampling_probabilities'] * self.prioritized, [e.name for e in extras])
         self._build((observation_shape, np.dtype(observation_dtype)), (tuple(action_shape), np.dtype(action_dtype)),
                     (tuple(reward_shape), np.dtype(reward_dtype)), extras)
-
-# %% ../../nbs/13c_compat.reagent.ipynb #397cebdb
-@patch
-def get_transition_elements(self:OutOfGraphReplayBuffer, batch_size:int|None=None) -> list:
-    "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each array"
-    bs, st, S = self.bs if batch_size is None else batch_size, self.storage, self.stack_size
-    state, act, rew = ((bs, *st.obs_shape, S), st.obs_dtype), ((bs, *st.action_shape), st.action_dtype), ((bs, *st.reward_shape), st.reward_dtype)
-    els = [('state', *state), ('action', *act), ('reward', *rew), ('next_state', *state), ('next_action', *act), ('next_reward', *rew),
-           ('terminal', (bs,), self.terminal_dtype), ('indices', (bs,), np.int32)]
-    els += [(e.name, (bs, *e.shape), e.type) for e in st.extras if e.name != _PAD]
-    if self.prioritized: els.append(('sampling_probabilities', (bs,), np.float32))
-    return [ReplayElement(n, s, np.dtype(t)) for n, s, t in els]
-
-@patch
-def add(self:OutOfGraphReplayBuffer,
-        observation, action, reward, # One step's values
-        terminal, # The episode ended in a terminal state
-        *args, # The extra elements, in `extra_storage_types` order
-        priority=None, # The step's priority, for a prioritized buffer (default: the largest so far)
-        episode_end:bool=False): # The episode ended here without a terminal state (a time limit)
-    "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
-    names = self.extra_names
-    if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
-    self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
-
-@patch
-def _batch(self:OutOfGraphReplayBuffer, rows:np.ndarray):
-    "The named tuple of arrays of the transitions at `rows`, in Dopamine's order and shapes"
-    st, S, m, C = self.storage, self.stack_size, len(rows), self.replay_capacity
-    b = st.gather(torch.from_numpy(rows))
-    k = b['horizon'][:, 0].numpy()
-    nxt = _window(st, rows, S, self.update_horizon)[np.arange(m), S - 1 + k]  # the step each transition bootstraps from
-    stack = lambda x: np.ascontiguousarray(x[..., None] if S == 1 else np.moveaxis(x, 1, -1))
-    out = dict(state=stack(b['state'].numpy()), action=st.action[rows],
-               reward=b['reward'].numpy().reshape(m, *st.reward_shape).astype(st.reward_dtype),
-               next_state=stack(b['next_state'].numpy()), next_action=_take(st.action, nxt, C), next_reward=_take(st.reward, nxt, C),
-               terminal=b['terminated'].numpy()[:, 0].astype(self.terminal_dtype), indices=rows.astype(np.int32),
-               **{n: st.extra[n][rows] for n in st.extra_names})
-    if self.prioritized: out['sampling_probabilities'] = self.get_priority(rows)
-    return _batch_type(tuple(out))(**out)
-
-@patch
-def sample_index_batch(self:OutOfGraphReplayBuffer, batch_size:int) -> list:
-    "`batch_size` valid indices, drawn uniformly (or by priority): a list of ints"
-    return self._draw(batch_size).tolist()
-
-@patch
-def sample_transition_batch(self:OutOfGraphReplayBuffer,
-                            batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
-                            indices=None): # Indices to build instead; each must be a valid transition
-    "A named tuple of NumPy arrays, as `get_transition_elements` describes them"
-    return self._batch(self._resolve(batch_size, indices))
-
-# %% ../../nbs/13c_compat.reagent.ipynb #c1aa0002
-@patch
-def get_range(self:OutOfGraphReplayBuffer,
-              array, # An array laid out as the ring: one row per index
-              start_index:int, # The first index (may be negative: it wraps)
-              end_index:int): # One past the last index (may pass the ring's end: it wraps)
-    "Rows `start_index .. end_index - 1` of `array`, wrapping around the ring, as Dopamine's `get_range`"
-    C = self.replay_capacity
-    if not (is_int(start_index) and is_int(end_index)) or end_index <= start_index:
-        raise ExperienceReplayException(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
-    if end_index < 0 or start_index >= C:
-        raise ExperienceReplayException(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
-    if not self.is_full() and end_index > self.cursor():
-        raise ExperienceReplayException(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
-    a = np.asarray(array)
-    if start_index % C < end_index % C: return a[start_index:end_index]
-    return a[np.arange(start_index, end_index) % C]
-
-@patch
-def get_observation_stack(self:OutOfGraphReplayBuffer,
-                          index:int): # The index of the stack's last observation
-    "The stack of observations ending at `index`, read from the ring as Dopamine reads it: `(*observation_shape, stack_size)`"
-    self._ready('get_observation_stack')
-    return np.moveaxis(self.get_range(self.storage.obs, index - self.stack_size + 1, index + 1), 0, -1)
+    def get_transition_elements(self, batch_size:int|None=None) -> list:
+        "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each array"
+        bs, st, S = self.bs if batch_size is None else batch_size, self.storage, self.stack_size
+        state, act, rew = ((bs, *st.obs_shape, S), st.obs_dtype), ((bs, *st.action_shape), st.action_dtype), ((bs, *st.reward_shape), st.reward_dtype)
+        els = [('state', *state), ('action', *act), ('reward', *rew), ('next_state', *state), ('next_action', *act), ('next_reward', *rew),
+               ('terminal', (bs,), self.terminal_dtype), ('indices', (bs,), np.int32)]
+        els += [(e.name, (bs, *e.shape), e.type) for e in st.extras if e.name != _PAD]
+        if self.prioritized: els.append(('sampling_probabilities', (bs,), np.float32))
+        return [ReplayElement(n, s, np.dtype(t)) for n, s, t in els]
+    def add(self,
+            observation, action, reward, # One step's values
+            terminal, # The episode ended in a terminal state
+            *args, # The extra elements, in `extra_storage_types` order
+            priority=None, # The step's priority, for a prioritized buffer (default: the largest so far)
+            episode_end:bool=False): # The episode ended here without a terminal state (a time limit)
+        "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
+        names = self.extra_names
+        if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
+        self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
+    def _batch(self, rows:np.ndarray):
+        "The named tuple of arrays of the transitions at `rows`, in Dopamine's order and shapes"
+        st, S, m, C = self.storage, self.stack_size, len(rows), self.replay_capacity
+        b = st.gather(torch.from_numpy(rows))
+        k = b['horizon'][:, 0].numpy()
+        nxt = _window(st, rows, S, self.update_horizon)[np.arange(m), S - 1 + k]  # the step each transition bootstraps from
+        stack = lambda x: np.ascontiguousarray(x[..., None] if S == 1 else np.moveaxis(x, 1, -1))
+        out = dict(state=stack(b['state'].numpy()), action=st.action[rows],
+                   reward=b['reward'].numpy().reshape(m, *st.reward_shape).astype(st.reward_dtype),
+                   next_state=stack(b['next_state'].numpy()), next_action=_take(st.action, nxt, C), next_reward=_take(st.reward, nxt, C),
+                   terminal=b['terminated'].numpy()[:, 0].astype(self.terminal_dtype), indices=rows.astype(np.int32),
+                   **{n: st.extra[n][rows] for n in st.extra_names})
+        if self.prioritized: out['sampling_probabilities'] = self.get_priority(rows)
+        return _batch_type(tuple(out))(**out)
+    def sample_index_batch(self, batch_size:int) -> list:
+        "`batch_size` valid indices, drawn uniformly (or by priority): a list of ints"
+        return self._draw(batch_size).tolist()
+    def sample_transition_batch(self,
+                                batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
+                                indices=None): # Indices to build instead; each must be a valid transition
+        "A named tuple of NumPy arrays, as `get_transition_elements` describes them"
+        return self._batch(self._resolve(batch_size, indices))
+    def get_range(self,
+                  array, # An array laid out as the ring: one row per index
+                  start_index:int, # The first index (may be negative: it wraps)
+                  end_index:int): # One past the last index (may pass the ring's end: it wraps)
+        "Rows `start_index .. end_index - 1` of `array`, wrapping around the ring, as Dopamine's `get_range`"
+        C = self.replay_capacity
+        if not (is_int(start_index) and is_int(end_index)) or end_index <= start_index:
+            raise ExperienceReplayException(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
+        if end_index < 0 or start_index >= C:
+            raise ExperienceReplayException(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
+        if not self.is_full() and end_index > self.cursor():
+            raise ExperienceReplayException(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
+        a = np.asarray(array)
+        if start_index % C < end_index % C: return a[start_index:end_index]
+        return a[np.arange(start_index, end_index) % C]
+    def get_observation_stack(self,
+                              index:int): # The index of the stack's last observation
+        "The stack of observations ending at `index`, read from the ring as Dopamine reads it: `(*observation_shape, stack_size)`"
+        self._ready('get_observation_stack')
+        return np.moveaxis(self.get_range(self.storage.obs, index - self.stack_size + 1, index + 1), 0, -1)
 
 # %% ../../nbs/13c_compat.reagent.ipynb #62ca719d
 class OutOfGraphPrioritizedReplayBuffer(OutOfGraphReplayBuffer):

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3Repl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 from ..errors import ExperienceReplayException, is_int, check_positive
-from ..memory.checks import as_idxs, TORCH_DTYPES
+from ..memory.checks import as_idxs, TORCH_DTYPES, host_array
 from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
@@ -132,23 +132,103 @@ class ReplayBuffer(SB3ReplayBuffer):
     def __repr__(self):
         return (f'{type(self).__name__}(buffer_size={self.buffer_size}, n_envs={self.n_envs}, size={self.size()}, pos={self.pos}, '
                 f'full={self.full})')
+    def _new_replay(self, sampler:Sampler) -> Replay:
+        "A replay memory over a column storage of the six columns, allocated at once, and the views of its columns"
+        res = Replay(ColumnStorage(self.buffer_size * self.n_envs), sampler, bs=1, warmup_sz=0)
+        res + {k: np.zeros((0, *shape), self._stored[k]) for k, (shape, _) in self._specs.items()}
+        self._take_views(res)
+        return res
+    def _take_views(self, replay:Replay):
+        "SB3's arrays as views of the storage's columns, in the space's dtype (unsigned ints read the bytes of their signed column)"
+        col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
+        self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
+        self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
+    def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
+        "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
+        shape, dtype = self._specs[key]
+        a, target = host_array(v, name), (self.n_envs, *shape)
+        if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{name}: expected numbers, got an array of {a.dtype}')
+        try: a = a.reshape(target) if reshape else np.broadcast_to(a, target)
+        except ValueError:
+            raise ExperienceReplayException(f'{name}: expected shape {target} (one value per environment), got {a.shape}') from None
+        with np.errstate(invalid='ignore', over='ignore'): return a.astype(dtype, copy=False)
+    def _timeouts(self, infos) -> np.ndarray|list:
+        "`TimeLimit.truncated` of each environment: from a list of info dicts, or a gymnasium vector env's dict of arrays"
+        if type(infos) is list and len(infos) == self.n_envs and set(map(type, infos)) == _DICT:
+            t = [i.get('TimeLimit.truncated', False) for i in infos]
+            if set(map(type, t)) <= _FLAGS: return t  # the common case: flags, written as they are
+        if isinstance(infos, Mapping):  # a gymnasium vector env's infos: an array per key, and `_key` marks the environments that set it
+            return self._fit('infos', np.logical_and(infos.get('TimeLimit.truncated', False), infos.get('_TimeLimit.truncated', True)), 'timeouts')
+        if not isinstance(infos, (list, tuple)) or not all(isinstance(i, dict) for i in infos):
+            raise ExperienceReplayException(f'infos: expected a list of {self.n_envs} dicts or a vector env\'s dict of arrays, got {type(infos).__name__}')
+        return self._fit('infos', [i.get('TimeLimit.truncated', False) for i in infos], 'timeouts')
+    def _value(self, j:int, v) -> np.ndarray:
+        "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
+        name, key, target, size, reshape = self._inputs[j]
+        if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
+        return self._fit(name, v, key, reshape)
+    def add(self,
+            obs:np.ndarray, # Observations, (n_envs, *obs_shape)
+            next_obs:np.ndarray, # Next observations (the terminal ones where an episode ended)
+            action:np.ndarray, # Actions, reshaped to (n_envs, action_dim)
+            reward:np.ndarray, # Rewards, (n_envs,)
+            done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
+            infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
+        "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
+        so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
+        nd = np.ndarray
+        if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
+        if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
+        if type(action) is not nd or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+        elif action.shape != sa: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
+        if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
+        if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
+        timeouts = None
+        if self.handle_timeout_termination:  # one environment's info dict, as a single-env loop passes it: its flag as it is
+            if type(infos) is list and len(infos) == 1 == self.n_envs and type(i0 := infos[0]) is dict and type(f := i0.get('TimeLimit.truncated', False)) is bool: timeouts = f
+            else: timeouts = self._timeouts(infos)
+        st = self.replay.storage
+        o, no, a, r, d, t = self._slot_views
+        slot = st.pointer % st.max_sz // self.n_envs
+        o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
+        if timeouts is not None: t[slot] = timeouts
+        self.replay.sampler.added(*st.advance(self.n_envs))
+        self.pos = slot + 1
+        if self.pos == self.buffer_size: self.full, self.pos = True, 0
+    def _samples(self, batch, env:VecNormalize|None) -> ReplayBufferSamples:
+        "SB3's samples from gathered rows"
+        v = {k: batch[k].numpy().view(dtype) for k, (_, dtype) in self._specs.items()}
+        data = (self._normalize_obs(v['observations'], env), v['actions'], self._normalize_obs(v['next_observations'], env),
+                (v['dones'] * (1 - v['timeouts'])).reshape(-1, 1), self._normalize_reward(v['rewards'].reshape(-1, 1), env))
+        return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+    def sample(self,
+               batch_size:int, # Transitions to draw
+               env:VecNormalize|None=None # Normalizes observations and rewards, if given
+              ) -> ReplayBufferSamples:
+        "`batch_size` transitions drawn as SB3 draws them"
+        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        return self._samples(self.replay.sample(batch_size)[0], env)
+    def _get_samples(self, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
+        "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
+        slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
+        rows = slots * self.n_envs + self._draw_envs(len(slots))
+        return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64, copy=False))), env)
+    def reset(self):
+        "Remove every transition; the sampler's generator goes on"
+        s = self._new_sampler().share_generator(self.replay.sampler)
+        self.replay, self.pos, self.full = self._new_replay(s), 0, False
+    def __getstate__(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views')}
+        return {**d, 'replay_state': self.replay.state_dict()}
+    def __setstate__(self, d:dict):
+        d = dict(d)
+        state = d.pop('replay_state')
+        self.__dict__.update(d)
+        self.replay = self._new_replay(self._new_sampler(torch_seed=0))  # leaves torch's global generator alone: the state sets it
+        self.replay.load_state_dict(state)
+        self._take_views(self.replay)
 
 # %% ../../nbs/13b_compat.sb3.ipynb #392dcd01
-@patch
-def _new_replay(self:ReplayBuffer, sampler:Sampler) -> Replay:
-    "A replay memory over a column storage of the six columns, allocated at once, and the views of its columns"
-    res = Replay(ColumnStorage(self.buffer_size * self.n_envs), sampler, bs=1, warmup_sz=0)
-    res + {k: np.zeros((0, *shape), self._stored[k]) for k, (shape, _) in self._specs.items()}
-    self._take_views(res)
-    return res
-
-@patch
-def _take_views(self:ReplayBuffer, replay:Replay):
-    "SB3's arrays as views of the storage's columns, in the space's dtype (unsigned ints read the bytes of their signed column)"
-    col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
-    self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
-    self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
-
 def _view(k):
     def get(self): return self._views[k]
     def put(self, v): self._views[k][...] = v
@@ -157,111 +237,9 @@ def _view(k):
 for _k in ('observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts'): setattr(ReplayBuffer, _k, _view(_k))
 
 # %% ../../nbs/13b_compat.sb3.ipynb #a3ad7da2
-@patch
-def _fit(self:ReplayBuffer, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
-    "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
-    shape, dtype = self._specs[key]
-    a, target = np.asarray(v), (self.n_envs, *shape)
-    if a.dtype.kind not in 'biufc': raise ExperienceReplayException(f'{name}: expected numbers, got an array of {a.dtype}')
-    try: a = a.reshape(target) if reshape else np.broadcast_to(a, target)
-    except ValueError:
-        raise ExperienceReplayException(f'{name}: expected shape {target} (one value per environment), got {a.shape}') from None
-    with np.errstate(invalid='ignore', over='ignore'): return a.astype(dtype, copy=False)
-
 _DICT, _FLAGS = {dict}, {bool, np.bool_}
 
-@patch
-def _timeouts(self:ReplayBuffer, infos) -> np.ndarray|list:
-    "`TimeLimit.truncated` of each environment: from a list of info dicts, or a gymnasium vector env's dict of arrays"
-    if type(infos) is list and len(infos) == self.n_envs and set(map(type, infos)) == _DICT:
-        t = [i.get('TimeLimit.truncated', False) for i in infos]
-        if set(map(type, t)) <= _FLAGS: return t  # the common case: flags, written as they are
-    if isinstance(infos, Mapping):  # a gymnasium vector env's infos: an array per key, and `_key` marks the environments that set it
-        return self._fit('infos', np.logical_and(infos.get('TimeLimit.truncated', False), infos.get('_TimeLimit.truncated', True)), 'timeouts')
-    if not isinstance(infos, (list, tuple)) or not all(isinstance(i, dict) for i in infos):
-        raise ExperienceReplayException(f'infos: expected a list of {self.n_envs} dicts or a vector env\'s dict of arrays, got {type(infos).__name__}')
-    return self._fit('infos', [i.get('TimeLimit.truncated', False) for i in infos], 'timeouts')
-
 _NUMBERS = frozenset('biuf')
-
-@patch
-def _value(self:ReplayBuffer, j:int, v) -> np.ndarray:
-    "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
-    name, key, target, size, reshape = self._inputs[j]
-    if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
-    return self._fit(name, v, key, reshape)
-
-@patch
-def add(self:ReplayBuffer,
-        obs:np.ndarray, # Observations, (n_envs, *obs_shape)
-        next_obs:np.ndarray, # Next observations (the terminal ones where an episode ended)
-        action:np.ndarray, # Actions, reshaped to (n_envs, action_dim)
-        reward:np.ndarray, # Rewards, (n_envs,)
-        done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
-        infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
-    "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-    so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
-    nd = np.ndarray
-    if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
-    if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
-    if type(action) is not nd or action.shape != sa or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
-    if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
-    if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
-    timeouts = self._timeouts(infos) if self.handle_timeout_termination else None
-    st = self.replay.storage
-    o, no, a, r, d, t = self._slot_views
-    slot = st.pointer % st.max_sz // self.n_envs
-    o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
-    if timeouts is not None: t[slot] = timeouts
-    self.replay.sampler.added(*st.advance(self.n_envs))
-    self.pos = slot + 1
-    if self.pos == self.buffer_size: self.full, self.pos = True, 0
-
-# %% ../../nbs/13b_compat.sb3.ipynb #7cc1881a
-@patch
-def _samples(self:ReplayBuffer, batch, env:VecNormalize|None) -> ReplayBufferSamples:
-    "SB3's samples from gathered rows"
-    v = {k: batch[k].numpy().view(dtype) for k, (_, dtype) in self._specs.items()}
-    data = (self._normalize_obs(v['observations'], env), v['actions'], self._normalize_obs(v['next_observations'], env),
-            (v['dones'] * (1 - v['timeouts'])).reshape(-1, 1), self._normalize_reward(v['rewards'].reshape(-1, 1), env))
-    return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
-
-@patch
-def sample(self:ReplayBuffer,
-           batch_size:int, # Transitions to draw
-           env:VecNormalize|None=None # Normalizes observations and rewards, if given
-          ) -> ReplayBufferSamples:
-    "`batch_size` transitions drawn as SB3 draws them"
-    if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-    return self._samples(self.replay.sample(batch_size)[0], env)
-
-@patch
-def _get_samples(self:ReplayBuffer, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
-    "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
-    slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
-    rows = slots * self.n_envs + self._draw_envs(len(slots))
-    return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64, copy=False))), env)
-
-# %% ../../nbs/13b_compat.sb3.ipynb #ce48f837
-@patch
-def reset(self:ReplayBuffer):
-    "Remove every transition; the sampler's generator goes on"
-    s = self._new_sampler().share_generator(self.replay.sampler)
-    self.replay, self.pos, self.full = self._new_replay(s), 0, False
-
-@patch
-def __getstate__(self:ReplayBuffer) -> dict:
-    d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views')}
-    return {**d, 'replay_state': self.replay.state_dict()}
-
-@patch
-def __setstate__(self:ReplayBuffer, d:dict):
-    d = dict(d)
-    state = d.pop('replay_state')
-    self.__dict__.update(d)
-    self.replay = self._new_replay(self._new_sampler(torch_seed=0))  # leaves torch's global generator alone: the state sets it
-    self.replay.load_state_dict(state)
-    self._take_views(self.replay)
 
 # %% ../../nbs/13b_compat.sb3.ipynb #f0f9a1e6
 class PrioritizedReplayBufferSamples(ReplayBufferSamples):
@@ -296,33 +274,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _draw_envs(self, n:int) -> np.ndarray:
         "`n` environments for the slots `_get_samples` is given, drawn from the sampler's torch generator"
         return torch.randint(self.n_envs, (n,), generator=self.replay.sampler.generator).numpy()
-
-# %% ../../nbs/13b_compat.sb3.ipynb #9f007be4
-@patch
-def sample(self:PrioritizedReplayBuffer,
-           batch_size:int, # Transitions to draw
-           env:VecNormalize|None=None # Normalizes observations and rewards, if given
-          ) -> PrioritizedReplayBufferSamples:
-    "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
-    if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-    batch, idxs = self.replay.sample(batch_size)
-    res = PrioritizedReplayBufferSamples(*self._samples(batch, env))
-    res.weights, res.indexes = self.to_torch(batch['weight'].numpy()), idxs
-    return res
-
-@patch
-def update_td(self:PrioritizedReplayBuffer,
-              td_errors, # (n,) or (n, 1) TD errors: tensor, array or list, on any device
-              indexes): # The rows, as `sample` returned them
-    "Set the priorities of rows `indexes` to (|td_errors| + eps)^alpha (rows overwritten since they were sampled keep theirs)"
-    self.replay.update_td(td_errors, indexes)
-
-@patch
-def reset(self:PrioritizedReplayBuffer):
-    "Remove every transition; the sampler's generator goes on"
-    s = self._new_sampler()
-    s.generator, s.seed = self.replay.sampler.generator, None
-    self.replay, self.pos, self.full = self._new_replay(s), 0, False
+    def sample(self,
+               batch_size:int, # Transitions to draw
+               env:VecNormalize|None=None # Normalizes observations and rewards, if given
+              ) -> PrioritizedReplayBufferSamples:
+        "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
+        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        batch, idxs = self.replay.sample(batch_size)
+        res = PrioritizedReplayBufferSamples(*self._samples(batch, env))
+        res.weights, res.indexes = self.to_torch(batch['weight'].numpy()), idxs
+        return res
+    def update_td(self,
+                  td_errors, # (n,) or (n, 1) TD errors: tensor, array or list, on any device
+                  indexes): # The rows, as `sample` returned them
+        "Set the priorities of rows `indexes` to (|td_errors| + eps)^alpha (rows overwritten since they were sampled keep theirs)"
+        self.replay.update_td(td_errors, indexes)
+    def reset(self):
+        "Remove every transition; the sampler's generator goes on"
+        s = self._new_sampler()
+        s.generator, s.seed = self.replay.sampler.generator, None
+        self.replay, self.pos, self.full = self._new_replay(s), 0, False
 
 # %% ../../nbs/13b_compat.sb3.ipynb #33946866
 class PrioritizedDQN(DQN):

@@ -387,6 +387,21 @@ class Source:
         while not self.queue: self._fill()
         return self.queue.popleft()
 
+    def step(self) -> int:
+        "Step the environments once; the transitions now ready to `take`"
+        self._fill()
+        return len(self.queue)
+
+    @property
+    def n_ready(self) -> int:
+        "Transitions complete and not yet taken"
+        return len(self.queue)
+
+    def take(self, n:int|None=None) -> list[dict]:
+        "Up to `n` (default: all) of the ready transitions, oldest first, as dicts of one-row NumPy arrays; no environment is stepped"
+        k = len(self.queue) if n is None else min(n, len(self.queue))
+        return [self.queue.popleft() for _ in range(k)]
+
     def stats(self) -> SourceStats:
         "The environment steps, episodes, returns and exploration of the loop so far"
         l = self.loop

@@ -11,7 +11,8 @@ import numpy as np, torch
 import dataclasses
 from fastcore.basics import ifnone
 from ..core import BD
-from ..errors import ExperienceReplayException, dtype_name, check_finite
+from contextlib import contextmanager
+from ..errors import ReplayError, ExperienceReplayException, dtype_name, check_finite, is_int
 
 # %% auto #0
 __all__ = []
@@ -19,9 +20,23 @@ __all__ = []
 # %% ../../nbs/06h_memory.checks.ipynb #76807a01
 _I64_MAX = np.iinfo(np.int64).max
 
+def check_values(v, name:str):
+    "Raise if `v` is a meta tensor: a shape and a dtype without values"
+    if isinstance(v, torch.Tensor) and v.is_meta:
+        raise ExperienceReplayException(f'{name}: expected a tensor with values, got a meta tensor of shape {tuple(v.shape)} '
+                                        f'{dtype_name(v.dtype)}, which holds none')
+
+def host_array(v, name:str) -> np.ndarray:
+    "`v` as a NumPy array on the host (a tensor detached and moved there); raise for a meta tensor"
+    if isinstance(v, torch.Tensor):
+        check_values(v, name)
+        return v.detach().cpu().numpy()
+    return np.asarray(v)
+
 def _index_array(idxs) -> np.ndarray|torch.Tensor:
     "`idxs` as an integer tensor, or a NumPy array where torch has no signed dtype for it"
     if isinstance(idxs, torch.Tensor):
+        check_values(idxs, 'indices')
         t = idxs.detach()
         return t.cpu().numpy() if t.dtype in (torch.uint16, torch.uint32, torch.uint64) else t
     return np.asarray(idxs)
@@ -62,9 +77,11 @@ NP_DTYPES = {torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, t
 TORCH_DTYPES = {np.dtype(v): k for k, v in NP_DTYPES.items()}
 _LOSSLESS = {}
 
+_UNSIGNED = {torch.uint16: np.uint16, torch.uint32: np.uint32, torch.uint64: np.uint64}  # torch's own, which no column is made of
+
 def _as_np(d) -> np.dtype|None:
     "`d` (torch or NumPy) as a NumPy dtype, or None for a torch dtype NumPy lacks (bfloat16)"
-    if isinstance(d, torch.dtype): return np.dtype(NP_DTYPES[d]) if d in NP_DTYPES else None
+    if isinstance(d, torch.dtype): return np.dtype(NP_DTYPES.get(d, _UNSIGNED.get(d))) if d in NP_DTYPES or d in _UNSIGNED else None
     return np.dtype(d)
 
 def _fits(src, dst) -> bool:
@@ -138,8 +155,10 @@ TD_KEY, TD_DTYPE = 'td_error', torch.float32  # the column a batch may bring TD 
 def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     "Checked indices of a memory of `n_rows` rows and TD errors, as tensors on `device`, the TD errors float32; raise on bad input"
     idxs = as_idxs(idxs, n_rows, device)
-    if isinstance(td_errors, (list, tuple)): td_errors = torch.as_tensor(td_errors)
-    td = torch.from_numpy(np.asarray(td_errors)) if isinstance(td_errors, np.ndarray) else td_errors
+    if isinstance(td_errors, (list, tuple)): td_errors = real_array(td_errors, 'td_errors')
+    if isinstance(td_errors, np.ndarray): td_errors = torch.from_numpy(real_array(td_errors, 'td_errors'))
+    check_values(td_errors, 'td_errors')
+    td = td_errors
     if not isinstance(td, torch.Tensor):
         raise ExperienceReplayException(f'td_errors: expected a tensor, array or list, got {type(td_errors).__name__}')
     td = td.as_subclass(torch.Tensor)
@@ -150,9 +169,19 @@ def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Te
     check_finite(td, 'td_errors')  # after the cast, which can overflow
     return idxs, td
 
+def real_array(v, name:str) -> np.ndarray:
+    "`v` (an array, or a list or tuple of numbers) as a NumPy array of bools, ints, floats or complex numbers; raise for anything else, naming what it holds"
+    try: a = np.asarray(v)
+    except (ValueError, TypeError) as e: raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} {e}') from None
+    if a.dtype.kind not in 'biufc':
+        held = sorted({type(x).__name__ for x in a.reshape(-1)[:1000].tolist()}) if a.dtype.kind in 'OUS' else [str(a.dtype)]
+        raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} of {", ".join(held)}')
+    return np.ascontiguousarray(a, a.dtype.newbyteorder('='))
+
 def _td_tensor(v, what:str) -> torch.Tensor:
     "The TD errors `v` that come with rows, as a float32 tensor on the CPU; raise unless they are real numbers that fit float32"
-    if isinstance(v, np.ndarray) and v.dtype != object: v = torch.from_numpy(np.ascontiguousarray(v, v.dtype.newbyteorder('=')))
+    check_values(v, TD_KEY)
+    if isinstance(v, np.ndarray): v = torch.from_numpy(real_array(v, f'column {TD_KEY!r}'))
     elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)): v = torch.tensor([float(v)])
     if not isinstance(v, torch.Tensor):
         raise ExperienceReplayException(f'column {TD_KEY!r}: expected a tensor with a leading batch dimension, got {type(v).__name__}')
@@ -179,6 +208,60 @@ def row_td(v) -> torch.Tensor:
     if td.numel() != 1 or td.ndim > 1:
         raise ExperienceReplayException(f"column 'td_error': expected one value for one transition, got shape {tuple(td.shape)}")
     return td.reshape(1)
+
+# %% ../../nbs/06h_memory.checks.ipynb #0063f3e1
+def as_flag(v, name:str) -> bool:
+    "`v` as a bool: a bool, or a number (Python, NumPy, or a tensor of one value) that is exactly 0 or 1; raise on anything else"
+    if type(v) is bool: return v
+    if type(v) is np.bool_: return bool(v)  # what gymnasium gives
+    check_values(v, name)
+    a = host_array(v, name) if isinstance(v, (torch.Tensor, np.ndarray, np.generic)) else None
+    if a is None and isinstance(v, (int, float)): a = np.asarray(v)
+    if a is None or a.size != 1 or a.ndim > 1 or a.dtype.kind not in 'biuf' or a.item() not in (0, 1):
+        raise ExperienceReplayException(f'{name} must be a bool, or a number that is 0 or 1, got {v!r}')
+    return bool(a.item())
+
+def as_flags(v:np.ndarray, name:str) -> np.ndarray:
+    "Column `v` of flags as bools: a bool column, or numbers that are each exactly 0 or 1; raise naming the other values"
+    if v.dtype.kind == 'b': return v
+    if v.dtype.kind not in 'iuf': raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v.dtype}')
+    bad = (v != 0) & (v != 1)
+    if bad.any(): raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v[bad][:5].tolist()}')
+    return v.astype(bool)
+
+def int_column(v:np.ndarray, name:str) -> np.ndarray:
+    "Column `v` of ints, as given; raise for floats and anything else, which would be truncated"
+    if v.dtype.kind not in 'iu': raise ExperienceReplayException(f'column {name!r}: expected ints, got {v.dtype}')
+    return v
+
+def as_shape(v, name:str) -> tuple:
+    "`v`, a tuple or list of ints >= 0, as a tuple; raise on anything else"
+    if not isinstance(v, (tuple, list)) or not all(is_int(d) and d >= 0 for d in v):
+        raise ExperienceReplayException(f'{name} must be a tuple of ints >= 0, got {v!r}')
+    return tuple(int(d) for d in v)
+
+def as_np_dtype(v, name:str) -> np.dtype:
+    "`v` as a NumPy dtype of bools or numbers; raise for a name NumPy does not know, and for strings and objects"
+    try: d = np.dtype(v)
+    except (TypeError, ValueError): raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {v!r}') from None
+    if d.kind not in 'biufc': raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {d}')
+    return d
+
+def priority_tensor(p, device) -> torch.Tensor:
+    "Priorities `p` (a tensor, an array or a list of real numbers) as a float64 tensor on `device` (None: where it is); raise for complex numbers, strings, meta tensors"
+    check_values(p, 'priorities')
+    t = p.detach() if isinstance(p, torch.Tensor) else torch.from_numpy(real_array(p, 'priorities'))
+    if t.is_complex():
+        raise ExperienceReplayException(f'priorities: expected real numbers, got {dtype_name(t.dtype)}')
+    return t.to(torch.float64) if device is None else t.to(device, torch.float64)
+
+@contextmanager
+def allocating(what:str, n:int, row_bytes:int):
+    "Turn the failure of allocating `what`, `n` rows of `row_bytes` each, into `ExperienceReplayException` naming the size"
+    try: yield
+    except ReplayError: raise  # refused for a reason of its own, e.g. files that belong to another memory
+    except (MemoryError, OverflowError, ValueError, RuntimeError) as e:
+        raise ExperienceReplayException(f'{what}: {n} rows of {row_bytes} bytes ({n * row_bytes:,} bytes) cannot be allocated') from e
 
 # %% ../../nbs/06h_memory.checks.ipynb #3df18c64
 def check_kind(part, state:dict):

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 import inspect
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
+from ..errors import ExperienceReplayException, NoValidTransitions, to_numpy, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
 from .checks import cast_exactly, as_idxs, check_kind
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, UniformSampler, Replay, forward_attrs
@@ -22,15 +22,51 @@ from .prioritized import PrioritizedSampler
 from .frames import FrameStorage, ReplayElement
 
 # %% auto #0
-__all__ = ['CircularReplayBuffer']
+__all__ = ['ReAgentRing', 'CircularReplayBuffer']
+
+# %% ../../nbs/06e_memory.circular.ipynb #c2a7e602
+class ReAgentRing:
+    "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
+    empty_batches = False  # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
+    def cursor(self) -> int:
+        "Index of the row the next step is written to"
+        return self.add_count % self.replay_capacity
+    def is_empty(self) -> bool:
+        "Whether no step was written yet"
+        return self.add_count == 0
+    def is_full(self) -> bool:
+        "Whether the ring has been filled once, so each step now overwrites the oldest"
+        return self.add_count >= self.replay_capacity
+    def is_valid_transition(self, index) -> bool:
+        "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
+        i = to_numpy(index)
+        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
+        i = int(i.reshape(()))
+        return 0 <= i < self.replay_capacity and bool(self._valid_at(np.array([i]))[0])
+    def valid_mask(self) -> np.ndarray:
+        "For every index, whether it is a valid transition now"
+        return self._valid_at(np.arange(self.replay_capacity))
+    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
+        return self._draw(batch_size)
+    def sample_all_valid_transitions(self):
+        "Every valid transition, in index order"
+        rows = np.flatnonzero(self.valid_mask())
+        if not len(rows) and not self.empty_batches:
+            raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
+        return self.sample_transition_batch(indices=rows)
+    def _check_prioritized(self, what:str):
+        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples uniformly')
+
 
 # %% ../../nbs/06e_memory.circular.ipynb #aa2281d0
 _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'generator', 'seed'}
 
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
-class CircularReplayBuffer(Replay):
+class CircularReplayBuffer(ReAgentRing, Replay):
     "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority: ReAgent's interface"
     makes_n_step = True  # fed single steps, it builds the `update_horizon`-step returns when it samples
+    empty_batches = True  # `sample_all_valid_transitions` with no valid transition gives a batch of 0 rows
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
                  replay_capacity:int, # Steps kept before the oldest are overwritten
                  batch_size:int, # Transitions per sample
@@ -50,129 +86,110 @@ class CircularReplayBuffer(Replay):
         sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator, seed=seed)
                    if prioritized else UniformSampler(generator, seed))
         super().__init__(storage, sampler, batch_size, min(batch_size, replay_capacity) if warmup_sz is None else warmup_sz)
+    def add(self,
+            observation, # The observation the action was taken in (one frame)
+            action, # The action taken
+            reward, # The reward received
+            terminal, # The episode ended in a terminal state: no bootstrap
+            *args, # Extra elements, in `extra_storage_types` order
+            truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
+            next_observation=None, # The true final observation; needed (and kept) for truncated steps only
+            env_id:int=0, # The environment the step comes from: steps of different environments never mix
+            **kwargs): # Extra elements by name
+        "Write one step at the cursor; the next observation is the one the same environment adds next"
+        with self.lock:
+            row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
+                                        next_observation=next_observation, env_id=env_id, **kwargs)
+            self.sampler.added(row, 1)
+    @property
+    def prioritized(self) -> bool:
+        "Sampled by priority"
+        return isinstance(self.sampler, PrioritizedSampler)
+    @property
+    def replay_capacity(self) -> int:
+        "Steps kept before the oldest are overwritten"
+        return self.max_sz
+    capacity = replay_capacity
+    @property
+    def batch_size(self) -> int:
+        "Transitions per sample"
+        return self.bs
+    @property
+    def update_horizon(self) -> int:
+        "n of the n-step return"
+        return self.n_steps
+    @property
+    def size(self) -> int:
+        "Steps stored"
+        return len(self)
+    @property
+    def device(self) -> torch.device:
+        "Where sampled batches go"
+        return self.storage.batch_device
+    def __repr__(self):
+        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
+                f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
+    @classmethod
+    def create_from_env(cls,
+                        env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
+                        *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
+        "A buffer for the observation and action spaces of `env`"
+        obs_sp = getattr(env, 'single_observation_space', env.observation_space)
+        act_sp = getattr(env, 'single_action_space', env.action_space)
+        if not isinstance(obs_sp, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise ExperienceReplayException(f'observations must be a Box or Discrete space, got {obs_sp}')
+        act = dict(action_shape=(), action_dtype=np.int64) if isinstance(act_sp, gym.spaces.Discrete) else \
+              dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
+        return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
+    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` (indices in range) starts a transition that can be built exactly from what is stored"
+        with self.lock: return self.storage.valid(rows)
+    def _draw(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices drawn by the sampler"
+        check_positive(batch_size, 'batch_size')
+        with self.lock: return self.sampler.draw(batch_size)
+    def sample_transition_batch(self,
+                                batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
+                                indices=None): # Indices to build instead of sampling; each must be valid
+        "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
+        with self.lock:
+            if indices is None:
+                bs = batch_size if batch_size is not None else self.bs
+                check_positive(bs, 'batch_size')
+                b, rows = self.sampler.sample(bs)
+            else:
+                rows = as_idxs(indices, len(self), 'cpu')
+                if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
+                b = self.storage.gather(rows)
+                if self.prioritized: b['weight'] = self.sampler.weights(rows)
+        b['indices'] = rows
+        return b
+    def get_transition_elements(self, batch_size:int|None=None) -> list:
+        "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
+        bs = batch_size if batch_size is not None else self.bs
+        st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
+        act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
+        els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
+               ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
+               ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
+               ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
+        els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
+        if self.prioritized: els.append(('weight', (bs, 1), np.float32))
+        els.append(('indices', (bs,), np.int64))
+        return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
+    def set_priority(self, indices, priorities):
+        "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
+        self._check_prioritized('set_priority')
+        with self.lock: self.sampler.set_priority(indices, priorities)
+    def get_priority(self, indices) -> torch.Tensor:
+        "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
+        self._check_prioritized('get_priority')
+        with self.lock: return self.sampler.get_priority(as_idxs(indices, len(self), 'cpu'))
 
-CircularReplayBuffer.prioritized = property(lambda self: isinstance(self.sampler, PrioritizedSampler), doc='Sampled by priority')
 forward_attrs(CircularReplayBuffer, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')
 forward_attrs(CircularReplayBuffer, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')
-CircularReplayBuffer.batch_size, CircularReplayBuffer.update_horizon = property(lambda self: self.bs), property(lambda self: self.n_steps)
-CircularReplayBuffer.capacity = CircularReplayBuffer.replay_capacity = property(lambda self: self.max_sz)
 
 # %% ../../nbs/06e_memory.circular.ipynb #66a5a780
-@patch
-def add(self:CircularReplayBuffer,
-        observation, # The observation the action was taken in (one frame)
-        action, # The action taken
-        reward, # The reward received
-        terminal, # The episode ended in a terminal state: no bootstrap
-        *args, # Extra elements, in `extra_storage_types` order
-        truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
-        next_observation=None, # The true final observation; needed (and kept) for truncated steps only
-        env_id:int=0, # The environment the step comes from: steps of different environments never mix
-        **kwargs): # Extra elements by name
-    "Write one step at the cursor; the next observation is the one the same environment adds next"
-    row = self.storage.add_step(observation, action, reward, terminal, *args, truncated=truncated,
-                                next_observation=next_observation, env_id=env_id, **kwargs)
-    self.sampler.added(row, 1)
-
 CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
 CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
-
-@patch
-def cursor(self:CircularReplayBuffer) -> int:
-    "Index to the location where the next step will be written"
-    return self.storage.pointer
-@patch
-def is_empty(self:CircularReplayBuffer) -> bool: return self.storage.add_count == 0
-@patch
-def is_full(self:CircularReplayBuffer) -> bool: return self.storage.add_count >= self.max_sz
-
-@patch
-def __repr__(self:CircularReplayBuffer):
-    return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
-            f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
-
-# %% ../../nbs/06e_memory.circular.ipynb #76ba4b3e
-@patch(cls_method=True)
-def create_from_env(cls:CircularReplayBuffer,
-                    env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
-                    *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
-    "A buffer for the observation and action spaces of `env`"
-    obs_sp = getattr(env, 'single_observation_space', env.observation_space)
-    act_sp = getattr(env, 'single_action_space', env.action_space)
-    if not isinstance(obs_sp, (gym.spaces.Box, gym.spaces.Discrete)):
-        raise ExperienceReplayException(f'observations must be a Box or Discrete space, got {obs_sp}')
-    act = dict(action_shape=(), action_dtype=np.int64) if isinstance(act_sp, gym.spaces.Discrete) else \
-          dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
-    return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
-
-# %% ../../nbs/06e_memory.circular.ipynb #14ac70cb
-@patch
-def valid_mask(self:CircularReplayBuffer) -> np.ndarray:
-    "For every storage index, whether it is a valid transition now"
-    return self.storage.valid(np.arange(self.max_sz))
-
-@patch
-def is_valid_transition(self:CircularReplayBuffer, idx:int) -> bool:
-    "Whether the step at storage index `idx` starts a transition that can be built exactly from what is stored"
-    if not is_int(idx): raise ExperienceReplayException(f'an index is an int, got {idx!r}')
-    return bool(self.storage.valid(np.array([idx]))[0])
-@patch
-def sample_transition_batch(self:CircularReplayBuffer,
-                            batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
-                            indices=None): # Indices to build instead of sampling; each must be valid
-    "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
-    if indices is None:
-        bs = batch_size if batch_size is not None else self.bs
-        check_positive(bs, 'batch_size')
-        b, rows = self.sampler.sample(bs)
-    else:
-        rows = as_idxs(indices, len(self), 'cpu')
-        if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
-        b = self.storage.gather(rows)
-        if self.prioritized: b['weight'] = self.sampler.weights(rows)
-    b['indices'] = rows
-    return b
-
-# %% ../../nbs/06e_memory.circular.ipynb #7fe90fcc
-@patch
-def sample_index_batch(self:CircularReplayBuffer, batch_size:int) -> torch.Tensor:
-    "A batch of valid indices, sampled uniformly (or by priority)"
-    check_positive(batch_size, 'batch_size')
-    return self.sampler.draw(batch_size)
-
-@patch
-def sample_all_valid_transitions(self:CircularReplayBuffer) -> BD:
-    "Every valid transition, in storage order"
-    return self.sample_transition_batch(indices=np.flatnonzero(self.valid_mask()[:self.size]))
-
-@patch
-def get_transition_elements(self:CircularReplayBuffer, batch_size:int|None=None) -> list:
-    "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
-    bs = batch_size if batch_size is not None else self.bs
-    st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
-    act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
-    els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
-           ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
-           ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
-           ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
-    els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
-    if self.prioritized: els.append(('weight', (bs, 1), np.float32))
-    els.append(('indices', (bs,), np.int64))
-    return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
-
-# %% ../../nbs/06e_memory.circular.ipynb #12002484
-@patch
-def _prioritized(self:CircularReplayBuffer, what:str) -> PrioritizedSampler:
-    if not self.prioritized: raise ExperienceReplayException(f'{what} needs a buffer made with prioritized=True')
-    return self.sampler
-
-@patch
-def set_priority(self:CircularReplayBuffer, indices, priorities):
-    "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
-    self._prioritized('set_priority').set_priority(indices, priorities)
-
-@patch
-def get_priority(self:CircularReplayBuffer, indices) -> torch.Tensor:
-    "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
-    return self._prioritized('get_priority').get_priority(as_idxs(indices, len(self), 'cpu'))

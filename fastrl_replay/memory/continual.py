@@ -8,9 +8,10 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.continual.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
+from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, check_nonneg, is_int, to_numpy, dtype_name
-from .checks import batch_of, batch_td, row_td, TD_KEY
+from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg, is_int, to_numpy, dtype_name
+from .checks import batch_of, batch_td, row_td, TD_KEY, allocating
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
 import fastrl_replay.memory.persist  # `save` and `load` for these memories too
@@ -56,16 +57,14 @@ class Reservoir(Writer):
         self.generator.set_state(torch.as_tensor(state['generator']))
 
 # %% ../../nbs/06g_memory.continual.ipynb #917d0f97
+@delegates(ColumnStorage.__init__, but=['writer'])
 class ReservoirStorage(ColumnStorage):
     "Columns holding a uniform sample of every row ever added: a `ColumnStorage` written by a `Reservoir`"
     def __init__(self,
-                 max_sz:int=200, # Capacity
-                 device:str|torch.device|None=None, # Where the columns live (default: CPU)
-                 storage_dir=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False, # Open the column files already in `storage_dir`
                  generator:torch.Generator|None=None, # CPU generator for the eviction draws
-                 seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
-        super().__init__(max_sz, device, storage_dir, reuse_files, Reservoir(generator, seed))
+                 seed:int|None=None, # Seed for a new generator (default: drawn from torch's global RNG)
+                 **kwargs): # `ColumnStorage`'s settings: max_sz, device, storage_dir, reuse_files
+        super().__init__(writer=Reservoir(generator, seed), **kwargs)
 
     @property
     def seen(self) -> int:
@@ -74,7 +73,7 @@ class ReservoirStorage(ColumnStorage):
     def settings(self) -> dict: return {**super().settings(), **self.writer.settings()}
     def new_empty(self) -> ReservoirStorage:
         "A storage with the same settings, no rows and a copy of the generator"
-        res = ReservoirStorage(self.max_sz, self.device, generator=self.writer.new_empty().generator)
+        res = ReservoirStorage(self.writer.new_empty().generator, max_sz=self.max_sz, device=self.device)
         res.reserve(self.reserved)
         return res
 
@@ -98,21 +97,24 @@ class _WrittenRows:
         if TD_KEY in b:
             rest = {k: v for k, v in b.items() if k != TD_KEY}
             b, td = rest, batch_td(b[TD_KEY], rest)
-        self.storage.add(b)
-        self._notify(); self._wrote_td(td)
+        with self.lock:
+            self.storage.add(b)
+            self._notify(); self._wrote_td(td)
         return self
 
     def append(self, transition):
         "Add one transition in place and return the memory"
         t, td = as_transition(transition, self.fields), None
         if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
-        self.storage.add_row(t)
-        self._notify(); self._wrote_td(td)
+        with self.lock:
+            self.storage.add_row(t)
+            self._notify(); self._wrote_td(td)
         return self
 
 def _seeds(seed:int|None) -> tuple[int|None, int|None]:
     "Two seeds from one: the storage's and the sampler's"
-    return (None, None) if seed is None else (seed, seed + 1_000_003)
+    if seed is None: return None, None
+    return draw_seed(seed), (seed + 1_000_003) % 2**64  # checked first; torch takes a seed modulo 2**64
 
 # %% ../../nbs/06g_memory.continual.ipynb #5cb1e47f
 class ReservoirReplay(_WrittenRows, Replay):
@@ -128,7 +130,7 @@ class ReservoirReplay(_WrittenRows, Replay):
                  fields:tuple|None=None): # Names of the elements of a transition `append` gets as a plain tuple
         s_evict, s_sample = _seeds(seed)
         if sampler is not None and seed is not None: raise ExperienceReplayException('a ready sampler comes with its own generator: give it the seed')
-        super().__init__(ReservoirStorage(max_sz, device, seed=s_evict), sampler or UniformSampler(seed=s_sample), bs, warmup_sz)
+        super().__init__(ReservoirStorage(seed=s_evict, max_sz=max_sz, device=device), sampler or UniformSampler(seed=s_sample), bs, warmup_sz)
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
@@ -154,7 +156,8 @@ class TaskShares(Writer):
 
     def attach(self, storage):
         super().attach(storage)
-        self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
+        with allocating(f'max_sz={storage.max_sz}: the write stamps', storage.max_sz, 8):
+            self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
 
     def settings(self) -> dict: return {'task_key': self.task_key, 'task': self.task}
 
@@ -224,20 +227,18 @@ class TaskShares(Writer):
         self.clock, self.task = int(state['clock']), state['task']
 
 # %% ../../nbs/06g_memory.continual.ipynb #a87853ec
+@delegates(ColumnStorage.__init__, but=['writer'])
 class TaskStorage(ColumnStorage):
     "Columns holding a share of rows per task: a `ColumnStorage` written by `TaskShares`"
     def __init__(self,
-                 max_sz:int=200, # Capacity
-                 device:str|torch.device|None=None, # Where the columns live (default: CPU)
-                 storage_dir=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False, # Open the column files already in `storage_dir`
                  task_key:str='task', # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
-                 task:int=0): # The task of rows added without a task column
-        super().__init__(max_sz, device, storage_dir, reuse_files, TaskShares(task_key, task))
+                 task:int=0, # The task of rows added without a task column
+                 **kwargs): # `ColumnStorage`'s settings: max_sz, device, storage_dir, reuse_files
+        super().__init__(writer=TaskShares(task_key, task), **kwargs)
 
     def settings(self) -> dict: return {**super().settings(), **self.writer.settings()}
     def new_empty(self) -> TaskStorage:
-        res = TaskStorage(self.max_sz, self.device, **self.writer.settings())
+        res = TaskStorage(**self.writer.settings(), max_sz=self.max_sz, device=self.device)
         res.reserve(self.reserved)
         return res
     @property
@@ -276,8 +277,9 @@ class TaskBalancedSampler(UniformSampler):
         super().added(start, n)
         self._index = None  # the rows of a task changed
 
-    def draw(self, n:int) -> torch.Tensor:
-        if not self.balance: return super().draw(n)
+    def candidates(self, n:int) -> torch.Tensor:
+        "`n` rows: as the uniform sampler draws them, or a task drawn uniformly and a row uniformly among that task's"
+        if not self.balance: return super().candidates(n)
         g = self.generator
         if self._index is None:  # the rows of each task, grouped: rebuilt after writes
             tasks = self.storage.tasks
@@ -309,7 +311,7 @@ class TaskBalancedReplay(_WrittenRows, Replay):
                  task_key:str='task', # The column holding each row's task
                  balance:bool=True, # Sample the tasks evenly (else the rows uniformly)
                  fields:tuple|None=None): # Names of the elements of a transition `append` gets as a plain tuple
-        super().__init__(TaskStorage(max_sz, device, task_key=task_key, task=task), TaskBalancedSampler(balance, seed=seed), bs, warmup_sz)
+        super().__init__(TaskStorage(task_key, task, max_sz=max_sz, device=device), TaskBalancedSampler(balance, seed=seed), bs, warmup_sz)
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 

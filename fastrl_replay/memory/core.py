@@ -9,19 +9,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 import numpy as np, torch
-import copy, dataclasses, importlib, re
+import copy, dataclasses, importlib, re, threading
 from pathlib import Path
 from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
-                                  new_generator)
-from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td
+                                  new_generator, as_device)
+from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating
 from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['KINDS', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'UniformSampler', 'ReplayMemory',
-           'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'handed_marks',
+           'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached',
+           'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #960ca4dc
 KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
@@ -57,7 +58,7 @@ class Storage:
     def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self, max_sz:int, device=None):
         check_positive(max_sz, 'max_sz')
-        self.max_sz, self.device, self.reserved = int(max_sz), torch.device(ifnone(device, 'cpu')), {}
+        self.max_sz, self.device, self.reserved = int(max_sz), as_device(device), {}
         self.batch_device = self.device  # where gathered batches are
 
     def __len__(self) -> int: raise NotImplementedError
@@ -138,6 +139,14 @@ class Writer:
         "Restore what `state_dict` put in the storage's `state`"
 
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
+NEW, OUT, STALE = 0, 1, 2  # a row's hand-out mark: not handed out since written (nor before); handed out since written; overwritten since handed out
+
+def _overwritten(marks):
+    "Marks `marks` (a slice, NumPy or torch) of rows just written: a row handed out before is now stale"
+    marks *= 2  # NEW stays NEW, OUT becomes STALE, STALE (4) is clipped back to STALE
+    if isinstance(marks, np.ndarray): np.minimum(marks, STALE, out=marks)
+    else: marks.clamp_(max=STALE)
+
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
@@ -155,12 +164,17 @@ class Sampler:
         return storage.device
 
     def attach(self, storage:Storage):
-        "Use `storage`: make the generator where the draws happen and keep the per-row state, the TD errors among it"
+        "Use `storage`: make the generator where the draws happen and keep the per-row state: the TD errors and the hand-out marks"
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
-        self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
+        with allocating(f'max_sz={storage.max_sz}: the TD errors', storage.max_sz, 4):
+            self._td = torch.zeros(storage.max_sz, dtype=TD_DTYPE, device=storage.device)
         self._td_host = self._td.numpy() if self._td.device.type == 'cpu' else None  # written in place by compiled code
+        dev = self.generator.device  # the marks live where the draws are made
+        self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE
+        self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
+        self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None, None)
 
     @property
     def td_errors(self) -> torch.Tensor:
@@ -168,17 +182,37 @@ class Sampler:
         return self._td
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0"
+        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0, and those handed out before are stale"
         td, end = self._td_host if self._td_host is not None else self._td, start + n
-        if end <= len(td): td[start:end] = 0
-        else: td[start:] = 0; td[:end - len(td)] = 0
+        marks = self._handed_np if self._handed_np is not None else self.handed
+        if n == 1 and marks is self._handed_np:  # one step: no slices
+            td[start] = 0
+            if marks[start]: marks[start] = STALE
+        elif end <= len(td): td[start:end] = 0; _overwritten(marks[start:end])
+        else:
+            td[start:] = 0; td[:end - len(td)] = 0
+            _overwritten(marks[start:]); _overwritten(marks[:end - len(td)])
+
+    def stamp(self, idxs:torch.Tensor):
+        "Mark rows `idxs` (on the generator's device) as handed out now: an update for them counts until they are overwritten. Every `draw` calls it"
+        if self._handed_np is not None: self._handed_np[idxs.numpy()] = OUT
+        else: self.handed[idxs] = OUT
+
+    def fresh(self, idxs) -> torch.Tensor:
+        "For each of storage rows `idxs`, whether it still holds the transition it held when it was last handed out (or was never handed out)"
+        return self.handed[as_idxs(idxs, self.storage.max_sz, self.handed.device)] != STALE
+
+    @property
+    def n_stale(self) -> int:
+        "Updates skipped because their row was overwritten after it was handed out"
+        return int(self._n_stale)
 
     def take_td(self, rows:torch.Tensor, td:torch.Tensor):
         "Checked TD errors `td` that came with the rows just written at storage rows `rows`, one each"
         self._td[rows.to(self._td.device)] = td.to(self._td.device, TD_DTYPE)
 
     def draw(self, n:int) -> torch.Tensor:
-        "`n` storage indices to sample"
+        "`n` storage indices to sample, marked as handed out (`stamp`)"
         raise NotImplementedError
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
@@ -187,14 +221,20 @@ class Sampler:
         return self.storage.gather(idxs), idxs
 
     def update_td(self, td_errors, idxs):
-        "Keep `td_errors` as the TD errors of storage rows `idxs`; for a repeated index the last write wins"
+        "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows overwritten since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
         n, dev = len(self.storage), self._td.device
-        if self._td_host is not None:
+        if self._td_host is not None and self._handed_np is not None:
             arrays = td_arrays(n, dev, td_errors, idxs)
-            if arrays is not None: return put_in_order(self._td_host, *arrays)
+            if arrays is not None:
+                i, td = arrays
+                ok = self._handed_np[i] != STALE
+                if not ok.all(): self._stale_np += len(i) - int(ok.sum()); i, td = i[ok], td[ok]
+                return put_in_order(self._td_host, i, td)
         idxs, td = td_rows(n, dev, td_errors, idxs)
         if len(idxs):
-            idxs, td = last_wins(idxs, td)
+            ok = (self.handed[idxs.to(self.handed.device)] != STALE).to(dev)
+            self._n_stale += (~ok).sum().to(self._n_stale.device)
+            idxs, td = last_wins(idxs, torch.where(ok, td, self._td[idxs]))  # a stale row is written its own value: no host synchronization
             self._td[idxs] = td
 
     def settings(self) -> dict:
@@ -216,7 +256,9 @@ class Sampler:
         "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ...: the TD errors, and more in a subclass"
         self._td[:len(rows)] = src.td_errors[rows.to(src.td_errors.device)].to(self._td.device)
 
-    def state_dict(self) -> dict: return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone()}
+    def state_dict(self) -> dict:
+        return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone(),
+                'handed': self.handed.clone(), 'n_stale': self.n_stale}
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
@@ -224,33 +266,60 @@ class Sampler:
         if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
             raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
                                             f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps ({len(self._td)},) float32')
+        for k in ('handed', 'written_at', 'sampled_at'):  # the marks, or the clocks they were kept as before
+            a = state.get(k)
+            if a is None: continue
+            want = torch.int8 if k == 'handed' else torch.int64
+            if not isinstance(a, (torch.Tensor, np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape) or torch.as_tensor(a).dtype != want:
+                raise ExperienceReplayException(f'the state holds {k} of shape {tuple(getattr(a, "shape", ()))} {getattr(a, "dtype", type(a).__name__)}, '
+                                                f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
+            if k == 'handed' and not bool(((torch.as_tensor(a) >= NEW) & (torch.as_tensor(a) <= STALE)).all()):
+                raise ExperienceReplayException(f'the state holds hand-out marks outside {NEW}..{STALE}')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
         self._load_td(state)
     def _load_td(self, state:dict):
-        "The TD errors of a checked state (none: every row's starts at 0)"
+        "The TD errors and hand-out marks of a checked state (none: every row's TD error 0, and no row handed out)"
         td = state.get('td')
         if td is None: self._td.zero_()
         else: self._td.copy_(torch.as_tensor(td))
+        self.handed.copy_(handed_marks(state, len(self.handed)))
+        self._n_stale.fill_(int(state.get('n_stale', 0)))
+
+_NEVER = torch.iinfo(torch.int64).max  # the hand-out time of a row never handed out, in states that kept clocks
+
+def handed_marks(state:dict, n:int) -> torch.Tensor:
+    "The hand-out marks of the `n` rows of checked sampler state `state`; from a state that kept each row's write and hand-out times, those marks"
+    if state.get('handed') is not None: return torch.as_tensor(state['handed'])
+    if state.get('written_at') is None: return torch.zeros(n, dtype=torch.int8)  # none kept: no row handed out
+    w, s = torch.as_tensor(state['written_at']), torch.as_tensor(state['sampled_at'])
+    return torch.where(s == _NEVER, NEW, torch.where(w <= s, OUT, STALE)).to(torch.int8)
 
 # %% ../../nbs/06_memory.core.ipynb #24d682ac
 class UniformSampler(Sampler):
     "Rows drawn uniformly with replacement from those the storage can build"
     def draw(self, n:int) -> torch.Tensor:
+        idxs = self.candidates(n)
+        self.stamp(idxs)
+        return idxs
+
+    def candidates(self, n:int) -> torch.Tensor:
+        "`n` storage indices drawn uniformly from the rows the storage can build, not marked as handed out"
         st, g = self.storage, self.generator
         if st.always_valid: return torch.randint(len(st), (n,), generator=g, device=g.device)
         if len(st) == 0: raise NoValidTransitions('the memory is empty')
         rows = torch.randint(len(st), (n,), generator=g).numpy()
         for _ in range(16):  # redraw the invalid ones: each draw ends uniform over the valid rows
             bad = ~st.valid(rows)
-            if not bad.any(): return torch.from_numpy(rows)
+            if not bad.any(): break
             rows[bad] = torch.randint(len(st), (int(bad.sum()),), generator=g).numpy()
-        ok = np.flatnonzero(st.valid(np.arange(len(st))))  # few valid rows: draw among them directly
-        if not len(ok): raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
-        bad = ~st.valid(rows)
-        rows[bad] = ok[torch.randint(len(ok), (int(bad.sum()),), generator=g).numpy()]
-        st.valid(rows)
+        else:
+            ok = np.flatnonzero(st.valid(np.arange(len(st))))  # few valid rows: draw among them directly
+            if not len(ok): raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
+            bad = ~st.valid(rows)
+            rows[bad] = ok[torch.randint(len(ok), (int(bad.sum()),), generator=g).numpy()]
+            st.valid(rows)
         return torch.from_numpy(rows)
 
 # %% ../../nbs/06_memory.core.ipynb #3a5868b5
@@ -281,8 +350,12 @@ class Replay:
         if not is_int(warmup_sz) or not 0 <= warmup_sz <= storage.max_sz:
             raise ExperienceReplayException(f'warmup_sz must be an int between 0 and max_sz={storage.max_sz}, got {warmup_sz!r}')
         self.bs, self.warmup_sz, self.storage, self.sampler = bs, warmup_sz, storage, ifnone(sampler, UniformSampler())
+        self.lock = threading.RLock()  # held by every call that reads or writes the rows or the sampler's state
         self.sampler.attach(storage)
         if memory is not None: self + memory
+
+    def __getstate__(self) -> dict: return {k: v for k, v in self.__dict__.items() if k != 'lock'}
+    def __setstate__(self, state:dict): self.__dict__.update(state); self.lock = threading.RLock()  # a copy has a lock of its own
 
     fields = None  # names of the elements of a transition given as a plain tuple to `append`
     makes_n_step = False  # the rows are transitions as given: whoever feeds the memory folds the n-step returns
@@ -318,9 +391,10 @@ class Replay:
     def __add__(self, other) -> Replay:
         "Write the rows of `other` at the write position, in place, and return the memory"
         b = batch_of(other)
-        if TD_KEY in b: return self._add_with_td(b)
-        start, n = self.storage.add(b)
-        if n: self.sampler.added(start, n)
+        with self.lock:
+            if TD_KEY in b: return self._add_with_td(b)
+            start, n = self.storage.add(b)
+            if n: self.sampler.added(start, n)
         return self
 
     def _add_with_td(self, b:Mapping) -> Replay:
@@ -339,15 +413,16 @@ class Replay:
         t = as_transition(transition, self.fields)
         td = None
         if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
-        start, n = self.storage.add_row(t)
-        if n:
-            self.sampler.added(start, n)
-            if td is not None: self.sampler.take_td(torch.tensor([start]), td)
+        with self.lock:
+            start, n = self.storage.add_row(t)
+            if n:
+                self.sampler.added(start, n)
+                if td is not None: self.sampler.take_td(torch.tensor([start]), td)
         return self
 
     def row(self, i:int):
         "Row `i` in storage order, as a named tuple of its values"
-        return self.storage.row(i)
+        with self.lock: return self.storage.row(i)
 
     def __radd__(self, other):
         raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
@@ -359,42 +434,46 @@ class Replay:
         "A batch of `bs` rows drawn by the sampler, and their storage indices"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
-        if len(self) < max(self.warmup_sz, 1):
-            raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
-        return self.sampler.sample(bs)
+        with self.lock:
+            if len(self) < max(self.warmup_sz, 1):
+                raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
+            return self.sampler.sample(bs)
 
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                   idxs): # n storage indices, as `sample` returned them
         "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
-        self.sampler.update_td(td_errors, idxs)
+        with self.lock: self.sampler.update_td(td_errors, idxs)
 
     def __getitem__(self, idx) -> Replay:
         "A new memory of the same kind holding the rows `idx` selects, in storage order"
-        rows, positions = self.storage.select(idx)
-        new = copy.copy(self)
-        new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
-        new.sampler.attach(new.storage)
-        new + rows
-        new.sampler.copy_rows(self.sampler, positions)
+        with self.lock:
+            rows, positions = self.storage.select(idx)
+            new = copy.copy(self)  # with a lock of its own
+            new.storage, new.sampler = self.storage.new_empty(), self.sampler.new_empty()
+            new.sampler.attach(new.storage)
+            new + rows
+            new.sampler.copy_rows(self.sampler, positions)
         return new
 
     def state_dict(self) -> dict:
-        "Everything that restores this memory into one made with the same settings"
-        return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
-                'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
+        "Everything that restores this memory into one made with the same settings: views of its arrays, which later writes change (hold `lock` while using them)"
+        with self.lock:
+            return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
+                    'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
 
     def load_state_dict(self,
                         state:dict, # What `state_dict` returned
                         assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
         "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
         check_kind(self, state)
-        storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
-        sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
-        self.storage.check_state(storage); self.sampler.check_state(sampler)
-        self.storage.load_state_dict(storage, assign=assign)
-        self.sampler.load_state_dict(sampler)
-        self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
+        with self.lock:
+            storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
+            sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
+            self.storage.check_state(storage); self.sampler.check_state(sampler)
+            self.storage.load_state_dict(storage, assign=assign)
+            self.sampler.load_state_dict(sampler)
+            self.bs, self.warmup_sz = state['bs'], state['warmup_sz']
 
     def settings(self) -> dict:
         "What makes a memory like this one: its class, `bs`, `warmup_sz`, and the class and settings of each part"

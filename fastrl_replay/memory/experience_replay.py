@@ -14,9 +14,10 @@ import math
 import numpy as np, torch
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
-from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind
+from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values, host_array
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
+from .kernels import put_row_bytes
 
 # %% auto #0
 __all__ = ['ColumnStorage', 'ExperienceReplay']
@@ -63,9 +64,11 @@ def _ready(c: _Col, v):
         if type(v) is np.ndarray: return v
         try: return v.numpy()  # a CPU tensor outside autograd: no copy
         except (RuntimeError, TypeError):
+            check_values(v, f'column {c.key!r}')
             v = v.detach().cpu().resolve_conj().resolve_neg()
             return (v if v.dtype in NP_DTYPES else v.to(c.dtype)).numpy()  # e.g. bfloat16, cast exactly
     if type(v) is np.ndarray: return torch.from_numpy(np.ascontiguousarray(v, v.dtype.newbyteorder('=')))
+    check_values(v, f'column {c.key!r}')
     v = v.detach().resolve_conj().resolve_neg()
     if c.data is not None and v.untyped_storage().data_ptr() == c.data.untyped_storage().data_ptr(): v = v.clone()
     return v
@@ -152,6 +155,7 @@ class ColumnStorage(Storage):
         self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
         self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
                            for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
+        self._tensor_row = _tensor_row_plan(cols) if host else None
 
     def _check(self, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
@@ -172,6 +176,7 @@ class ColumnStorage(Storage):
                                                 f'{dtype_name(c.dtype)} without loss')
             srcs.append(v)
         try: return n, [None if v is None else _ready(c, v) for c, v in zip(cols, srcs)]
+        except ExperienceReplayException: raise
         except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
 
     def _shape_error(self, b, c, v, n):
@@ -187,6 +192,7 @@ class ColumnStorage(Storage):
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
         if self._cols is not None:
+            if self._tensor_row is not None and (r := self._put_tensor_row(b)) is not None: return r
             if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
             if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
                 try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
@@ -195,6 +201,21 @@ class ColumnStorage(Storage):
         n, srcs = self._check(b, cols)
         if self._cols is None: self._allocate(cols)
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
+
+    def _put_tensor_row(self, b:Mapping) -> tuple[int, int]|None:
+        "Write `b` when it is one row of CPU tensors of exactly each column's dtype and shape, in column order, copied by address; its row and 1, or None (nothing written)"
+        keys, spec, (dsts, strides, nbytes) = self._tensor_row
+        if tuple(b) != keys: return None
+        ptrs, T = [], torch.Tensor
+        for v, (dtype, shape, neg, contig) in zip(b.values(), spec):
+            if (type(v) is not T or v.dtype is not dtype or v.shape != shape or not v.is_cpu
+                or (neg and v.is_neg()) or (contig and not v.is_contiguous())): return None
+            ptrs.append(v.data_ptr())
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        put_row_bytes(tuple(ptrs), dsts, strides, nbytes, p)
+        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
+        if self.files is not None: self.files.wrote(self._row_bytes)
+        return p, 1
 
     def _exact_row(self, b:Mapping) -> list|None:
         "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
@@ -263,6 +284,7 @@ class ColumnStorage(Storage):
     def select(self, idx) -> tuple[BD, torch.Tensor]:
         "The rows `idx` selects, in storage order, and their storage indices"
         if isinstance(idx, str): raise ExperienceReplayException(f'columns are read from `memory`: er.memory[{idx!r}]')
+        check_values(idx, 'index')
         if self._cols is None: raise ExperienceReplayException(f'cannot index an empty memory with {idx!r}')
         if not isinstance(idx, ROW_INDEX):
             raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
@@ -365,7 +387,9 @@ class ColumnStorage(Storage):
         for c in self._cols:  # every value checked before any is written
             v = row.get(c.key, _MISSING)
             if v is _MISSING: vals = None; break
-            vals.append(_one(c, v)); found += 1
+            t = type(v)  # an array or NumPy scalar of exactly the column's dtype and shape passes as it is
+            vals.append(v if (t is np.ndarray or t is c.np_scalar) and v.dtype is c.np_dtype and v.shape == c.shape else _one(c, v))
+            found += 1
         if vals is None or found != len(row):
             keys = row.keys()
             raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
@@ -419,7 +443,7 @@ class ColumnStorage(Storage):
                 if c.key == optional: continue
                 b = None; break
             v = _one(c, v); found += 1
-            b[c.key] = v[None] if isinstance(v, np.ndarray) else np.asarray(v, c.np_dtype)[None]
+            b[c.key] = np.asarray(v, c.np_dtype)[None]  # in the column's dtype, which `_one` checked it fits
         if b is None or found != len(row):
             keys = row.keys()
             raise ExperienceReplayException(f'the transition does not match the memory: missing '
@@ -441,6 +465,13 @@ def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
 def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
     c.offset, c.inner_strides = offset, tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
+
+def _tensor_row_plan(cols:list[_Col]) -> tuple|None:
+    "What `_put_tensor_row` needs to copy a row of tensors by address: the keys in column order, per column its dtype, row shape and the views to refuse, and the destinations; None when a column's rows are not contiguous or hold complex numbers"
+    if any(not c.np[:1].flags.c_contiguous or c.dtype.is_complex for c in cols): return None
+    spec = tuple((c.dtype, torch.Size((1, *c.shape)), c.dtype.is_floating_point, math.prod(c.shape) > 1) for c in cols)  # a real view of complex numbers can be negated; one value is always contiguous
+    dests = tuple(np.array(a, np.int64) for a in zip(*[(c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes) for c in cols]))
+    return tuple(c.key for c in cols), spec, dests
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 def _single_row(b:Mapping) -> dict|None:
@@ -526,7 +557,7 @@ def _one(c:_Col, v):
         else: ok = k in 'fc'
         if not ok: raise _kind_error(c, f'the {t.__name__} {v!r}')
         return v
-    if isinstance(v, torch.Tensor): v = v.detach().cpu().numpy()
+    if isinstance(v, torch.Tensor): v = host_array(v, f'column {c.key!r}')
     elif not isinstance(v, (np.ndarray, np.generic)):  # tuples and lists of numbers: converted like Python numbers
         a = np.asarray(v)
         if a.shape != c.shape: raise _one_shape_error(c, a.shape)

@@ -8,11 +8,13 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
+import math
 import numpy as np, torch, zstandard as zstd
 from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
-from .checks import cast_exactly, as_idxs, check_kind
+from ..errors import ExperienceReplayException, as_device, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
+from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column, as_shape,
+                                        as_np_dtype, allocating)
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, KINDS
 from ..nstep import nstep_returns
@@ -27,10 +29,27 @@ ReplayElement.__doc__ = "A stored or returned element: its name, its shape per t
 # %% ../../nbs/06k_memory.frames.ipynb #c93e0429
 _ZERO, _FINAL = -1, -2  # window entries that are not stored frames: a zero frame, a truncated episode's final frame
 
-def _np(v):
-    "`v` as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
-    if isinstance(v, torch.Tensor): return v.detach().cpu().numpy()
-    return np.asarray(v)
+def _np(v, name:str):
+    "`v`, named `name`, as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
+    return host_array(v, name)
+
+SAMPLED = ('state', 'action', 'reward', 'next_state', 'discount', 'terminated', 'truncated', 'horizon', 'env_id', 'episode_id',
+           'weight', 'indices')  # the columns a sample has besides the extras
+
+def _extras(extras, obs_key:str) -> list:
+    "`extras` as `ReplayElement`s, checked: distinct names that no sampled column (nor a batch's observation column) has, shapes and dtypes"
+    if extras is None: return []
+    if not isinstance(extras, (list, tuple)) or not all(isinstance(e, (list, tuple)) and len(e) == 3 for e in extras):
+        raise ExperienceReplayException(f'extras must be a list of (name, shape, dtype) elements, got {extras!r}')
+    res = [ReplayElement(n, as_shape(s, f'extra {n!r} shape'), as_np_dtype(t, f'extra {n!r} dtype')) for n, s, t in extras]
+    names = [e.name for e in res]
+    for n in names:
+        if not isinstance(n, str) or not n.isidentifier():
+            raise ExperienceReplayException(f'an extra element is named by an identifier, got {n!r}')
+        if n in SAMPLED or n == obs_key or names.count(n) > 1:
+            raise ExperienceReplayException(f'extra element {n!r} would hide a column of the same name: the sampled columns are '
+                                            f'{list(SAMPLED)}, the observation column is {obs_key!r}, and extras are {names}')
+    return res
 
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
@@ -73,20 +92,27 @@ class FrameStorage(Storage):
                  reuse_files:bool=False): # Open the files already in `storage_dir`, which this storage wrote earlier
         for v, name in ((stack_size, 'stack_size'), (max_sz, 'max_sz'), (n_steps, 'n_steps')): check_positive(v, name)
         check_probability(gamma, 'gamma')
-        if not all(is_int(d) and d >= 0 for d in observation_shape):
-            raise ExperienceReplayException(f'observation_shape must be a tuple of ints >= 0, got {observation_shape!r}')
+        observation_shape, action_shape, reward_shape = (as_shape(v, n) for v, n in (
+            (observation_shape, 'observation_shape'), (action_shape, 'action_shape'), (reward_shape, 'reward_shape')))
+        observation_dtype, action_dtype, reward_dtype = (as_np_dtype(v, n) for v, n in (
+            (observation_dtype, 'observation_dtype'), (action_dtype, 'action_dtype'), (reward_dtype, 'reward_dtype')))
         check_choice(padding, 'padding', ('zero', 'first'))
+        if not isinstance(obs_key, str): raise ExperienceReplayException(f'obs_key must be a str, got {obs_key!r}')
+        extras = _extras(extras, obs_key)
         super().__init__(max_sz, 'cpu')
-        self.batch_device = torch.device(device if device is not None else 'cpu')
+        self.batch_device = as_device(device)
         self.obs_shape, self.stack_size, self.n_steps, self.gamma = tuple(observation_shape), int(stack_size), int(n_steps), float(gamma)
         self.obs_dtype, self.action_shape, self.action_dtype = np.dtype(observation_dtype), tuple(action_shape), np.dtype(action_dtype)
         self.reward_shape, self.reward_dtype, self.padding, self.obs_key = tuple(reward_shape), np.dtype(reward_dtype), padding, obs_key
-        self.extras = [ReplayElement(n, tuple(s), np.dtype(t)) for n, s, t in (extras or [])]
+        self.extras = extras
         # gamma ** i as Python computes it, so every n-step sum is the textbook one to the last bit
         self._gpow = np.array([self.gamma ** i for i in range(self.n_steps + 1)])
         self._watching, self._changes, self._plan_cache = False, [], None
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        self._allocate()
+        values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype), (self.reward_shape, self.reward_dtype),
+                  *((e.shape, e.type) for e in self.extras)]
+        row_bytes = sum(np.dtype(t).itemsize * math.prod(s) for s, t in values) + 42  # and the flags, links and ids of a step
+        with allocating(f'max_sz={self.max_sz}: the steps', self.max_sz, row_bytes): self._allocate()
 
     def settings(self) -> dict:
         return dict(observation_shape=self.obs_shape, max_sz=self.max_sz, stack_size=self.stack_size, n_steps=self.n_steps,
@@ -147,26 +173,26 @@ class FrameStorage(Storage):
 
     def _check_step(self, observation, action, reward, terminal, truncated, next_observation, extras):
         "The step's values as NumPy arrays of the stored dtypes; raise if any does not fit"
-        obs = observation if type(observation) is np.ndarray else _np(observation)
+        obs = observation if type(observation) is np.ndarray else _np(observation, 'observation')
         if obs.shape != self.obs_shape: raise _shape_error('observation', self.obs_shape, obs.shape)
         if obs.dtype != self.obs_dtype: obs = cast_exactly('observation', obs, self.obs_dtype)
-        a, r = _np(action), _np(reward)
+        a, r = _np(action, 'action'), _np(reward, 'reward')
         if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
         if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
         if r.dtype.kind in 'fc' and not all_finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
         a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
-        term, trunc = bool(terminal), bool(truncated)
+        term, trunc = as_flag(terminal, 'terminal'), as_flag(truncated, 'truncated')
         nxt = None
         if trunc and not term:
             if next_observation is None:
                 raise ExperienceReplayException('a truncated step needs next_observation: its true final observation, '
                                                 'the state its transitions bootstrap from')
-            nxt = _np(next_observation)
+            nxt = _np(next_observation, 'next_observation')
             if nxt.shape != self.obs_shape: raise _shape_error('next_observation', self.obs_shape, nxt.shape)
             nxt = cast_exactly('next_observation', nxt, self.obs_dtype)
         ex = []
         for e, v in zip(self.extras, extras):
-            v = _np(v)
+            v = _np(v, e.name)
             if v.shape != e.shape: raise _shape_error(e.name, e.shape, v.shape)
             ex.append(cast_exactly(e.name, v, e.type, by_value=True))
         return obs, a, r, term, trunc, nxt, ex
@@ -257,14 +283,14 @@ class FrameStorage(Storage):
         if missing: raise ExperienceReplayException(f'batch columns missing {missing}')
         obs = self._frames(self.obs_key, other[self.obs_key])
         m = len(obs)
-        cols = {k: _np(other[k]) for k in ['action', 'reward', 'terminated', 'truncated', 'env_id'] + [e.name for e in self.extras] if k in other}
+        cols = {k: _np(other[k], k) for k in ['action', 'reward', 'terminated', 'truncated', 'env_id'] + [e.name for e in self.extras] if k in other}
         for k, v in cols.items():
             if v.ndim == 0 or len(v) != m:
                 raise ExperienceReplayException(f'columns must share their batch size: {self.obs_key!r} has {m} rows, {k!r} has shape {v.shape}')
         act, rew = self._column('action', cols['action'], self.action_shape), self._column('reward', cols['reward'], self.reward_shape)
-        term = self._column('terminated', cols['terminated'], ()).astype(bool)
-        trunc = self._column('truncated', cols['truncated'], ()).astype(bool) if 'truncated' in cols else np.zeros(m, bool)
-        env = self._column('env_id', cols['env_id'], ()) if 'env_id' in cols else np.zeros(m, np.int64)
+        term = as_flags(self._column('terminated', cols['terminated'], ()), 'terminated')
+        trunc = as_flags(self._column('truncated', cols['truncated'], ()), 'truncated') if 'truncated' in cols else np.zeros(m, bool)
+        env = int_column(self._column('env_id', cols['env_id'], ()), 'env_id') if 'env_id' in cols else np.zeros(m, np.int64)
         needs_final = trunc & ~term
         nxt = self._frames('next_state', other['next_state']) if needs_final.any() and 'next_state' in other else None
         if needs_final.any() and nxt is None:
@@ -282,7 +308,7 @@ class FrameStorage(Storage):
 
     def _frames(self, key, v) -> np.ndarray:
         "Column `key` as `(n, *observation_shape)` frames; a stacked column `(n, k, *observation_shape)` gives its newest frame"
-        v = _np(v)
+        v = _np(v, key)
         if v.shape[1:] == self.obs_shape: return v
         if v.ndim == len(self.obs_shape) + 2 and v.shape[2:] == self.obs_shape: return v[:, -1]
         raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, self.obs_shape))}) or a stack '

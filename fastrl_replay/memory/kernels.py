@@ -1,4 +1,4 @@
-"""The compiled passes that write TD errors back in one loop.
+"""The compiled passes that write TD errors back, and one-row batches of tensors in, in one loop each.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.kernels.html.md"""
 
@@ -7,6 +7,9 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.kernels.html.md"""
 # %% ../../nbs/06j_memory.kernels.ipynb #d8af9d8c
 from __future__ import annotations
 import numpy as np, torch, numba
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 # %% auto #0
 __all__ = []
@@ -32,3 +35,17 @@ def td_arrays(n_rows:int, device, td_errors, idxs) -> tuple[np.ndarray, np.ndarr
         i, td = idxs.cpu().numpy(), td_errors.detach().reshape(-1).cpu().numpy()
         if _nb_fits(i, n_rows, td): return i, td
     return None
+
+# %% ../../nbs/06j_memory.kernels.ipynb #c2a7e702
+@intrinsic
+def _address(typingctx, addr):
+    "The int64 `addr` as a pointer"
+    def codegen(context, builder, sig, args): return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return types.voidptr(types.int64), codegen
+
+@numba.njit(cache=True, nogil=True)
+def put_row_bytes(srcs, dsts, strides, nbytes, row):
+    "Copy `nbytes[j]` bytes from address `srcs[j]` to address `dsts[j] + row * strides[j]`, for each column `j`"
+    for j in range(len(srcs)):
+        d = numba.carray(_address(dsts[j] + row * strides[j]), (nbytes[j],), np.uint8)
+        d[:] = numba.carray(_address(srcs[j]), (nbytes[j],), np.uint8)

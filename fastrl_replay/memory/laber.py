@@ -13,6 +13,7 @@ from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, check_positive, check_number, new_generator
 from .core import UniformSampler, forward_attrs, Replay
+from .checks import priority_tensor
 from .experience_replay import ExperienceReplay, ColumnStorage
 
 # %% auto #0
@@ -37,7 +38,7 @@ class LaBER:
     def __call__(self, *, priorities, **kwargs) -> dict:
         "The kept `indexes` into the large batch, their `weights`, and each of `kwargs` subsampled"
         numpy = not isinstance(priorities, torch.Tensor)
-        pr = torch.as_tensor(np.asarray(priorities) if numpy else priorities.detach())
+        pr = priority_tensor(priorities, None)
         n = self.m * self.batch_size
         if pr.shape != (n,) and pr.shape != (n, 1):
             raise ExperienceReplayException(f'priorities: expected shape ({n},) for m * batch_size = {self.m} * '
@@ -94,6 +95,8 @@ class LaBERSampler(UniformSampler):
                  generator:torch.Generator|None=None, # Random generator for `sample`, on the storage's device
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
         check_positive(m, 'm')
+        if score is not None and not callable(score):
+            raise ExperienceReplayException(f'score must be a function from a batch to one priority per row, got {type(score).__name__} {score!r}')
         if variant not in _VARIANTS:
             raise ExperienceReplayException(f"variant must be 'mean', 'lazy' or 'max', got {variant!r}")
         super().__init__(generator, seed)
@@ -128,17 +131,18 @@ class LaBERSampler(UniformSampler):
                                             'surrogate priority per row, before it can sample')
         before = self.generator.get_state()
         try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
-            large = self.draw(self.m * bs)
+            large = self.candidates(self.m * bs)
             batch = self.storage.gather(large)
             with torch.no_grad(): prios = self.score(batch)
             laber = _VARIANTS[self.variant](bs, self.m, eps=self.eps, generator=self.generator)
-            kept = laber(priorities=torch.as_tensor(prios).to(large.device))
+            kept = laber(priorities=priority_tensor(prios, large.device))
         except Exception:
             self.generator.set_state(before)
             raise
         keep = kept['indexes']
         out, idxs = batch[keep], large[keep]
         out['weight'] = kept['weights'][:, None].to(self.storage.batch_device)
+        self.stamp(idxs)  # only the rows kept are handed out
         self.sample_counts.index_add_(0, idxs.to(self.sample_counts.device), torch.ones_like(idxs))
         return out, idxs
 

@@ -422,10 +422,11 @@ def save(self:Replay,
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path/MANIFEST).exists())):
         raise CheckpointError(f'{path} exists and is not a memory checkpoint: it is not replaced')
     dropped, none = [], []
-    settings = pack(self.settings(), none, dropped, 'settings')
-    if none: raise CheckpointError(f'settings: {type(self).__name__}.settings() holds arrays; settings are plain values')
-    head = dict(format=FORMAT, version=VERSION, kind=kind_name(type(self)), settings=settings, dropped=dropped)
-    return atomic_dir(path, lambda tmp: write_tree(tmp, MANIFEST, head, self.state_dict(), dropped, durable), durable)
+    with self.lock:  # the rows and the sampler's state of one moment: adds, samples and TD updates of other threads wait for the save
+        settings = pack(self.settings(), none, dropped, 'settings')
+        if none: raise CheckpointError(f'settings: {type(self).__name__}.settings() holds arrays; settings are plain values')
+        head = dict(format=FORMAT, version=VERSION, kind=kind_name(type(self)), settings=settings, dropped=dropped)
+        return atomic_dir(path, lambda tmp: write_tree(tmp, MANIFEST, head, self.state_dict(), dropped, durable), durable)
 
 # %% ../../nbs/06f_memory.persist.ipynb #40162e25
 def open_dir(path:Path, missing:str) -> int:

@@ -12,9 +12,9 @@ from fastcore.basics import ifnone
 from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
-from .checks import as_idxs, last_wins, td_rows, check_kind
+from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
 from .kernels import td_arrays, put_in_order
-from .core import Sampler, forward_attrs, Replay
+from .core import Sampler, forward_attrs, Replay, STALE
 from .experience_replay import ExperienceReplay, ColumnStorage
 from .sumtree import SumTree, WEIGHT_NORMS
 
@@ -22,30 +22,20 @@ from .sumtree import SumTree, WEIGHT_NORMS
 __all__ = ['PrioritizedSampler', 'annealed_beta', 'PrioritizedExperienceReplay']
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #2f5f291f
-_NEVER = torch.iinfo(torch.int64).max
-
 @numba.njit(cache=True, nogil=True)
-def _nb_stamp(idxs, sampled_at, counts, clock):
-    "Rows `idxs` were drawn at `clock`: their sample time, and one more draw each"
+def _nb_stamp(idxs, handed, counts):
+    "Rows `idxs` were handed out: marked so (`OUT`), and one more draw each"
     for j in range(idxs.shape[0]):
-        sampled_at[idxs[j]] = clock
+        handed[idxs[j]] = 1
         counts[idxs[j]] += 1
 
 @numba.njit(cache=True, nogil=True)
-def _nb_wrote(start, n, capacity, written_at, counts, clock):
-    "Rows `start` to `start + n` (wrapping at `capacity`) are new: a new write time, no draws"
-    for j in range(n):
-        i = (start + j) % capacity
-        written_at[i] = clock
-        counts[i] = 0
-
-@numba.njit(cache=True, nogil=True)
-def _nb_priorities(td_col, write_col, written_at, sampled_at, idxs, td, eps, alpha, fresh, pri):
-    "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row was not overwritten since sampled (its TD error written if `write_col`); return (stale count, largest fresh priority)"
+def _nb_priorities(td_col, write_col, handed, idxs, td, eps, alpha, fresh, pri):
+    "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row was not overwritten since handed out (its TD error written if `write_col`); return (stale count, largest fresh priority)"
     stale, top = 0, 0.
     for j in range(idxs.shape[0]):
         i = idxs[j]
-        fresh[j] = written_at[i] <= sampled_at[i]
+        fresh[j] = handed[i] != 2  # not STALE
         pri[j] = (abs(np.float64(td[j])) + eps) ** alpha
         if fresh[j]:
             if write_col: td_col[i] = td[j]
@@ -99,14 +89,9 @@ class PrioritizedSampler(Sampler):
         self.tree = SumTree(C, device=dev, backend=self.tree_backend)
         self._host = self.tree.backend == 'numba'  # the compiled path, on NumPy arrays
         self._max_priority = torch.ones((), dtype=torch.float64, device=dev)  # new rows enter at this priority
-        self.clock, self.n_samples = 0, 0  # adds so far (the write time of rows) and samples drawn
-        self.written_at = torch.zeros(C, dtype=torch.int64, device=dev)
-        self.sampled_at = torch.full((C,), _NEVER, dtype=torch.int64, device=dev)
+        self.n_samples = 0  # samples drawn
         self.sample_counts = torch.zeros(C, dtype=torch.int64, device=dev)  # draws of each row since it was written
-        self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
-        if self._host:  # NumPy views of the bookkeeping, for the compiled loops
-            self._written_np, self._sampled_np = self.written_at.numpy(), self.sampled_at.numpy()
-            self._counts_np, self._maxp_np, self._stale_np = self.sample_counts.numpy(), self._max_priority.numpy(), self._n_stale.numpy()
+        if self._host: self._counts_np, self._maxp_np = self.sample_counts.numpy(), self._max_priority.numpy()  # NumPy views, for the compiled loops
         self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
         if self._gated:
             if not self._host:
@@ -125,32 +110,27 @@ class PrioritizedSampler(Sampler):
         "The priority new rows enter at: the largest priority set so far (1 before any)"
         return float(self._max_priority)
 
-    @property
-    def n_stale(self) -> int:
-        "Updates skipped because their row was overwritten after it was sampled"
-        return int(self._n_stale)
-
     def totals(self) -> tuple[float, float]:
         "The sum and the smallest of the priorities that can be drawn now, read on the host"
         if self._gated: self._flush()
         return self.tree.total, self.tree.min
 
     def added(self, start:int, n:int):
-        "New rows: a TD error of 0, the largest priority so far, a new write time, no draws yet"
+        "New rows: a TD error of 0, stale if their slot was handed out before (`Sampler.added`), the largest priority so far, no draws yet"
         Sampler.added(self, start, n)
-        self.clock += 1
         C = self.storage.max_sz
         if self._gated:
             rows = start if n == 1 else (start + np.arange(n)) % C
-            self._written_np[rows], self._counts_np[rows], self.base_priority[rows] = self.clock, 0, self._maxp_np
+            self._counts_np[rows], self.base_priority[rows] = 0, self._maxp_np
             if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
         elif self._host:
             self.tree.fill(start, n, float(self._maxp_np))
-            _nb_wrote(start, n, C, self._written_np, self._counts_np, self.clock)
+            end = start + n
+            if end <= C: self._counts_np[start:end] = 0
+            else: self._counts_np[start:] = 0; self._counts_np[:end - C] = 0
         else:
             rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
             self.tree.set(rows, self._max_priority.expand(n), check=False)
-            self.written_at[rows] = self.clock
             self.sample_counts[rows] = 0
 
     def _flush(self):
@@ -161,7 +141,7 @@ class PrioritizedSampler(Sampler):
         if len(rows): self.tree.set(rows, np.where(self.storage.valid(rows), self.base_priority[rows], 0.))
 
     def draw(self, n:int) -> torch.Tensor:
-        "`n` rows drawn in proportion to their priority, on `tree_device`, stamped as sampled now (so a late update to a row overwritten since is told apart)"
+        "`n` rows drawn in proportion to their priority, on `tree_device`, marked as handed out (so a late update to a row overwritten since is told apart)"
         t = self.tree
         if self._gated:
             self._flush()
@@ -171,11 +151,15 @@ class PrioritizedSampler(Sampler):
         draw = t.stratified_sample if self.stratified else t.sample
         try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
         except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
-        if self._host: _nb_stamp(idxs.numpy(), self._sampled_np, self._counts_np, self.clock)
-        else:
-            self.sampled_at[idxs] = self.clock
-            self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
+        self.stamp(idxs)
         return idxs
+
+    def stamp(self, idxs:torch.Tensor):
+        "Rows `idxs` are handed out (`Sampler.stamp`), and drawn once more each"
+        if self._host: _nb_stamp(idxs.numpy(), self._handed_np, self._counts_np)
+        else:
+            Sampler.stamp(self, idxs)
+            self.sample_counts.index_add_(0, idxs, torch.ones_like(idxs))
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
         "Draw `bs` rows in proportion to their priority: a `BD` of them with a `weight` column, and their storage indices"
@@ -218,7 +202,7 @@ class PrioritizedSampler(Sampler):
         if not len(i): return
         col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
         stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
-                                    self._written_np, self._sampled_np, i, td, self.eps, self.alpha, fresh, pri)
+                                    self._handed_np, i, td, self.eps, self.alpha, fresh, pri)
         rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
         if self._gated: put_in_order(self.base_priority, rows, pri); self._pending.append(rows)
         else: t.set(rows, pri, check=False)
@@ -234,7 +218,7 @@ class PrioritizedSampler(Sampler):
         idxs, td = td_rows(len(self.storage), dev, td_errors, idxs)
         if not len(idxs): return
         idxs = idxs.to(self.tree_device)
-        fresh = self.written_at[idxs] <= self.sampled_at[idxs]
+        fresh = self.handed[idxs] != STALE
         self._n_stale += (~fresh).sum()
         new = td.double().abs().add_(self.eps).pow_(self.alpha).to(self.tree_device)
         torch.maximum(self._max_priority, torch.where(fresh, new, 0.).max(), out=self._max_priority)
@@ -253,15 +237,19 @@ class PrioritizedSampler(Sampler):
 
     def set_priority(self,
                      idxs, # Storage indices of rows in the memory
-                     priorities): # One finite priority >= 0 per index: sampling is proportional to it
-        "Set the priorities of rows `idxs` directly (no exponent, no staleness check)"
+                     priorities, # One finite priority >= 0 per index: sampling is proportional to it
+                     fresh_only:bool=False): # Skip rows overwritten since they were handed out (counted in `n_stale`), as priorities computed from a sample must
+        "Set the priorities of rows `idxs` directly (no exponent; the staleness check only with `fresh_only`)"
         idxs = as_idxs(idxs, len(self.storage), self.tree_device)
-        p = torch.as_tensor(np.asarray(priorities, dtype=np.float64) if not isinstance(priorities, torch.Tensor)
-                            else priorities.detach(), device=self.tree_device).double().reshape(-1)
+        p = priority_tensor(priorities, self.tree_device).reshape(-1)
         if p.shape != idxs.shape:
             raise ExperienceReplayException(f'expected one priority per index, got {len(p)} for {len(idxs)} indices')
         ok = (p >= 0) & (p < np.inf)
         if not bool(ok.all()): raise ExperienceReplayException(f'values must be finite and >= 0, got {p[~ok][:5].tolist()}')
+        if fresh_only:
+            ok = self.handed[idxs] != STALE
+            self._n_stale += (~ok).sum()
+            idxs, p = idxs[ok], p[ok]
         if not len(idxs): return
         if self._gated:
             rows, vals = idxs.numpy(), p.numpy()
@@ -273,10 +261,8 @@ class PrioritizedSampler(Sampler):
     def state_dict(self) -> dict:
         "Everything that restores this sampler, attached to a storage with the same `max_sz`"
         if self._gated: self._flush()
-        return dict(kind=type(self).__name__, generator=self.generator.get_state(), td=self._td.clone(), leaves=self.tree.leaves,
-                    base_priority=self.base_priority.copy() if self._gated else None,
-                    written_at=self.written_at.clone(), sampled_at=self.sampled_at.clone(), sample_counts=self.sample_counts.clone(),
-                    clock=self.clock, n_samples=self.n_samples, max_priority=self.max_priority, n_stale=self.n_stale)
+        return dict(Sampler.state_dict(self), leaves=self.tree.leaves, base_priority=self.base_priority.copy() if self._gated else None,
+                    sample_counts=self.sample_counts.clone(), n_samples=self.n_samples, max_priority=self.max_priority)
 
     def check_state(self, state:dict):
         "Raise unless `state` fits this sampler; change nothing"
@@ -296,9 +282,9 @@ class PrioritizedSampler(Sampler):
         if self._gated:
             self.base_priority[:] = state['base_priority']
             self._pending.clear(); self.storage.changed()
-        for k in ('written_at', 'sampled_at', 'sample_counts'): getattr(self, k).copy_(torch.as_tensor(state[k]))
-        self.clock, self.n_samples = int(state['clock']), int(state['n_samples'])
-        self._max_priority.fill_(state['max_priority']); self._n_stale.fill_(state['n_stale'])
+        self.sample_counts.copy_(torch.as_tensor(state['sample_counts']))
+        self.n_samples = int(state['n_samples'])
+        self._max_priority.fill_(state['max_priority'])
         self.generator.set_state(state['generator'])
         self._load_td(state)
 
@@ -329,4 +315,4 @@ class PrioritizedExperienceReplay(ExperienceReplay):
     def __repr__(self): return f'{super().__repr__()[:-1]}, {repr(self.sampler)[len(type(self.sampler).__name__) + 1:]}'
 
 forward_attrs(PrioritizedExperienceReplay, 'sampler', 'alpha beta beta_end beta_steps eps stratified weight_norm tree '
-              'current_beta max_priority n_stale n_samples sample_counts written_at sampled_at weights get_priority set_priority')
+              'current_beta max_priority n_stale n_samples sample_counts handed weights get_priority set_priority')

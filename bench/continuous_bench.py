@@ -1,0 +1,164 @@
+"""Our SAC and TD3 against Stable-Baselines3's, with rl-baselines3-zoo's hyperparameters, on the same machine in the same run.
+
+Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl-baselines3-zoo's): Pendulum-v1 SAC at
+Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
+two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
+Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
+otherwise. The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
+to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
+training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
+interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
+run is appended to a JSON-lines file at once, so a run cut short keeps what it measured.
+
+    python bench/continuous_bench.py --suite pendulum --seeds 0 1 2 3 4                 # SAC and TD3, 20,000 steps
+    python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
+    python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
+    python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json    # the section of the benchmarks page
+
+`--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
+their speeds by the ratio of medians, from the runs in the results file; nothing in it is typed in by hand.
+"""
+import argparse, json, os, resource, statistics, time
+from pathlib import Path
+import numpy as np, torch, gymnasium as gym
+
+OUT = Path(__file__).resolve().parent/'results'/'continuous_bench.jsonl'
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+def greedy_return(act, env_id, seed, n=10) -> list:
+    "Returns of `n` greedy episodes, `act` mapping an observation to an action"
+    env, returns = gym.make(env_id), []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(n):
+        total, done = 0., False
+        while not done:
+            obs, r, term, trunc, _ = env.step(act(obs))
+            total, done = total + float(r), term or trunc
+        returns.append(total)
+        obs, _ = env.reset()
+    env.close()
+    return returns
+
+def settings(algo, env, steps):
+    "The zoo's settings for `algo` on `env` as `sac_defaults`/`td3_defaults` give them, the memory cut to `steps`"
+    from fastrl_replay.agents.sac import sac_defaults
+    from fastrl_replay.agents.td3 import td3_defaults
+    d = (sac_defaults if algo == 'sac' else td3_defaults)(env)
+    d.pop('steps')
+    rep = dict(bs=256, max_sz=1_000_000, warmup_sz=100) | d.get('replay', {})
+    rep['max_sz'] = min(rep['max_sz'], steps)
+    d['replay'] = rep
+    return d
+
+def run_ours(algo, env, seed, steps, variant='uniform'):
+    from fastrl_replay.agents.sac import sac_learner
+    from fastrl_replay.agents.td3 import td3_learner
+    d = settings(algo, env, steps)
+    if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
+    if variant == 'nstep3': d['n_steps'] = 3
+    learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
+    torch.set_num_threads(1)
+    t, c = time.perf_counter(), cpu_s()
+    with learn.no_bar(), learn.no_logging(): learn.fit(10)  # a constant learning rate, as SB3's
+    wall, cpu = time.perf_counter() - t, cpu_s() - c
+    m = learn.model
+    def act(obs):
+        with torch.inference_mode(): return m.scale.to_env(m.actor(torch.as_tensor(np.asarray(obs, np.float32))[None])).reshape(m.scale.shape).numpy()
+    return learn.dls.train.dataset.stats().env_steps, wall, cpu, greedy_return(act, env, 10_000 + seed)
+
+def run_sb3(algo, env, seed, steps, variant='uniform'):
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+    assert variant == 'uniform', 'SB3 runs are uniform replay only'
+    d = settings(algo, env, steps)
+    rep, opt, net = d['replay'], d.get('optim', {}), d.get('net', {})
+    kw = dict(learning_rate=opt.get('lr', 3e-4 if algo == 'sac' else 1e-3), buffer_size=rep['max_sz'], learning_starts=rep['warmup_sz'],
+              batch_size=rep['bs'], tau=net.get('tau', 0.005), gamma=d.get('gamma', 0.99), train_freq=opt.get('train_every', 1),
+              gradient_steps=opt.get('grad_steps', 1), seed=seed, device='cpu', verbose=0,
+              policy_kwargs=dict(net_arch=list(net.get('hidden', (256, 256) if algo == 'sac' else (400, 300)))))
+    if algo == 'sac':
+        ent = d.get('entropy', {}).get('coef', 'auto')
+        M, kw = SAC, kw | dict(ent_coef=ent if ent != 'auto' else 'auto')
+    else:
+        n = int(np.prod(gym.make(env).action_space.shape))
+        M, kw = TD3, kw | dict(action_noise=NormalActionNoise(np.zeros(n), d.get('explore', {}).get('noise', 0.1) * np.ones(n)))
+    model = M('MlpPolicy', env, **kw)
+    torch.set_num_threads(1)
+    t, c = time.perf_counter(), cpu_s()
+    model.learn(steps)
+    wall, cpu = time.perf_counter() - t, cpu_s() - c
+    return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
+
+SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1', 'uniform')],
+              pendulum_sac=[('sac', 'Pendulum-v1', 'uniform')], pendulum_td3=[('td3', 'Pendulum-v1', 'uniform')],
+              mujoco=[('sac', 'Hopper-v5', 'uniform'), ('sac', 'HalfCheetah-v5', 'uniform')],
+              variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
+
+def measure(suite, seeds, steps, out):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        for algo, env, variant in SUITES[suite]:
+            for lib in (('ours',) if variant != 'uniform' else ('ours', 'sb3')):
+                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
+                rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
+                           steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
+                           torch_threads=torch.get_num_threads(), date=time.strftime('%Y-%m-%d %H:%M'))
+                with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
+                print(f"{lib:4} {algo} {env} {variant} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
+
+def compare(recs):
+    "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
+    from scipy import stats
+    lines = []
+    keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
+    for algo, env, steps in keys:
+        rs = {lib: sorted([r for r in recs if (r['algo'], r['env'], r['steps'], r['lib'], r['variant']) == (algo, env, steps, lib, 'uniform')],
+                          key=lambda r: r['seed']) for lib in ('ours', 'sb3')}
+        if not rs['ours'] or not rs['sb3']: continue
+        lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps.**', '',
+                  '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
+        for lib in ('ours', 'sb3'):
+            for r in rs[lib]: lines.append(f"| {lib} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
+        a, b = [r['greedy_mean'] for r in rs['ours']], [r['greedy_mean'] for r in rs['sb3']]
+        sa, sb = statistics.median(r['steps_per_s'] for r in rs['ours']), statistics.median(r['steps_per_s'] for r in rs['sb3'])
+        ca, cb = statistics.median(r['steps_per_cpu_s'] for r in rs['ours']), statistics.median(r['steps_per_cpu_s'] for r in rs['sb3'])
+        tests = ''
+        if len(a) > 1 and len(b) > 1:
+            t = stats.ttest_ind(a, b, equal_var=False)
+            u = stats.mannwhitneyu(a, b, alternative='two-sided')
+            tests = f' Welch t = {t.statistic:.2f}, p = {t.pvalue:.3f}; Mann-Whitney U = {u.statistic:.0f}, p = {u.pvalue:.3f}.'
+        lines += ['', f'Mean greedy return: ours {np.mean(a):.1f} ± {np.std(a):.1f} ({len(a)} seeds), SB3 {np.mean(b):.1f} ± {np.std(b):.1f} '
+                      f'({len(b)} seeds).{tests} Median speed: ours {sa:.1f}, SB3 {sb:.1f} environment steps/s, **{sa / sb:.2f}x**; '
+                      f'per CPU second {ca:.1f} against {cb:.1f}, {ca / cb:.2f}x.', '']
+    var = [r for r in recs if r['variant'] != 'uniform']
+    for env, steps in sorted({(r['env'], r['steps']) for r in var}):
+        lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '', '| replay | seeds | greedy returns | mean |', '|---|---:|---|---:|']
+        for v in ('uniform', 'per', 'nstep3'):
+            rr = sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['steps'], r['variant']) == ('ours', 'sac', env, steps, v)], key=lambda r: r['seed'])
+            if not rr: continue
+            rets = ', '.join(f"{r['greedy_mean']:.1f}" for r in rr)
+            lines.append(f"| {v} | {', '.join(str(r['seed']) for r in rr)} | {rets} | {np.mean([r['greedy_mean'] for r in rr]):.1f} |")
+        lines.append('')
+    return '\n'.join(lines)
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--suite', choices=list(SUITES))
+    p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    p.add_argument('--steps', type=int, default=20_000)
+    p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
+    p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
+    p.add_argument('--note', default='', help='text added to the stored section')
+    a = p.parse_args()
+    if a.stored:
+        recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
+        text = compare(recs) + ('\n' + a.note if a.note else '')
+        a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
+                                            machine="this project's 2-core x86_64 machine (CPU only), shared with five other jobs during the runs",
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|variants --seeds ... --steps ...; '
+                                                    'python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json',
+                                            text=text), indent=1) + '\n')
+    else: measure(a.suite, a.seeds, a.steps, a.out)
