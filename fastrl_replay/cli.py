@@ -16,6 +16,7 @@ from .callback import ExperienceReplayCallback
 from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
 from .agents.sac import sac_learner, sac_defaults, evaluate_actor
 from .agents.td3 import td3_learner, td3_defaults
+from .atari import is_atari, atari_learner, atari_defaults, atari_env
 from .checkpoint import CheckpointCallback, CheckpointError
 from .data.synth import synth_replay_learner
 from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
@@ -94,7 +95,7 @@ def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v
     if algo != 'dqn' and (replay == 'laber' or ray is not None):
         raise ValueError(f'{algo.upper()} trains with uniform or prioritized (per) replay in this process; LaBER and Ray collectors are for the DQN')
     env = ifnone(env, a.env)
-    d = a.defaults(env)  # the settings chosen for `env`; those given here take their place
+    d = atari_defaults(env) if algo == 'dqn' and is_atari(env) else a.defaults(env)  # the settings chosen for `env`; those given here take their place
     steps = ifnone(steps, d.pop('steps'))
     replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', a.replay_size) if algo == 'dqn' else
                          min(d.get('replay', {}).get('max_sz', a.replay_size), steps))  # a memory larger than the run never fills
@@ -134,8 +135,27 @@ def _learner(s:dict):
     optim = dict(kw.pop('optim', {}), lr=s['lr'])
     if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
         from fastrl_replay.agents.dqn_ray import dqn_ray_learner as build
+    elif s.get('algo', 'dqn') == 'dqn' and is_atari(s['env']): build = atari_learner  # the Nature DQN on compressed frames
     else: build = ALGOS[s.get('algo', 'dqn')].build
     return build(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'], replay=replay, optim=optim, **kw)
+
+def _bytes_per_transition(mem) -> float|None:
+    "Bytes of RAM the memory holds (the arrays and tensors of its state, each counted once), per stored transition; None for an empty memory"
+    seen, total = set(), 0
+    def walk(v):
+        nonlocal total
+        if isinstance(v, torch.Tensor):
+            st = v.untyped_storage()
+            if st.data_ptr() not in seen: seen.add(st.data_ptr()); total += st.nbytes()
+        elif isinstance(v, np.ndarray):
+            while isinstance(v.base, np.ndarray): v = v.base
+            if id(v) not in seen: seen.add(id(v)); total += v.nbytes
+        elif isinstance(v, dict):
+            for x in v.values(): walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v: walk(x)
+    walk(mem.state_dict())
+    return round(total / len(mem), 1) if len(mem) and total else None
 
 def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
     "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
@@ -148,11 +168,13 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     else: fit(10, s['lr'], cbs=cbs)
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
-    returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
+    if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500)
+    else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
     stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'])
+                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'],
+                   memory_bytes_per_transition=None if 'ray' in s['learner'] else _bytes_per_transition(mem))  # shards on Ray: in their workers
     fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
     if fleet: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')

@@ -1,4 +1,4 @@
-"""Every storage × sampler pair (column, frame) × (uniform, prioritized, LaBER) against the same reference models.
+"""Every storage × sampler pair (column, frame, compressed frame) × (uniform, prioritized, LaBER) against the same reference models.
 
 The references are the existing ones: `reference.ListMemory` (the ring of rows), `test_circular.NaiveMemory` (full stacked n-step
 transitions from the whole history), `test_prioritized.Reference` (priorities, TD errors, draw counts and skipped late updates)."""
@@ -11,7 +11,7 @@ from fastrl_replay.memory.core import Replay, ExperienceReplayException, WarmupN
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay, PrioritizedSampler
 from fastrl_replay.memory.laber import LaBERExperienceReplay, LaBERSampler
-from fastrl_replay.memory.frames import FrameStorage
+from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
 from fastrl_replay.memory.circular import CircularReplayBuffer
 from reference import ListMemory
 from test_experience_replay_stateful import rows_of
@@ -48,7 +48,7 @@ class Pair:
     sampler: str
     def __repr__(self): return f'{self.storage}-{self.sampler}'
     @property
-    def frames(self) -> bool: return self.storage == 'frame'
+    def frames(self) -> bool: return self.storage in ('frame', 'zframe')
 
     def make(self, max_sz, bs=4, warmup_sz=1, seed=0, stack=2, n=2, gamma=0.9, padding='zero', **kw):
         "The memory of this pair: its thin class where there is one, else `Replay(FrameStorage(...), LaBERSampler(...))`"
@@ -57,13 +57,18 @@ class Pair:
         if self.storage == 'column':
             cls = dict(uniform=ExperienceReplay, prioritized=PrioritizedExperienceReplay, laber=LaBERExperienceReplay)[self.sampler]
             return cls(bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed, **kw)
+        if self.storage == 'zframe':  # frames in compressed blocks of 3 rows: blocks open, close and wrap within a few adds
+            sampler = dict(uniform=lambda: UniformSampler(seed=seed), prioritized=lambda: PrioritizedSampler(**kw, seed=seed),
+                           laber=lambda: LaBERSampler(**kw, seed=seed))[self.sampler]()
+            return Replay(CompressedFrameStorage(OBS, max_sz, block=3, stack_size=stack, n_steps=n, gamma=gamma, observation_dtype=np.int32,
+                                                 padding=padding), sampler, bs, warmup_sz)
         if self.sampler == 'laber':
             return Replay(FrameStorage(OBS, max_sz, stack, n, gamma, observation_dtype=np.int32, padding=padding),
                           LaBERSampler(**kw, seed=seed), bs, warmup_sz)
         return CircularReplayBuffer(OBS, stack, max_sz, bs, update_horizon=n, gamma=gamma, observation_dtype=np.int32,
                                     padding=padding, prioritized=self.sampler == 'prioritized', warmup_sz=warmup_sz, seed=seed, **kw)
 
-PAIRS = [Pair(s, p) for s in STORAGES for p in SAMPLERS]
+PAIRS = [Pair(s, p) for s in (*STORAGES, 'zframe') for p in SAMPLERS]  # the distribution tests below run on STORAGES: 'zframe' shares their sampling
 
 @pytest.fixture(scope='module', params=PAIRS, ids=repr)
 def pair(request): return request.param

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
 import math
-import numpy as np, torch
+import numpy as np, torch, zstandard as zstd
+from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, as_device, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
 from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column, as_shape,
@@ -19,7 +20,7 @@ from .core import Storage, KINDS
 from ..nstep import nstep_returns
 
 # %% auto #0
-__all__ = ['ReplayElement', 'FrameStorage']
+__all__ = ['ReplayElement', 'FrameStorage', 'CompressedFrameStorage']
 
 # %% ../../nbs/06k_memory.frames.ipynb #16d58ad5
 ReplayElement = namedtuple('shape_type', ['name', 'shape', 'type'])
@@ -71,6 +72,7 @@ _FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode fina
 class FrameStorage(Storage):
     "Single frames in a ring, built at gather time into stacked states and n-step transitions, exact at every boundary"
     always_valid = False
+    array_names = _FRAME_ARRAYS  # the per-step arrays of its state
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
@@ -131,7 +133,7 @@ class FrameStorage(Storage):
         "Allocate every per-step array for `max_sz` steps, in RAM or in the files of `storage_dir`"
         C = self.max_sz
         new = _in_ram if self.files is None else self.files.array
-        self.obs = new('obs', (C, *self.obs_shape), self.obs_dtype)
+        self._allocate_frames(new)
         self.action = new('action', (C, *self.action_shape), self.action_dtype)
         self.reward = new('reward', (C, *self.reward_shape), self.reward_dtype)
         self.terminal, self.truncated = new('terminal', (C,), bool), new('truncated', (C,), bool)
@@ -139,9 +141,24 @@ class FrameStorage(Storage):
         self.env, self.episode = new('env', (C,), np.int32), new('episode', (C,), np.int64)
         self.final_key = new('final_key', (C,), np.int64, -1)  # truncated steps: key of their true final observation
         self.extra = {e.name: new(f'extra_{e.name}', (C, *e.shape), e.type) for e in self.extras}
-        self._step_bytes = sum(a.nbytes for a in (self.obs, self.action, self.reward, *self.extra.values())) // C + 42
+        self._step_bytes = sum(a.nbytes for a in (self.action, self.reward, *self.extra.values())) // C + self._frame_bytes + 42
         self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
         self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
+
+    def _allocate_frames(self, new):
+        "The frames: one array of `max_sz` rows"
+        self.obs = new('obs', (self.max_sz, *self.obs_shape), self.obs_dtype)
+        self._frame_bytes = self.obs[0].nbytes if self.max_sz else 0
+
+    def _put_frame(self, i:int, frame:np.ndarray): self.obs[i] = frame
+
+    def frames_at(self, rows:np.ndarray) -> np.ndarray:
+        "The frames stored at `rows` (any shape of row indices), in a new array"
+        return self.obs[rows]
+
+    def nbytes(self) -> int:
+        "Bytes of memory the storage holds: its per-step arrays and the kept final observations"
+        return sum(a.nbytes for a in (*(getattr(self, k) for k in self.array_names), *self.extra.values(), self.finals))
 
     def watch(self): self._watching = True
 
@@ -213,7 +230,8 @@ class FrameStorage(Storage):
             stream = self.streams[env] = [-1, False, self.n_episodes]
         prev = stream[0]
         if prev > s - C: self.next[prev % C] = s  # still stored: link it forward
-        self.obs[i], self.action[i], self.reward[i] = obs, a, r
+        self._put_frame(i, obs)
+        self.action[i], self.reward[i] = a, r
         self.terminal[i], self.truncated[i] = term, trunc
         self.prev[i], self.next[i], self.env[i], self.episode[i] = prev, -1, env, stream[2]
         self.final_key[i] = self._put_final(nxt) if nxt is not None else -1
@@ -350,7 +368,7 @@ class FrameStorage(Storage):
         C, S, m, dev = self.max_sz, self.stack_size, len(rows), self.batch_device
         k = plan['k']
         W = plan['window'][:, :S + (int(k.max()) if m else 1)]
-        frames = self.obs[W % C]  # (m, S + k_max, *obs): each frame gathered once; padding and finals are fixed below
+        frames = self.frames_at(W % C)  # (m, S + k_max, *obs): each frame gathered once; padding and finals are fixed below
         if (W < 0).any():
             frames[W == _ZERO] = 0
             f = W == _FINAL
@@ -386,7 +404,7 @@ class FrameStorage(Storage):
         "Settings, counters, every per-step array (the storage itself, not a copy), the final observations and the streams"
         streams = np.array([[e, *self.streams[e]] for e in sorted(self.streams)], np.int64).reshape(-1, 4)
         return dict(kind=type(self).__name__, max_sz=self.max_sz, obs_shape=self.obs_shape, add_count=self.add_count, n_episodes=self.n_episodes,
-                    arrays={k: getattr(self, k) for k in _FRAME_ARRAYS}, extra=dict(self.extra), finals=self.finals,
+                    arrays={k: getattr(self, k) for k in self.array_names}, extra=dict(self.extra), finals=self.finals,
                     final_lo=self.final_lo, final_hi=self.final_hi, streams=streams)
 
     def check_state(self, state:dict):
@@ -395,7 +413,7 @@ class FrameStorage(Storage):
         if state['max_sz'] != self.max_sz or tuple(state['obs_shape']) != self.obs_shape:
             raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, observation_shape={tuple(state["obs_shape"])}; '
                                             f'this storage has {self.max_sz}, {self.obs_shape}')
-        mine = {**{k: getattr(self, k) for k in _FRAME_ARRAYS}, **self.extra}
+        mine = {**{k: getattr(self, k) for k in self.array_names}, **self.extra}
         theirs = {**state['arrays'], **state['extra']}
         for k, a in mine.items():
             v = theirs.get(k)
@@ -418,7 +436,7 @@ class FrameStorage(Storage):
         "Restore what `state_dict` returned into a storage with the same settings; check every array first"
         self.check_state(state)
         theirs = {**state['arrays'], **state['extra']}
-        for k, a in {**{k: getattr(self, k) for k in _FRAME_ARRAYS}, **self.extra}.items():
+        for k, a in {**{k: getattr(self, k) for k in self.array_names}, **self.extra}.items():
             v = keepable(theirs[k]) if assign and self.files is None else None
             if v is None:
                 if not same_file(a, theirs[k]): a[...] = theirs[k]  # a checkpoint over this storage's own files is in place
@@ -432,3 +450,118 @@ class FrameStorage(Storage):
 
 # %% ../../nbs/06k_memory.frames.ipynb #7f6169a9
 KINDS['fastrl_replay.memory.circular.FrameStorage'] = FrameStorage  # checkpoints written when the class lived in memory.circular
+
+# %% ../../nbs/06k_memory.frames.ipynb #95c396f3
+@delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
+class CompressedFrameStorage(FrameStorage):
+    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows: lossless, a few bytes per frame"
+    array_names = [k for k in _FRAME_ARRAYS if k != 'obs']
+    def __init__(self,
+                 observation_shape:tuple, # Shape of one observation (one frame)
+                 max_sz:int, # Steps kept before the oldest are overwritten
+                 block:int=32, # Consecutive rows compressed together
+                 level:int=3, # zstd compression level, 1 to 22
+                 **kwargs): # `FrameStorage`'s settings (its arrays stay in RAM: no `storage_dir`)
+        check_positive(block, 'block')
+        if not is_int(level) or not 1 <= level <= 22: raise ExperienceReplayException(f'level must be an int from 1 to 22, got {level!r}')
+        for k in ('storage_dir', 'reuse_files'):
+            if kwargs.get(k): raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
+        self.block, self.level = int(block), int(level)
+        self._cctx = zstd.ZstdCompressor(level=self.level, write_checksum=True)  # a damaged block fails to decode
+        self._dctx = zstd.ZstdDecompressor()
+        super().__init__(observation_shape, max_sz, **kwargs)
+
+    def settings(self) -> dict:
+        s = super().settings()
+        del s['storage_dir']
+        return {**s, 'block': self.block, 'level': self.level}
+
+    def _allocate_frames(self, new):
+        "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
+        self.n_blocks = -(-self.max_sz // self.block)
+        self.blocks = [b''] * self.n_blocks  # b'': never closed, all zeros
+        self.open_block = 0  # the block of the cursor's row, kept decoded in `stage` while it is written
+        self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
+        self._frame_bytes = 0
+
+    def block_rows(self, b:int) -> int:
+        "Rows in block `b` (the last one holds what is left of `max_sz`)"
+        return min(self.block, self.max_sz - b * self.block)
+
+    def _decode(self, b:int) -> np.ndarray:
+        "Block `b`'s frames (zeros for a block never closed)"
+        n = self.block_rows(b)
+        if not self.blocks[b]: return np.zeros((n, *self.obs_shape), self.obs_dtype)
+        return np.frombuffer(self._dctx.decompress(self.blocks[b]), self.obs_dtype).reshape(n, *self.obs_shape)
+
+    def _put_frame(self, i:int, frame:np.ndarray):
+        "Write a frame into the open block; compress the block when its last row is written, and open the next"
+        j = i - self.open_block * self.block
+        self.stage[j] = frame
+        if j == self.block_rows(self.open_block) - 1:
+            b, n = self.open_block, j + 1
+            # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
+            # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
+            self.blocks[b] = bytes(memoryview(self._cctx.compress(self.stage[:n])))
+            self.open_block = (b + 1) % self.n_blocks
+            self.stage[:self.block_rows(self.open_block)] = self._decode(self.open_block)
+
+    def frames_at(self, rows:np.ndarray) -> np.ndarray:
+        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once"
+        rows = np.asarray(rows)
+        flat = rows.reshape(-1)
+        out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
+        b = flat // self.block
+        blocks, inv = np.unique(b, return_inverse=True)
+        order = np.argsort(inv, kind='stable')
+        cuts = np.searchsorted(inv[order], np.arange(len(blocks) + 1))
+        for k, u in enumerate(blocks.tolist()):
+            sel = order[cuts[k]:cuts[k + 1]]
+            src = self.stage if u == self.open_block else self._decode(u)
+            out[sel] = src[flat[sel] - u * self.block]
+        return out.reshape(*rows.shape, *self.obs_shape)
+
+    def nbytes(self) -> int:
+        "Bytes of memory the storage holds: compressed blocks, the open block, per-step arrays and final observations"
+        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes
+
+    def state_dict(self) -> dict:
+        "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets) and the open block"
+        sizes = np.fromiter(map(len, self.blocks), np.int64, self.n_blocks)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        blob = np.frombuffer(b''.join(self.blocks), np.uint8)
+        return {**super().state_dict(), 'frames': dict(block=self.block, blob=blob, offsets=offsets, open_block=self.open_block, stage=self.stage)}
+
+    def check_state(self, state:dict):
+        "Raise unless `state` fits this storage and every block decodes to its rows' frames; change nothing"
+        super().check_state(state)
+        f = state.get('frames')
+        if not isinstance(f, dict) or f.get('block') != self.block:
+            raise ExperienceReplayException(f'frames: expected compressed blocks of {self.block} rows, got {f.get("block") if isinstance(f, dict) else type(f).__name__}')
+        blob, off, stage = f.get('blob'), f.get('offsets'), f.get('stage')
+        if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8 or blob.ndim != 1:
+            raise ExperienceReplayException(f"frames 'blob': expected a 1-d uint8 array, got {getattr(blob, 'shape', None)} {getattr(blob, 'dtype', type(blob).__name__)}")
+        if (not isinstance(off, np.ndarray) or off.shape != (self.n_blocks + 1,) or off.dtype.kind not in 'iu' or
+            off[0] != 0 or off[-1] != len(blob) or (np.diff(off) < 0).any()):
+            raise ExperienceReplayException(f"frames 'offsets': expected {self.n_blocks + 1} nondecreasing ints from 0 to the blob's {len(blob)} bytes")
+        if not isinstance(stage, np.ndarray) or stage.shape != self.stage.shape or stage.dtype != self.obs_dtype:
+            raise ExperienceReplayException(f"frames 'stage': expected {self.stage.shape} {self.obs_dtype}, got {getattr(stage, 'shape', None)} {getattr(stage, 'dtype', None)}")
+        ob = f.get('open_block')
+        if not is_int(ob) or ob != (int(state['add_count']) % self.max_sz) // self.block:
+            raise ExperienceReplayException(f"frames 'open_block': expected the cursor's block {(int(state['add_count']) % self.max_sz) // self.block}, got {ob!r}")
+        frame = self.stage[0].nbytes
+        for b in range(self.n_blocks):
+            if off[b] == off[b + 1]: continue
+            n, data = self.block_rows(b) * frame, blob[off[b]:off[b + 1]].tobytes()
+            try:
+                if zstd.frame_content_size(data) != n: raise zstd.ZstdError(f'it holds {zstd.frame_content_size(data)} bytes, expected {n}')
+                if len(self._dctx.decompress(data)) != n: raise zstd.ZstdError(f'its frames do not make {n} bytes')
+            except zstd.ZstdError as e: raise ExperienceReplayException(f'frames: block {b} does not decode: {e}') from None
+
+    def load_state_dict(self, state:dict, assign:bool=False):
+        "Restore what `state_dict` returned into a storage with the same settings; check every array and block first"
+        super().load_state_dict(state, assign)  # checks the whole state first
+        f = state['frames']
+        blob, off = f['blob'], f['offsets']
+        self.blocks = [blob[off[b]:off[b + 1]].tobytes() for b in range(self.n_blocks)]
+        self.open_block, self.stage = int(f['open_block']), np.array(f['stage'], self.obs_dtype)

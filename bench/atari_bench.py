@@ -1,0 +1,198 @@
+"""Replay memories on real Atari frames: bytes per transition in RAM, adds per second, sample(32) of stacked transitions,
+checkpoint size and time, for this library (compressed and not) and its peers, in one run.
+
+Frames: a random policy plays each game through gymnasium's `AtariPreprocessing` (84x84 grayscale, frame skip 4, sticky
+actions as in v5), 200,000 steps per game, cached once in `/tmp/atari_frames/` (not in the repository) and reused.
+Every (game, library) measurement runs in a fresh process, one at a time, so memory is freed between them and one
+process's growth is its own: bytes per transition are the growth of the process's anonymous resident memory (`RssAnon`)
+over the adds, divided by the transitions added. Uncompressed SB3 and TorchRL buffers would hold 5.6 to 11 GB at
+200,000 transitions, more than this shared machine can spare: they are timed at 20,000 transitions and their bytes per
+transition are the exact `nbytes` of their arrays (which grow linearly with the capacity), as noted in the table.
+
+    python bench/atari_bench.py              # all games, all libraries (about 15 minutes on 2 busy cores)
+    python bench/atari_bench.py --steps 20000 --games Pong
+"""
+import argparse, json, os, pickle, shutil, subprocess, sys, tempfile, time
+from pathlib import Path
+import numpy as np
+
+FRAMES = Path('/tmp/atari_frames')
+GAMES = ['Pong', 'Breakout', 'MsPacman']
+LIBS = ['ours-compressed', 'ours', 'torchrl-compressed', 'sb3-extra-igzip0', 'sb3-optimize', 'torchrl']
+SMALL = 20_000  # transitions for the uncompressed peers, whose full size would not fit beside the other jobs
+TORCHRL_COMPRESSED = 50_000  # TorchRL's compressed storage adds about a thousand per second here: 50,000 of them
+CKPT_ITEMS = 1_000  # its checkpoint (torch.save of the state dict) takes about 40 ms per transition: timed on 1,000
+STACK = 4
+
+def make_frames(game:str, n:int):
+    "Play `n` random steps of `game` and cache the frames and the step data"
+    import gymnasium as gym, ale_py
+    gym.register_envs(ale_py)
+    env = gym.wrappers.AtariPreprocessing(gym.make(f'ALE/{game}-v5', frameskip=1), frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
+    rng = np.random.default_rng(0)
+    FRAMES.mkdir(exist_ok=True)
+    obs = np.lib.format.open_memmap(FRAMES/f'{game}_obs.npy', 'w+', np.uint8, (n, 84, 84))
+    act, rew, term, trunc = np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+    o, _ = env.reset(seed=0)
+    for i in range(n):
+        a = int(rng.integers(env.action_space.n))
+        obs[i], act[i] = o, a
+        o, rew[i], term[i], trunc[i], _ = env.step(a)
+        if term[i] or trunc[i]: o, _ = env.reset()
+    obs.flush()
+    np.savez(FRAMES/f'{game}_meta.npz', action=act, reward=rew, terminated=term, truncated=trunc)
+
+def load(game:str, n:int):
+    if not (FRAMES/f'{game}_meta.npz').exists() or len(np.load(FRAMES/f'{game}_obs.npy', mmap_mode='r')) < n: make_frames(game, n)
+    obs = np.load(FRAMES/f'{game}_obs.npy', mmap_mode='r')[:n]
+    m = np.load(FRAMES/f'{game}_meta.npz')
+    return obs, {k: m[k][:n] for k in m.files}
+
+def rss_anon() -> int:
+    for line in open('/proc/self/status'):
+        if line.startswith('RssAnon:'): return int(line.split()[1]) * 1024
+    return 0
+
+def du(path) -> int:
+    p = Path(path)
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
+
+def stacks(obs, first):
+    "A function giving the stack of the 4 frames up to step i, zero-padded before its episode's first step (`first[i]`: i starts an episode)"
+    start = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    zero = np.zeros((84, 84), np.uint8)
+    def at(i): return np.stack([obs[j] if j >= start[i] else zero for j in range(i - STACK + 1, i + 1)])
+    return at
+
+def measure(game:str, lib:str, n:int) -> dict:
+    "One library on one game, in this process"
+    import torch, gymnasium as gym
+    torch.set_num_threads(1)
+    from fastrl_replay.memory.core import Replay, UniformSampler  # every import before the baseline of memory
+    from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
+    import fastrl_replay.memory.persist  # memory.save
+    from torchrl.data import ReplayBuffer, CompressedListStorage, LazyTensorStorage
+    from tensordict import TensorDict
+    from stable_baselines3.common.save_util import save_to_pkl
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
+    from sb3_extra_buffers.compressed import CompressedReplayBuffer
+    obs, m = load(game, n)
+    obs = np.ascontiguousarray(obs)  # in RAM before the baseline, so the frames are not counted as the memory's
+    act, rew, term, trunc = m['action'], m['reward'], m['terminated'], m['truncated']
+    done = term | trunc
+    first = np.concatenate([[True], done[:-1]])
+    cap = n if lib.startswith('ours') or lib == 'sb3-extra-igzip0' else min(n, TORCHRL_COMPRESSED if lib == 'torchrl-compressed' else SMALL)
+    res = dict(game=game, library=lib, transitions=cap)
+    zero = np.zeros((84, 84), np.uint8)
+    base = rss_anon()
+    if lib.startswith('ours'):
+        cls = CompressedFrameStorage if lib == 'ours-compressed' else FrameStorage
+        mem = Replay(cls((84, 84), cap, stack_size=STACK, n_steps=1), UniformSampler(seed=0), bs=32, warmup_sz=32)
+        st, sp = mem.storage, mem.sampler
+        t = time.perf_counter()
+        for i in range(cap):
+            row = st.add_step(obs[i], int(act[i]), float(rew[i]), bool(term[i]), truncated=bool(trunc[i]), next_observation=zero if trunc[i] else None)
+            sp.added(row, 1)
+        res['adds_per_s'] = cap / (time.perf_counter() - t)
+        res['held_bytes'] = st.nbytes()
+        sample = lambda: mem.sample(32)
+        def save(d): mem.save(d)
+    else:
+        at = stacks(obs, first)
+        nxt = lambda i: at(i + 1) if i + 1 < cap and not done[i] else np.concatenate([at(i)[1:], obs[i:i + 1]])
+        if lib.startswith('torchrl'):
+            storage = CompressedListStorage(cap, compression_level=3) if lib == 'torchrl-compressed' else LazyTensorStorage(cap)
+            rb = ReplayBuffer(storage=storage, batch_size=32)
+            t = time.perf_counter()
+            for i in range(cap):
+                rb.add(TensorDict({'observation': torch.from_numpy(at(i)), 'action': torch.tensor(act[i]), 'reward': torch.tensor(rew[i]),
+                                   'done': torch.tensor(done[i]), ('next', 'observation'): torch.from_numpy(nxt(i))}, []))
+            res['adds_per_s'] = cap / (time.perf_counter() - t)
+            if lib == 'torchrl': res['held_bytes'] = sum(v.numel() * v.element_size() for v in storage._storage.values(True, True))
+            sample = lambda: rb.sample()
+            def save(d):
+                try: rb.dumps(d)
+                except TypeError as e:  # torchrl 0.14.1: CompressedListStorage's checkpointer writes its metadata as JSON and fails
+                    res['checkpoint_method'] = f'rb.dumps failed ({e}); torch.save(rb.state_dict()) of the first {CKPT_ITEMS:,} transitions'
+                    small = ReplayBuffer(storage=CompressedListStorage(CKPT_ITEMS, compression_level=3), batch_size=32)
+                    for i in range(CKPT_ITEMS): small.add(rb.storage[i])
+                    shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
+                    t = time.perf_counter(); torch.save(small.state_dict(), d/'rb.pt')
+                    res['checkpoint_items'] = CKPT_ITEMS
+                    res['checkpoint_s_per_transition'] = (time.perf_counter() - t) / CKPT_ITEMS
+        else:
+            osp, asp = gym.spaces.Box(0, 255, (STACK, 84, 84), np.uint8), gym.spaces.Discrete(int(act.max()) + 1)
+            if lib == 'sb3-optimize':
+                buf = SB3Buffer(cap, osp, asp, device='cpu', optimize_memory_usage=True, handle_timeout_termination=False)
+            else:
+                buf = CompressedReplayBuffer(cap, osp, asp, device='cpu', compression_method='igzip0', handle_timeout_termination=False)
+            t = time.perf_counter()
+            for i in range(cap):
+                buf.add(at(i)[None], nxt(i)[None], np.array([act[i]]), np.array([rew[i]]), np.array([done[i]]), [{}])
+            res['adds_per_s'] = cap / (time.perf_counter() - t)
+            if lib == 'sb3-optimize': res['held_bytes'] = sum(a.nbytes for a in vars(buf).values() if isinstance(a, np.ndarray))
+            sample = lambda: buf.sample(32)
+            def save(d): save_to_pkl(Path(d)/'buffer.pkl', buf)
+    res['rss_bytes_per_transition'] = (rss_anon() - base) / cap
+    if 'held_bytes' in res: res['held_bytes_per_transition'] = res.pop('held_bytes') / cap
+    for _ in range(20): sample()
+    ts = []
+    for _ in range(200):
+        t = time.perf_counter(); sample(); ts.append(time.perf_counter() - t)
+    res['sample32_ms'] = float(np.median(ts) * 1e3)
+    d = Path(tempfile.mkdtemp(prefix='atari_bench_'))
+    try:
+        t = time.perf_counter(); save(d/'ckpt'); res['checkpoint_s'] = time.perf_counter() - t
+        res['checkpoint_bytes_per_transition'] = du(d/'ckpt') / res.get('checkpoint_items', cap)
+        if 'checkpoint_items' in res: res['checkpoint_s'] = res.pop('checkpoint_s_per_transition') * cap  # scaled to the whole buffer
+    finally: shutil.rmtree(d)
+    return res
+
+NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 32)', 'ours': '`FrameStorage` (this library, uncompressed)',
+         'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (zstd 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
+         'sb3-optimize': 'SB3 2.9.2 `optimize_memory_usage`', 'torchrl': 'TorchRL 0.14.1 `LazyTensorStorage`'}
+
+def table(rows:list) -> str:
+    "The results as a markdown table per game: bytes per transition, adds per second, sample(32), checkpoint"
+    out = []
+    for g in dict.fromkeys(r['game'] for r in rows):
+        out += [f'**{g}**', '', '| library | transitions | bytes / transition in RAM | adds / s | sample(32) ms | checkpoint bytes / transition | checkpoint s |',
+                '|---|---:|---:|---:|---:|---:|---:|']
+        for r in sorted((r for r in rows if r['game'] == g), key=lambda r: list(NAMES).index(r['library'])):
+            b = r.get('held_bytes_per_transition') if r['library'] in ('sb3-optimize', 'torchrl') else r['rss_bytes_per_transition']
+            mark = ' (nbytes)' if r['library'] in ('sb3-optimize', 'torchrl') else ''
+            ck = ' (1,000 saved, scaled)' if 'checkpoint_items' in r else ''
+            out.append(f"| {NAMES[r['library']]} | {r['transitions']:,} | {b:,.0f}{mark} | {r['adds_per_s']:,.0f} | {r['sample32_ms']:.2f} | "
+                       f"{r['checkpoint_bytes_per_transition']:,.0f} | {r['checkpoint_s']:.2f}{ck} |")
+        out.append('')
+    return '\n'.join(out)
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--games', nargs='*', default=GAMES)
+    p.add_argument('--libs', nargs='*', default=LIBS)
+    p.add_argument('--steps', type=int, default=200_000)
+    p.add_argument('--one', nargs=2, metavar=('GAME', 'LIB'), help=argparse.SUPPRESS)
+    p.add_argument('--out', default='bench/results/atari_bench.json')
+    p.add_argument('--table', metavar='RESULTS', help='print the markdown table of a results file (its rows, or JSON lines)')
+    a = p.parse_args()
+    if a.table:
+        text = Path(a.table).read_text()
+        rows = json.loads(text)['rows'] if text.lstrip().startswith('{"steps"') or text.lstrip().startswith('{\n') else [json.loads(l) for l in text.splitlines() if l.strip()]
+        print(table(rows))
+        return
+    if a.one:
+        print(json.dumps(measure(*a.one, a.steps)))
+        return
+    rows = []
+    for g in a.games:
+        load(g, a.steps)  # make the frames once, before any measurement
+        for lib in a.libs:
+            r = subprocess.run([sys.executable, __file__, '--one', g, lib, '--steps', str(a.steps)], capture_output=True, text=True)
+            if r.returncode: print(g, lib, 'failed:', r.stderr[-2000:], file=sys.stderr); continue
+            rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(dict(steps=a.steps, rows=rows), indent=1))
+
+if __name__ == '__main__': main()
