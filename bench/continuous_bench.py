@@ -144,7 +144,11 @@ def compare(recs):
     for algo, env, steps in keys:
         rs = {lib: sorted([r for r in recs if (r['algo'], r['env'], r['steps'], r['lib'], r['variant']) == (algo, env, steps, lib, 'uniform')],
                           key=lambda r: r['seed']) for lib in ('ours', 'sb3')}
-        if not rs['ours'] or not rs['sb3']: continue
+        if not rs['ours'] or not rs['sb3']:
+            (lib, rr), = [(k, v) for k, v in rs.items() if v]
+            lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {lib} only so far.** ' + '; '.join(
+                f"seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for r in rr) + '.', '']
+            continue
         lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps.**', '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
         for lib in ('ours', 'sb3'):
