@@ -364,3 +364,32 @@ def test_reagent_int_terminal_stored(flag, stored):
     row = b.cursor()
     b.add(np.zeros(2, np.uint8), 0, 1., flag)
     assert bool(b.storage.terminal[row]) is stored
+
+# --- states given to load_state_dict
+
+@pytest.mark.parametrize('name', MEMORIES)
+@pytest.mark.parametrize('edit,msg', [
+    (lambda s: s['sampler'].__setitem__('td', s['sampler']['td'].to('meta')),
+     "state['sampler']['td']: expected a tensor with values, got a meta tensor of shape (8,) float32, which holds none"),
+    (lambda s: s['sampler'].__setitem__('generator', s['sampler']['generator'].to('meta')),
+     "state['sampler']['generator']: expected a tensor with values, got a meta tensor of shape (5056,) uint8, which holds none"),
+    (lambda s: s['sampler'].__setitem__('generator', s['sampler']['generator'].float()),
+     "the state holds a generator state of (5056,) float32 on cpu, this sampler's generator takes (5056,) uint8 on cpu"),
+    (lambda s: s['sampler'].__setitem__('generator', s['sampler']['generator'][:10]),
+     "the state holds a generator state of (10,) uint8 on cpu, this sampler's generator takes (5056,) uint8 on cpu"),
+    (lambda s: s['sampler'].__setitem__('generator', 'g'), "the state holds a generator state of str, this sampler's generator takes (5056,) uint8 on cpu"),
+])
+def test_state_refused(name, edit, msg):
+    import copy
+    mem = _filled(name)
+    state = copy.deepcopy(mem.state_dict())
+    edit(state)
+    refused(mem, lambda: mem.load_state_dict(state), msg)
+
+def test_state_with_meta_rows_refused():
+    import copy
+    mem = _filled('ER')
+    state = copy.deepcopy(mem.state_dict())
+    state['storage']['rows'] = torch.from_numpy(state['storage']['rows']).to('meta')
+    refused(mem, lambda: mem.load_state_dict(state), f"state['storage']['rows']: expected a tensor with values, got a meta tensor of shape "
+                                                       f"{tuple(state['storage']['rows'].shape)} uint8, which holds none")

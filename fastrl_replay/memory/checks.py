@@ -26,6 +26,14 @@ def check_values(v, name:str):
         raise ExperienceReplayException(f'{name}: expected a tensor with values, got a meta tensor of shape {tuple(v.shape)} '
                                         f'{dtype_name(v.dtype)}, which holds none')
 
+def check_values_in(state, name:str='state'):
+    "Raise if any tensor in the nested dicts, lists and tuples of `state` is a meta tensor, naming where it is"
+    if isinstance(state, Mapping):
+        for k, v in state.items(): check_values_in(v, f'{name}[{k!r}]')
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state): check_values_in(v, f'{name}[{i}]')
+    else: check_values(state, name)
+
 def host_array(v, name:str) -> np.ndarray:
     "`v` as a NumPy array on the host (a tensor detached and moved there); raise for a meta tensor"
     if isinstance(v, torch.Tensor):

@@ -14,8 +14,9 @@ from pathlib import Path
 from fastcore.basics import ifnone
 from ..core import BD
 from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
-                                  new_generator, as_device)
-from .checks import as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating
+                                  new_generator, as_device, dtype_name)
+from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating,
+                                         check_values_in)
 from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
@@ -262,6 +263,10 @@ class Sampler:
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
+        g, mine = state.get('generator'), self.generator.get_state()
+        if not isinstance(g, torch.Tensor) or g.dtype != torch.uint8 or g.shape != mine.shape or g.device.type != 'cpu':
+            got = f'{tuple(g.shape)} {dtype_name(g.dtype)} on {g.device}' if isinstance(g, torch.Tensor) else type(g).__name__
+            raise ExperienceReplayException(f"the state holds a generator state of {got}, this sampler's generator takes {tuple(mine.shape)} uint8 on cpu")
         td = state.get('td')  # a checkpoint from when storages kept the TD errors has none here
         if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
             raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
@@ -467,6 +472,7 @@ class Replay:
                         assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
         "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
         check_kind(self, state)
+        check_values_in(state)
         with self.lock:
             storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
             sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}

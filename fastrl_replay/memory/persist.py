@@ -6,7 +6,9 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
-import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, threading, uuid, zlib
+import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, threading, uuid
+try: from isal.isal_zlib import crc32  # ISA-L: the same CRC-32 as zlib's, several times faster
+except ImportError: from zlib import crc32
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -122,7 +124,7 @@ def _write_buffered(path:Path, a:np.ndarray) -> int:
     with open(path, 'wb') as f:
         f.write(_npy_header(a))
         for chunk in _c_chunks(a):
-            f.write(chunk); crc = zlib.crc32(chunk, crc)
+            f.write(chunk); crc = crc32(chunk, crc)
     return crc
 
 def _c_chunks(a:np.ndarray, nbytes:int=1 << 26):
@@ -147,7 +149,7 @@ class _Crc:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
     def _run(self):
-        while (piece := self.pieces.get()) is not None: self.value = zlib.crc32(piece, self.value)  # zlib lets go of the GIL
+        while (piece := self.pieces.get()) is not None: self.value = crc32(piece, self.value)  # zlib and ISA-L let go of the GIL
     def add(self, piece:memoryview): self.pieces.put(piece)
     def result(self) -> int:
         if self.thread.is_alive(): self.pieces.put(None); self.thread.join()
@@ -406,7 +408,7 @@ def write_tree(tmp:Path, # The directory to write into (a save's temporary direc
     (tmp/'arrays').mkdir(exist_ok=True)
     raw = json.dumps({**head, 'state': state, 'arrays': [write_array(a, tmp, i, durable) for i, a in enumerate(arrays)]}, allow_nan=False).encode()
     (tmp/name).write_bytes(raw)
-    crc = zlib.crc32(raw)
+    crc = crc32(raw)
     (tmp/f'{name}{SEAL}').write_text(f'{crc}\n')
     return crc
 
@@ -444,8 +446,8 @@ def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[d
         seal = read_small(root, name + SEAL, f'{f}{SEAL}')
         try: want = int(seal.decode('ascii'))
         except (ValueError, UnicodeDecodeError): raise CheckpointError(f'{f}{SEAL}: not a CRC-32') from None
-        if zlib.crc32(raw) != want:
-            raise CheckpointError(f'{f}: checksum {zlib.crc32(raw)} does not match {name}{SEAL}\'s {want}: the manifest was changed or damaged')
+        if crc32(raw) != want:
+            raise CheckpointError(f'{f}: checksum {crc32(raw)} does not match {name}{SEAL}\'s {want}: the manifest was changed or damaged')
     constants = []
     try: m = json.loads(raw.decode('utf-8'), parse_constant=lambda c: constants.append(c) or float(c))
     except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{f}: not valid JSON ({str(e)[:200]})') from None
