@@ -21,6 +21,7 @@ GAMES = ['Pong', 'Breakout', 'MsPacman']
 LIBS = ['ours-compressed', 'ours', 'torchrl-compressed', 'sb3-extra-igzip0', 'sb3-optimize', 'torchrl']
 SMALL = 20_000  # transitions for the uncompressed peers, whose full size would not fit beside the other jobs
 TORCHRL_COMPRESSED = 50_000  # TorchRL's compressed storage adds about a thousand per second here: 50,000 of them
+BLOCK = int(os.environ.get('ATARI_BENCH_BLOCK', 16))  # rows per compressed block of this library's compressed storage
 CKPT_ITEMS = 1_000  # its checkpoint (torch.save of the state dict) takes about 40 ms per transition: timed on 1,000
 STACK = 4
 
@@ -87,7 +88,9 @@ def measure(game:str, lib:str, n:int) -> dict:
     base = rss_anon()
     if lib.startswith('ours'):
         cls = CompressedFrameStorage if lib == 'ours-compressed' else FrameStorage
-        mem = Replay(cls((84, 84), cap, stack_size=STACK, n_steps=1), UniformSampler(seed=0), bs=32, warmup_sz=32)
+        opts = dict(block=BLOCK) if lib == 'ours-compressed' else {}
+        if opts: res['block'] = BLOCK
+        mem = Replay(cls((84, 84), cap, stack_size=STACK, n_steps=1, **opts), UniformSampler(seed=0), bs=32, warmup_sz=32)
         st, sp = mem.storage, mem.sampler
         t = time.perf_counter()
         for i in range(cap):
@@ -148,7 +151,8 @@ def measure(game:str, lib:str, n:int) -> dict:
     finally: shutil.rmtree(d)
     return res
 
-NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 32)', 'ours': '`FrameStorage` (this library, uncompressed)',
+NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 16)',
+         'ours-compressed-32': '`CompressedFrameStorage(block=32)`', 'ours-compressed-8': '`CompressedFrameStorage(block=8)`', 'ours': '`FrameStorage` (this library, uncompressed)',
          'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (zstd 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
          'sb3-optimize': 'SB3 2.9.2 `optimize_memory_usage`', 'torchrl': 'TorchRL 0.14.1 `LazyTensorStorage`'}
 

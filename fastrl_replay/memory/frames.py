@@ -459,7 +459,7 @@ class CompressedFrameStorage(FrameStorage):
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
-                 block:int=32, # Consecutive rows compressed together
+                 block:int=16, # Consecutive rows compressed together
                  level:int=3, # zstd compression level, 1 to 22
                  **kwargs): # `FrameStorage`'s settings (its arrays stay in RAM: no `storage_dir`)
         check_positive(block, 'block')
