@@ -14,7 +14,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
-    python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json    # the section of the benchmarks page
+    python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
 their speeds by the ratio of medians, from the runs in the results file; nothing in it is typed in by hand.
@@ -191,7 +191,7 @@ if __name__ == '__main__':
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with five other jobs during the runs",
                                             command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|variants --seeds ... --steps ...; '
-                                                    'python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json',
+                                                    'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out)
     else: measure(a.suite, a.seeds, a.steps, a.out)
