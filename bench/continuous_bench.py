@@ -13,6 +13,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite pendulum --seeds 0 1 2 3 4                 # SAC and TD3, 20,000 steps
     python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
+    python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
     python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
@@ -92,6 +93,28 @@ def run_sb3(algo, env, seed, steps, variant='uniform'):
     wall, cpu = time.perf_counter() - t, cpu_s() - c
     return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
 
+def speed(algo, n, out):
+    "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up and compiles"
+    from stable_baselines3 import SAC, TD3
+    from fastrl_replay.agents.sac import sac_learner
+    from fastrl_replay.agents.td3 import td3_learner
+    torch.set_num_threads(1)
+    d = settings(algo, 'Pendulum-v1', 10 * n)
+    d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
+    learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
+    with learn.no_bar(), learn.no_logging():
+        learn.fit(1)
+        c = time.process_time(); learn.fit(1); ours = time.process_time() - c
+    kw = dict(learning_rate=d.get('optim', {}).get('lr', 1e-3), buffer_size=d['replay']['max_sz'], learning_starts=100, gamma=d.get('gamma', 0.99),
+              seed=0, device='cpu', policy_kwargs=dict(net_arch=[256, 256] if algo == 'sac' else [400, 300]))
+    m = (SAC if algo == 'sac' else TD3)('MlpPolicy', 'Pendulum-v1', **kw)
+    m.learn(n)
+    c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c
+    rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2), sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2),
+               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), date=time.strftime('%Y-%m-%d %H:%M'))
+    with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
+    print(rec, flush=True)
+
 SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1', 'uniform')],
               pendulum_sac=[('sac', 'Pendulum-v1', 'uniform')], pendulum_td3=[('td3', 'Pendulum-v1', 'uniform')],
               mujoco=[('sac', 'Hopper-v5', 'uniform'), ('sac', 'HalfCheetah-v5', 'uniform')],
@@ -112,7 +135,11 @@ def measure(suite, seeds, steps, out):
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
-    lines = []
+    lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
+    for r in (r for r in recs if r.get('kind') == 'speed'):
+        lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
+                  f"torch on {r['torch_threads']} thread): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
+    recs = runs
     keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
     for algo, env, steps in keys:
         rs = {lib: sorted([r for r in recs if (r['algo'], r['env'], r['steps'], r['lib'], r['variant']) == (algo, env, steps, lib, 'uniform')],
@@ -147,6 +174,7 @@ def compare(recs):
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--suite', choices=list(SUITES))
+    p.add_argument('--speed', choices=['sac', 'td3'], help='time CPU milliseconds per step of both libraries on Pendulum-v1 instead')
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     p.add_argument('--steps', type=int, default=20_000)
     p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
@@ -161,4 +189,5 @@ if __name__ == '__main__':
                                             command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|variants --seeds ... --steps ...; '
                                                     'python bench/continuous_bench.py --stored bench/stored/09_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
+    elif a.speed: speed(a.speed, a.steps, a.out)
     else: measure(a.suite, a.seeds, a.steps, a.out)
