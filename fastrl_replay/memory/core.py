@@ -34,9 +34,10 @@ def kind_name(cls:type) -> str:
 
 _PKG = 'fastrl_replay'
 
-def own_kind(cls:type):
-    "Register `cls` under its kind name if this package defines it"
-    if cls.__module__.split('.')[0] == _PKG and '<locals>' not in cls.__qualname__: KINDS[kind_name(cls)] = cls
+def own_kind(cls:type, *former_names:str):
+    "Register `cls` under its kind name, and the `former_names` checkpoints may still use, if this package defines it"
+    if cls.__module__.split('.')[0] != _PKG or '<locals>' in cls.__qualname__: return  # a notebook's or a test's copy never replaces the library's
+    for name in (kind_name(cls), *former_names): KINDS[name] = cls
 
 def find_kind(name) -> type|None:
     "The class registered as `name`, importing its module first if that is a module of this package; else None"

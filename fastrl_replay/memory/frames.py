@@ -16,7 +16,7 @@ from ..errors import ExperienceReplayException, as_device, is_int, check_positiv
 from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column, as_shape,
                                         as_np_dtype, allocating)
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
-from .core import Storage, KINDS
+from .core import Storage, own_kind
 from ..nstep import nstep_returns
 
 # %% auto #0
@@ -449,7 +449,7 @@ class FrameStorage(Storage):
         self._changes.clear(); self._plan_cache = None
 
 # %% ../../nbs/06k_memory.frames.ipynb #7f6169a9
-KINDS['fastrl_replay.memory.circular.FrameStorage'] = FrameStorage  # checkpoints written when the class lived in memory.circular
+own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoints written when the class lived in memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
