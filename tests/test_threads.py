@@ -7,8 +7,8 @@ from fastrl_replay.threads import TorchThreads, torch_threads
 class Seen(Callback):
     "The torch thread counts seen during the batches of a fit"
     order = 100
-    def before_fit(self): self.seen = set()
-    def after_batch(self): self.seen.add(torch.get_num_threads())
+    def before_fit(self): self.threads = set()
+    def after_batch(self): self.threads.add(torch.get_num_threads())
 
 def test_dqn_learner_fits_on_one_thread_and_restores_the_setting():
     before = torch.get_num_threads()
@@ -16,7 +16,7 @@ def test_dqn_learner_fits_on_one_thread_and_restores_the_setting():
         torch.set_num_threads(2)
         learn, seen = dqn_learner('CartPole-v1', steps_per_epoch=40, replay=dict(bs=8, warmup_sz=16), net=dict(hidden=(8,)), seed=0), Seen()
         with learn.no_bar(), learn.no_logging(): learn.fit(1, cbs=seen)
-        assert seen.seen == {1} and torch.get_num_threads() == 2
+        assert seen.threads == {1} and torch.get_num_threads() == 2
         assert sum(isinstance(cb, TorchThreads) for cb in learn.cbs) == 1
     finally: torch.set_num_threads(before)
 
