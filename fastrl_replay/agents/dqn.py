@@ -17,7 +17,7 @@ from ..memory.experience_replay import ExperienceReplay
 from ..callback import ExperienceReplayCallback, ReplayBatch
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
-from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env
+from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env, env_space_pair
 from fastcore.basics import store_attr, patch
 from fastai.callback.core import Callback
 from fastai.learner import Learner, Metric, CastToTensor
@@ -166,13 +166,7 @@ def replay_memory(kind:str, # 'uniform', 'per' or 'laber': a key of `MEMORIES`
 # %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
 def env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
     "The observation space and the action space of one environment of `env`, which must have discrete actions"
-    if isinstance(env, str):
-        check_env(env)
-        probe = gym.make(env)
-        obs_sp, act_sp = probe.observation_space, probe.action_space
-        probe.close()
-    elif isinstance(env, gym.vector.VectorEnv): obs_sp, act_sp = env.single_observation_space, env.single_action_space
-    else: obs_sp, act_sp = env.observation_space, env.action_space
+    obs_sp, act_sp = env_space_pair(env)
     if not isinstance(act_sp, gym.spaces.Discrete):
         raise ValueError(f'DQN needs discrete actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
     return obs_sp, act_sp

@@ -18,7 +18,7 @@ from fastai.learner import CastToTensor
 from fastai.optimizer import OptimWrapper
 from fastai.callback.training import GradientClip
 from ..callback import ExperienceReplayCallback, ReplayBatch
-from ..data.gym import GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env
+from ..data.gym import GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
 from ..learner import LeanLearner
 from ..threads import TorchThreads
 from ..memory.core import ReplayMemory
@@ -265,13 +265,7 @@ def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) 
 # %% ../../nbs/10d_agents.sac.ipynb #53214cf0
 def box_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.spaces.Box]:
     "The observation space and the action space of one environment of `env`, which must have `Box` actions"
-    if isinstance(env, str):
-        check_env(env)
-        probe = gym.make(env)
-        obs_sp, act_sp = probe.observation_space, probe.action_space
-        probe.close()
-    elif isinstance(env, gym.vector.VectorEnv): obs_sp, act_sp = env.single_observation_space, env.single_action_space
-    else: obs_sp, act_sp = env.observation_space, env.action_space
+    obs_sp, act_sp = env_space_pair(env)
     if not isinstance(act_sp, gym.spaces.Box):
         raise ValueError(f'an actor-critic needs continuous (Box) actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
     if not (np.isfinite(act_sp.low).all() and np.isfinite(act_sp.high).all()):

@@ -22,8 +22,8 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce',
-           'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
+__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'env_space_pair', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state',
+           'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
            'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
@@ -121,6 +121,17 @@ class _OneEnv:
 
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
+
+# %% ../../nbs/05b_data.gym.ipynb #f38325b1
+def env_space_pair(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
+    "The observation space and the action space of one environment of `env`: an id, an environment or a vector environment"
+    if isinstance(env, str):
+        check_env(env)
+        probe = gym.make(env)
+        try: return probe.observation_space, probe.action_space
+        finally: probe.close()
+    if isinstance(env, gym.vector.VectorEnv): return env.single_observation_space, env.single_action_space
+    return env.observation_space, env.action_space
 
 # %% ../../nbs/05b_data.gym.ipynb #4e35441b
 class GymLoop:
