@@ -173,11 +173,12 @@ def test_a_large_memory_makes_a_small_page():
     assert len(page) < 250_000, len(page)
 
 def test_setup_plotly_outside_ipython():
-    before = pio.renderers.default
-    try:
-        assert setup_plotly() is None  # no IPython running here: nothing to set
-        assert pio.renderers.default == before
-    finally: pio.renderers.default = before
+    "In a plain Python process (a fresh one: the notebooks run in this one leave an IPython shell behind) nothing is set"
+    code = ('import plotly.io as pio; before = pio.renderers.default\n'
+            'from fastrl_replay.plots import setup_plotly\n'
+            'print(setup_plotly() is None and pio.renderers.default == before)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == 'True'
 
 def test_setup_plotly_in_a_notebook_works_offline():
     "In a fresh notebook kernel, plotly.js comes once, inline, with the first figure; no figure loads anything from a CDN"
