@@ -33,7 +33,7 @@ from ..memory.core import ReplayMemory
 # %% auto #0
 __all__ = ['MEMORIES', 'DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'env_spaces',
            'NetSettings', 'ExploreSettings', 'ReplaySettings', 'OptimSettings', 'settings', 'dqn_assembly',
-           'memory_settings', 'dqn_learner', 'dqn_defaults']
+           'memory_settings', 'replay_warmup', 'dqn_learner', 'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -240,6 +240,16 @@ def memory_settings(replay:ReplaySettings, # The replay settings
     per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay.kind == 'per' else {}
     return dict(bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, seed=seed, **(per | replay.options))
 
+# %% ../../nbs/10a_agents.dqn.ipynb #79e68731
+def replay_warmup(memory:ReplayMemory|None, # A ready memory, or None for the one `replay` describes
+                  replay:ReplaySettings) -> int:
+    "The rows the memory needs before it samples; a `TypeError` for a `memory` that does not follow `ReplayMemory`"
+    if memory is None: return replay.warmup_sz
+    if not isinstance(memory, ReplayMemory):
+        raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
+                        f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
+    return memory.warmup_sz
+
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
                 *,
@@ -271,10 +281,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
         with torch.no_grad(): model(torch.zeros(1, *obs_sp.shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
-    if memory is not None and not isinstance(memory, ReplayMemory):
-        raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
-                        f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
-    warmup_sz = replay.warmup_sz if memory is None else memory.warmup_sz
+    warmup_sz = replay_warmup(memory, replay)
     ready = None if isinstance(env, str) else env
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
     agent = EpsilonGreedy(model, n_actions, explore.eps_start, explore.eps_end, explore.eps_steps, seed=seed,

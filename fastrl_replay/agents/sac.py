@@ -22,7 +22,7 @@ from ..data.gym import GymLoop, Source, FirstLast, NoValidation, gym_dataloaders
 from ..learner import LeanLearner
 from ..threads import TorchThreads
 from ..memory.core import ReplayMemory
-from .dqn import settings, replay_memory, memory_settings, loop_metrics, ReplaySettings, OptimSettings
+from .dqn import settings, replay_memory, replay_warmup, memory_settings, loop_metrics, ReplaySettings, OptimSettings
 
 # %% auto #0
 __all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
@@ -307,10 +307,7 @@ def actor_critic_learner(env, model:nn.Module, loss, trainer:ActorCriticTrainer,
                          memory:ReplayMemory|None, replay:ReplaySettings, optim:OptimSettings, random_warmup:bool, cbs=(),
                          steps_per_epoch:int, gamma:float, n_steps:int, n_envs:int, seed:int|None, device) -> LeanLearner:
     "The `Learner` that trains `model` by `loss` on transitions from `env`, acted by the model's actor, through a replay memory: what SAC and TD3 share"
-    if memory is not None and not isinstance(memory, ReplayMemory):
-        raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
-                        f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
-    warmup_sz = replay.warmup_sz if memory is None else memory.warmup_sz
+    warmup_sz = replay_warmup(memory, replay)
     ready = None if isinstance(env, str) else env
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
     if device is not None: model.to(device)
