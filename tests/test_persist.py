@@ -8,7 +8,7 @@ from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceRepl
 from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
 from fastrl_replay.memory.frames import FrameStorage
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory, load_into, register_kind, CheckpointError, KINDS, MANIFEST, SEAL
 from fastrl_replay.test_utils import synth_transitions
 
@@ -723,6 +723,21 @@ def test_a_kind_whose_module_is_not_imported_loads(tmp_path):
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ['fastrl_replay.memory.continual', 'ReservoirReplay', '10', '15']
+
+
+def test_a_kind_that_moved_loads_from_its_former_name():
+    "A checkpoint naming `memory.circular.CircularReplayBuffer`, written before the class moved to `compat.reagent`, loads as it in a fresh process"
+    import subprocess, sys, textwrap
+    code = textwrap.dedent(f'''
+        import sys
+        from fastrl_replay.memory.persist import load_memory
+        assert 'fastrl_replay.compat.reagent' not in sys.modules
+        m = load_memory({str(DATA/'memory_v2_crb')!r})
+        print(type(m).__module__, type(m).__name__, len(m), m.replay_capacity)
+    ''')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['fastrl_replay.compat.reagent', 'CircularReplayBuffer', '25', '25']
 
 
 def test_a_kind_cannot_import_a_module_outside_the_library(tmp_path):

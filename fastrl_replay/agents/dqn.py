@@ -253,7 +253,7 @@ def replay_warmup(memory:ReplayMemory|None, # A ready memory, or None for the on
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
                 *,
-                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `CircularReplayBuffer`); default: the one `replay` describes
+                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `FrameReplay`); default: the one `replay` describes
                 model:nn.Module|None=None, # Maps a batch, or a state tensor, to one value per action (default: a `QNet` of `net.hidden`)
                 cbs=(), # More callbacks
                 net:NetSettings|dict|None=None, # The Q-network and its target
