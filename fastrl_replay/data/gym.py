@@ -22,9 +22,9 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'env_space_pair', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state',
-           'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
-           'fake_gym_learner']
+__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'env_space_pair', 'GymLoop', 'pixel_env', 'env_state',
+           'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders',
+           'NoValidation', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -47,8 +47,20 @@ class RandomAgent:
         "Restore what `state_dict` returned"
         self.rng.bit_generator.state = state['rng']
 
+# %% ../../nbs/05b_data.gym.ipynb #5e9a7c01
+class SteppedAgent:
+    "An agent whose state is the environment steps it has counted (`steps`) and its NumPy generator (`rng`): what a checkpoint keeps of it"
+    def state_dict(self) -> dict:
+        "The steps counted so far and the generator's state, as plain data"
+        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned"
+        self.steps = state['steps']
+        self.rng.bit_generator.state = state['rng']
+
 # %% ../../nbs/05b_data.gym.ipynb #e1490f0b
-class EpsilonGreedy:
+class EpsilonGreedy(SteppedAgent):
     "Greedy actions from `model`'s values, each replaced by a uniform random action with probability epsilon"
     def __init__(self, model:torch.nn.Module, # Maps a `(n, *obs)` float32 state batch to `(n, n_actions)` values
                  n_actions:int, # Number of discrete actions
@@ -84,15 +96,6 @@ class EpsilonGreedy:
         dev = self._param.device  # a module moved with `.to` keeps its parameter objects, so this follows it
         if type(state) is np.ndarray and dev.type == 'cpu' and state.flags.writeable: return torch.from_numpy(state)
         return torch.as_tensor(state, device=dev)
-
-    def state_dict(self) -> dict:
-        "The schedule's position (the steps counted so far) and the generator's state, as plain data"
-        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
-
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` returned"
-        self.steps = state['steps']
-        self.rng.bit_generator.state = state['rng']
 
 # %% ../../nbs/05b_data.gym.ipynb #b2495e8b
 def check_env(env:str):
