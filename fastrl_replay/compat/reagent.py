@@ -166,9 +166,9 @@ class CircularReplayBuffer(ReAgentRing, FrameReplay):
     batch_size = property(lambda self: self.bs, doc='Transitions per sample')
     update_horizon = property(lambda self: self.n_steps, doc='n of the n-step return')
     size = property(lambda self: len(self), doc='Steps stored')
-    def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
-                f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
+    def _described(self) -> dict:
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, replay_capacity=self.max_sz, update_horizon=self.n_steps,
+                    size=self.size, cursor=self.cursor())
     @classmethod
     def create_from_env(cls,
                         env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
@@ -221,14 +221,8 @@ class PaddedReplay(ReAgentRing, Replay):
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
     checkpoint_duration, keep_every = 4, None  # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
-    def __init__(self,
-                 stack_size:int, # Frames per state
-                 replay_capacity:int, # Rows kept, padding included
-                 batch_size:int, # Transitions per sample
-                 update_horizon:int=1, # n of the n-step return
-                 gamma:float=0.99, # Discount factor
-                 generator:torch.Generator|None=None, # CPU random generator for sampling
-                 seed:int|None=None): # Seed for a new generator
+    def __init__(self, stack_size:int, replay_capacity:int, batch_size:int, update_horizon:int=1, gamma:float=0.99, # As the buffers name them
+                 generator:torch.Generator|None=None, seed:int|None=None): # A CPU random generator for sampling, or the seed of a new one
         for v, name in ((stack_size, 'stack_size'), (replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'),
                         (update_horizon, 'update_horizon')): check_positive(v, name)
         check_number('gamma', gamma)

@@ -67,9 +67,10 @@ class FrameReplay(Replay):
     def device(self) -> torch.device:
         "Where sampled batches go"
         return self.storage.batch_device
-    def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, max_sz={self.max_sz}, '
-                f'n_steps={self.n_steps}, rows={len(self)}, pointer={self.pointer})')
+    def _described(self) -> dict:
+        "The settings and counts `repr` shows"
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, max_sz=self.max_sz, n_steps=self.n_steps, rows=len(self), pointer=self.pointer)
+    def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self._described().items())})"
     @classmethod
     def from_env(cls,
                  env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
