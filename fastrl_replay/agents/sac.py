@@ -19,7 +19,7 @@ from fastai.learner import CastToTensor
 from fastai.optimizer import OptimWrapper
 from fastai.callback.training import GradientClip
 from ..callback import ExperienceReplayCallback, ReplayBatch
-from ..data.gym import SteppedAgent, GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
+from ..data.gym import SteppedAgent, play_episodes, GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
 from ..learner import LeanLearner
 from ..threads import TorchThreads
 from ..memory.core import ReplayMemory
@@ -242,20 +242,12 @@ def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) 
                    seed:int=10_000 # Seed of the first reset; later episodes continue the environment's stream
                   ) -> list[float]:
     "Returns of `n_episodes` episodes played with the actor's greedy actions"
-    e, returns = gym.make(env) if isinstance(env, str) else env, []
     dev = model.scale.low.device
-    obs, _ = e.reset(seed=seed)
-    for _ in range(n_episodes):
-        total, done = 0., False
-        while not done:
-            with torch.inference_mode():
-                a = model.scale.to_env(model.actor(torch.as_tensor(np.asarray(obs, np.float32), device=dev)[None]))
-            obs, r, term, trunc, _ = e.step(a.reshape(model.scale.shape).cpu().numpy())
-            total, done = total + float(r), term or trunc
-        returns.append(total)
-        obs, _ = e.reset()
-    if isinstance(env, str): e.close()
-    return returns
+    def greedy(obs) -> np.ndarray:
+        with torch.inference_mode():
+            a = model.scale.to_env(model.actor(torch.as_tensor(np.asarray(obs, np.float32), device=dev)[None]))
+        return a.reshape(model.scale.shape).cpu().numpy()
+    return play_episodes(greedy, env, n_episodes, seed)
 
 # %% ../../nbs/10d_agents.sac.ipynb #53214cf0
 def box_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.spaces.Box]:

@@ -22,9 +22,9 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'env_space_pair', 'GymLoop', 'pixel_env', 'env_state',
-           'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders',
-           'NoValidation', 'fake_gym_learner']
+__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'play_episodes', 'env_space_pair', 'GymLoop', 'pixel_env',
+           'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader',
+           'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -124,6 +124,27 @@ class _OneEnv:
 
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
+
+# %% ../../nbs/05b_data.gym.ipynb #7c1d2e02
+def play_episodes(act, # Maps one observation to one action
+                  env:str|gym.Env, # Environment id, or a ready single environment
+                  n_episodes:int=20, # Episodes to play
+                  seed:int=10_000, # Seed of the first reset; later episodes continue the environment's stream
+                  max_steps:int|None=None # Cut episodes at this many steps (default: the environment's time limit)
+                 ) -> list[float]:
+    "Returns of `n_episodes` episodes played by `act`"
+    e, returns = gym.make(env) if isinstance(env, str) else env, []
+    obs, _ = e.reset(seed=seed)
+    for _ in range(n_episodes):
+        total, steps, done = 0., 0, False
+        while not done:
+            obs, r, term, trunc, _ = e.step(act(obs))
+            total, steps = total + float(r), steps + 1
+            done = term or trunc or (max_steps is not None and steps >= max_steps)
+        returns.append(total)
+        obs, _ = e.reset()
+    if isinstance(env, str): e.close()
+    return returns
 
 # %% ../../nbs/05b_data.gym.ipynb #f38325b1
 def env_space_pair(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
