@@ -53,3 +53,19 @@ def test_command_line_run_trains_on_one_thread_and_restores_the_callers_setting(
 class Boom(Callback):
     "Raise in the first batch of a fit"
     def after_batch(self): raise KeyError('boom')
+
+def test_the_ray_dqn_in_one_process_leaves_the_callers_threads():
+    "Collectors and shards set one thread only in an actor's own process; made in this one (`local=True`) they leave it alone"
+    from fastrl_replay.agents.dqn_ray import dqn_ray_learner
+    from fastrl_replay.distributed import close_learner
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        learn, seen = dqn_ray_learner(steps_per_epoch=100, replay=dict(bs=8, warmup_sz=50), net=dict(hidden=(8,)),
+                                      ray=dict(actors=1, shards=1, local=True, chunk=50)), Seen()
+        assert torch.get_num_threads() == 3
+        try:
+            with learn.no_bar(), learn.no_logging(): learn.fit(1, cbs=seen)
+        finally: close_learner(learn)
+        assert seen.threads == {1} and torch.get_num_threads() == 3
+    finally: torch.set_num_threads(before)
