@@ -1,0 +1,9 @@
+"Running Dopamine's tests under pytest instead of `tf.test.main()`: absl's flags marked parsed (its test case reads --test_tmpdir), and all of them in one worker (each test's setUp empties and recreates the same /tmp/dopamine_tests directory)"
+import pytest
+from absl import flags
+
+flags.FLAGS.mark_as_parsed()
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if '/tests/peers/dopamine/' in str(item.fspath): item.add_marker(pytest.mark.xdist_group('dopamine'))
