@@ -65,6 +65,8 @@ class _Col:
 
 _MISSING = object()
 
+def _takes_nothing(_) -> int: return -1  # the one-row writes of a storage whose columns have none
+
 def _ready(c: _Col, v):
     "`v` as the write copies it into column `c`: a NumPy array for host storage, a plain tensor otherwise"
     if c.host:
@@ -159,7 +161,7 @@ class ColumnStorage(Storage):
 
     def _derive(self):
         "What follows from the columns and their arrays: a row's bytes and type, the one-row views, and the compiled one-row writes (`try_add`, `try_add_row`), which hold the arrays' addresses"
-        for k in ('try_add', 'try_add_row'): self.__dict__.pop(k, None)  # until replaced below: the class's, which take nothing
+        self.try_add = self.try_add_row = _takes_nothing  # until replaced below (set, not deleted: touching `__dict__` makes every attribute read slower)
         cols = self._cols
         if cols is None: return
         self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)

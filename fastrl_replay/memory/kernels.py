@@ -43,7 +43,7 @@ def _address(typingctx, addr):
     def codegen(context, builder, sig, args): return builder.inttoptr(args[0], cgutils.voidptr_t)
     return types.voidptr(types.int64), codegen
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)  # holding the GIL: releasing it costs more than these few bytes take to copy
 def put_row_bytes(row, plan, srcs):
     "Copy a row's bytes from each address `srcs[j]` into row `row` of column `j`, which the int64 array at address `plan` lays out in threes: the address of the column's row 0, its row stride, and the bytes of a row"
     p = numba.carray(_address(plan), (3 * len(srcs),), np.int64)
