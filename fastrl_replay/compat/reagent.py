@@ -8,7 +8,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/compat.reagent.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from functools import lru_cache
-import keyword, shutil
+import keyword, random, shutil
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
@@ -19,10 +19,12 @@ from ..memory.frames import FrameStorage, ReplayElement
 from ..memory.circular import FrameReplay
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
+from ..memory.sumtree import SumTree as LeafSumTree
 
 # %% auto #0
 __all__ = ['PaddedFrameStorage', 'ReAgentRing', 'CircularReplayBuffer', 'PaddedReplay', 'ReplayBuffer', 'PrioritizedReplayBuffer',
-           'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer']
+           'PeerAssertionError', 'invalid_range', 'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer',
+           'SumTree']
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c9016029
 _PAD = '_padding'  # the extra element that marks padding steps
@@ -583,6 +585,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         "Write one step with its priority, after `stack_size - 1` padding steps of priority 0 when it opens an episode"
         self._add(dict(observation=observation, action=action, reward=reward, terminal=terminal, **kwargs), priority)
 
+# %% ../../nbs/13c_compat.reagent.ipynb #a02d8cce
+class PeerAssertionError(ExperienceReplayException, AssertionError):
+    "The library's `ExperienceReplayException` for an input that Dopamine refuses with an `AssertionError`: code catching either catches it"
+
+def invalid_range(cursor:int, # Index of the row the next step is written to
+                  replay_capacity:int, # Rows in the ring
+                  stack_size:int, # Frames per state
+                  update_horizon:int # n of the n-step return
+                 ) -> np.ndarray:
+    "The `update_horizon + stack_size` indices from `cursor - update_horizon` on, wrapping at `replay_capacity`: those Dopamine never samples"
+    for v, name in ((replay_capacity, 'replay_capacity'), (stack_size, 'stack_size'), (update_horizon, 'update_horizon')): check_positive(v, name)
+    if not is_int(cursor) or not 0 <= cursor < replay_capacity:
+        raise PeerAssertionError(f'cursor must be an int in [0, replay_capacity = {replay_capacity}), got {cursor!r}')
+    return (cursor - update_horizon + np.arange(stack_size + update_horizon)) % replay_capacity
+
+
 # %% ../../nbs/13c_compat.reagent.ipynb #0bf2dd96
 _DOPAMINE_FIELDS = ['state', 'action', 'reward', 'next_state', 'next_action', 'next_reward', 'terminal', 'indices']
 
@@ -609,7 +627,7 @@ class OutOfGraphReplayBuffer(PaddedReplay):
                  *,
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None): # Seed for a new generator
-        if not isinstance(observation_shape, tuple): raise ExperienceReplayException(f'observation_shape must be a tuple, got {observation_shape!r}')
+        if not isinstance(observation_shape, tuple): raise PeerAssertionError(f'observation_shape must be a tuple, got {observation_shape!r}')
         check_positive(max_sample_attempts, 'max_sample_attempts')
         super().__init__(stack_size, replay_capacity, batch_size, update_horizon, gamma, generator, seed)
         self.max_sample_attempts, self.terminal_dtype = max_sample_attempts, np.dtype(terminal_dtype)
@@ -637,6 +655,12 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         names = self.extra_names
         if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
         self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
+    @property
+    def episode_end_indices(self) -> set:
+        "Indices of the stored steps that ended their episode without a terminal state (`add(..., episode_end=True)`), as Dopamine's `episode_end_indices`"
+        st, n = self.storage, min(self.add_count, self.replay_capacity)
+        cut = st.truncated[:n] & ~st.terminal[:n] & ~st.extra[_PAD][:n]
+        return set(np.flatnonzero(cut).tolist())
     def _batch(self, rows:np.ndarray):
         "The named tuple of arrays of the transitions at `rows`, in Dopamine's order and shapes"
         st, S, m, C = self.storage, self.stack_size, len(rows), self.replay_capacity
@@ -666,11 +690,11 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         "Rows `start_index .. end_index - 1` of `array`, wrapping around the ring, as Dopamine's `get_range`"
         C = self.replay_capacity
         if not (is_int(start_index) and is_int(end_index)) or end_index <= start_index:
-            raise ExperienceReplayException(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
+            raise PeerAssertionError(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
         if end_index < 0 or start_index >= C:
-            raise ExperienceReplayException(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
+            raise PeerAssertionError(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
         if not self.is_full() and end_index > self.cursor():
-            raise ExperienceReplayException(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
+            raise PeerAssertionError(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
         a = np.asarray(array)
         if start_index % C < end_index % C: return a[start_index:end_index]
         return a[np.arange(start_index, end_index) % C]
@@ -691,6 +715,53 @@ class OutOfGraphPrioritizedReplayBuffer(OutOfGraphReplayBuffer):
         super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma, max_sample_attempts,
                          extra_storage_types, observation_dtype, terminal_dtype, action_shape, action_dtype, reward_shape, reward_dtype,
                          generator=generator, seed=seed)
+
+# %% ../../nbs/13c_compat.reagent.ipynb #06438fa1
+class SumTree:
+    "Dopamine's `SumTree` (`set`, `get`, `sample`, `stratified_sample`, `nodes`, `max_recorded_priority`) over the library's `SumTree`"
+    def __init__(self,
+                 capacity:int, # Leaves, all starting at 0
+                 seed:int|None=None): # Seed of the query values' own `random.Random` (default: Python's global `random`, as Dopamine)
+        check_positive(capacity, 'capacity')
+        self.tree, self.rng, self.max_recorded_priority = LeafSumTree(capacity), random if seed is None else random.Random(seed), 1.
+        sums = self.tree.sum_tree.numpy()  # level d of the tree: nodes 2**d .. 2**(d+1) - 1, the root at 1
+        self.nodes = [sums[1 << d:2 << d] for d in range(self.tree.depth + 1)]
+        for level in self.nodes: level.flags.writeable = False
+    def __repr__(self): return f'{type(self).__name__}(capacity={self.tree.capacity}, total_priority={self.total_priority()})'
+    def total_priority(self) -> float:
+        "The sum of all leaves"
+        return self.tree.total
+    _total_priority = total_priority  # the name Dopamine's prioritized buffer calls
+    def set(self,
+            node_index:int, # A leaf in [0, capacity)
+            value:float): # Its value, finite and >= 0
+        "Set one leaf, and raise `max_recorded_priority` to `value` if it is larger"
+        if not is_int(node_index): raise ExperienceReplayException(f'node_index must be an int, got {node_index!r}')
+        self.tree.set([node_index], [value])
+        self.max_recorded_priority = max(float(value), self.max_recorded_priority)
+    def get(self, node_index:int) -> float:
+        "The value of one leaf"
+        if not is_int(node_index): raise ExperienceReplayException(f'node_index must be an int, got {node_index!r}')
+        return float(self.tree.get(node_index))
+    def _find(self, fractions:list) -> list:
+        "The leaves at `fractions` of the total mass"
+        return self.tree.find(np.asarray(fractions, np.float64) * self.tree.total).tolist()
+    def _check_mass(self):
+        if not self.tree.total > 0: raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
+    def sample(self,
+               query_value:float|None=None): # A fraction in [0, 1] of the total mass (default: a uniform draw)
+        "The leaf whose slice of the cumulative sum holds `query_value` of the total: with a random one, a leaf drawn with probability value / total"
+        self._check_mass()
+        if query_value is not None and not 0 <= query_value <= 1: raise ExperienceReplayException(f'query_value must be in [0, 1], got {query_value!r}')
+        return self._find([self.rng.random() if query_value is None else query_value])[0]
+    def stratified_sample(self,
+                          batch_size:int): # Leaves to draw: one in each of `batch_size` equal slices of the total mass
+        "`batch_size` leaves, one drawn in each equal slice of the total mass, in increasing order"
+        self._check_mass()
+        check_positive(batch_size, 'batch_size')
+        b = np.linspace(0., 1., batch_size + 1)
+        return self._find([self.rng.uniform(b[i], b[i + 1]) for i in range(batch_size)])
+
 
 # %% ../../nbs/13c_compat.reagent.ipynb #ec2abd48
 for _c in (PaddedFrameStorage, ReplayBuffer, PrioritizedReplayBuffer, OutOfGraphReplayBuffer, OutOfGraphPrioritizedReplayBuffer):

@@ -43,8 +43,6 @@ _DP = 'dopamine/test_prioritized_replay_buffer_test.py::'
 _WRAPPED = 'WrappedReplayBuffer, a TensorFlow graph around the buffer (placeholders and a staging area), is not provided'
 _PRIVATE = "reads or patches Dopamine's private attribute `{}`; the adapter keeps that state in its memory"
 _ASSERTS = "expects Dopamine's AssertionError; the adapter refuses the same input with the library's exception"
-_SUMTREE = ("Dopamine's SumTree interface (set(node_index=...), nodes, max_recorded_priority, sample(query_value=...)) is not provided: "
-            "the library's SumTree (memory.sumtree) has its own, and the adapters keep priorities through get_priority and set_priority")
 EXPECTED_FAILURES.update({
     **{f'{_D}WrappedReplayBufferTest::{t}': _WRAPPED for t in (
         'testConstructorCapacityNotLargeEnough', 'testConstructorWithExtraStorageTypes', 'testConstructorWithNoStaging',
@@ -58,23 +56,14 @@ EXPECTED_FAILURES.update({
     **{f'{_D}OutOfGraphReplayBufferTest::{t}': _PRIVATE.format('_checkpoint_duration') for t in (
         'testSave', 'testSaveNonNDArrayAttributes', 'testSaveWithKeepEvery')},
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory': _PRIVATE.format('sum_tree'),
-    f'{_D}OutOfGraphReplayBufferTest::testEpisodeEndIndicesAreCorrectlyLoaded': 'episode_end_indices (Dopamine 4\'s record of episode ends by add(episode_end=True)) is not provided',
     f'{_D}OutOfGraphReplayBufferTest::testEpisodeEndIndicesAreCorrectlySaved': "expects save to write an episode_end_indices_ckpt file, which the adapter's checkpoint does not",
-    f'{_D}OutOfGraphReplayBufferTest::testGetRangeInvalidIndexOrder': _ASSERTS,
-    f'{_D}OutOfGraphReplayBufferTest::testWithNontupleObservationShape': _ASSERTS,
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices': _ASSERTS,
-    f'{_D}OutOfGraphReplayBufferTest::testInvalidRange': "calls the module's function invalid_range, which the adapter's module does not define",
     f'{_D}OutOfGraphReplayBufferTest::testIsTransitionValid': 'expects the row the next write goes to (index 5, after a terminal step) to be invalid; is_valid_transition says it is valid',
     f'{_D}OutOfGraphReplayBufferTest::testLoadFromNonexistentDirectory': "expects TensorFlow's NotFoundError; the adapter, which needs no TensorFlow, raises FileNotFoundError",
     f'{_D}OutOfGraphReplayBufferTest::testSampleTransitionBatch': _TERMINAL_NEXT,
     f'{_D}OutOfGraphReplayBufferTest::testSampleTransitionBatchExtra': _TERMINAL_NEXT,
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testAddWithAndWithoutPriority':
         'expects add without a priority to raise; here it defaults to the largest priority, as ReAgent documents',
-    **{f'dopamine/test_sum_tree_test.py::SumTreeTest::{t}': _SUMTREE for t in (
-        'testCapacityGreaterThanRequested', 'testMaxRecordedProbability', 'testSamplePairWithUnevenProbabilities',
-        'testSamplePairWithUnevenProbabilitiesWithQueryValue', 'testSampleSingleton', 'testSampleWithInvalidQueryValue',
-        'testSamplingWithSeedDoesNotAffectFutureCalls', 'testSetNegativeValue', 'testSetValue', 'testSmallCapacityConstructor',
-        'testStratifiedSampling')},
 })
 HARNESS = {'cpprb/test_LaBER.py::TestLaBER::': _MIXIN, 'cpprb/test_PyReplayBuffer.py::TestPrioritizedBase::': _MIXIN}
 

@@ -22,7 +22,7 @@ from __future__ import print_function
 
 import random
 
-from fastrl_replay.memory import sumtree as sum_tree
+from fastrl_replay.compat import reagent as sum_tree
 import tensorflow as tf
 
 
