@@ -661,3 +661,44 @@ def test_td_updates_of_indices_from_sample_index_batch_are_guarded_against_overw
     idx = buf.sample_index_batch(4)
     buf.update_td(torch.full((4,), 5.), idx)  # not overwritten since: applied
     assert buf.sampler.n_stale == 4 and (buf.td_errors[idx] == 5.).all()
+
+def test_dopamine_sum_tree_finds_the_leaf_of_each_query_by_cumulative_sums():
+    from fastrl_replay.compat.reagent import SumTree
+    rng = np.random.default_rng(0)
+    v = rng.random(37) * (rng.random(37) < 0.6)  # about 40% of the leaves empty: never found
+    t = SumTree(37, seed=1)
+    for i, x in enumerate(v): t.set(i, float(x))
+    qs, cs = rng.random(500), np.cumsum(v)
+    assert [t.sample(query_value=float(q)) for q in qs] == np.searchsorted(cs, qs * cs[-1], side='right').tolist()
+    assert (t.total_priority(), t.max_recorded_priority) == (pytest.approx(v.sum()), 1.)
+    assert [t.get(i) for i in range(37)] == v.tolist()
+    assert t.sample(query_value=1.) == int(np.flatnonzero(v)[-1])  # the last leaf with mass, never an empty one after it
+    a, b = SumTree(37, seed=3), SumTree(37, seed=3)
+    for s in (a, b):
+        for i, x in enumerate(v): s.set(i, float(x))
+    assert [a.sample() for _ in range(20)] + a.stratified_sample(8) == [b.sample() for _ in range(20)] + b.stratified_sample(8)
+    with pytest.raises(ValueError, match='query_value must be in'): t.sample(query_value=1.5)
+    with pytest.raises(ValueError, match='leaf indices must be in'): t.set(37, 1.)
+    assert t.get(0) == v[0]  # a refused set changes nothing
+
+def test_dopamine_episode_end_indices_follow_the_stored_steps(tmp_path):
+    ob = OutOfGraphReplayBuffer((1,), 2, 8, 2, seed=0)
+    ob.add(full(0, (1,)), 0, 0., 0)                    # padding at 0, the step at 1
+    ob.add(full(1, (1,)), 0, 0., 0, episode_end=True)  # 2: cut short
+    ob.add(full(2, (1,)), 0, 0., 1, episode_end=True)  # padding at 3, 4: terminal, so not a cut
+    assert ob.episode_end_indices == {2}
+    ob.save(tmp_path, 5)
+    twin = OutOfGraphReplayBuffer((1,), 2, 8, 2, seed=0)
+    twin.load(tmp_path, '5')
+    assert twin.episode_end_indices == {2}
+    for t in range(5): ob.add(full(t, (1,)), 0, 0., 0)  # padding at 5, steps at 6, 7, 0, 1, 2: row 2 overwritten
+    assert (ob.cursor(), ob.episode_end_indices) == (3, set())
+
+def test_dopamine_assertions_are_the_library_exception_and_an_assertion_error():
+    from fastrl_replay.compat.reagent import invalid_range, PeerAssertionError
+    ob = OutOfGraphReplayBuffer((2,), 2, 10, 2)
+    for exc in (AssertionError, ExperienceReplayException):
+        with pytest.raises(exc, match='end_index must be larger than start_index'): ob.get_range([], 2, 1)
+        with pytest.raises(exc, match='observation_shape must be a tuple, got 84'): OutOfGraphReplayBuffer(84, 2, 10, 2)
+    with pytest.raises(PeerAssertionError, match='has not been added'): ob.get_range(np.zeros(10), 0, 1)
+    assert invalid_range(cursor=0, replay_capacity=10, stack_size=4, update_horizon=1).tolist() == [9, 0, 1, 2, 3]

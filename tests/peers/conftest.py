@@ -58,7 +58,7 @@ EXPECTED_FAILURES.update({
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory': _PRIVATE.format('sum_tree'),
     f'{_D}OutOfGraphReplayBufferTest::testEpisodeEndIndicesAreCorrectlySaved': "expects save to write an episode_end_indices_ckpt file, which the adapter's checkpoint does not",
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices': _ASSERTS,
-    f'{_D}OutOfGraphReplayBufferTest::testIsTransitionValid': 'expects the row the next write goes to (index 5, after a terminal step) to be invalid; is_valid_transition says it is valid',
+    f'{_D}OutOfGraphReplayBufferTest::testIsTransitionValid': 'expects the terminal step just before the cursor (index 5) to be invalid, as Dopamine keeps the update_horizon rows before the cursor out; here a terminal transition is valid once its step is added (documented)',
     f'{_D}OutOfGraphReplayBufferTest::testLoadFromNonexistentDirectory': "expects TensorFlow's NotFoundError; the adapter, which needs no TensorFlow, raises FileNotFoundError",
     f'{_D}OutOfGraphReplayBufferTest::testSampleTransitionBatch': _TERMINAL_NEXT,
     f'{_D}OutOfGraphReplayBufferTest::testSampleTransitionBatchExtra': _TERMINAL_NEXT,
