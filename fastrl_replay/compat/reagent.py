@@ -1,4 +1,4 @@
-"""ReAgent's `ReplayBuffer` and `PrioritizedReplayBuffer`, Dopamine's `OutOfGraphReplayBuffer` and `OutOfGraphPrioritizedReplayBuffer`, and `CircularReplayBuffer` (the library's `FrameReplay` under their names), as thin adapters over `FrameStorage` and the library's samplers: the same steps at the same indices, the same valid transitions, stacks and n-step returns.
+"""ReAgent's `ReplayBuffer` and `PrioritizedReplayBuffer`, Dopamine's `OutOfGraphReplayBuffer`, `OutOfGraphPrioritizedReplayBuffer` and `SumTree`, and `CircularReplayBuffer` (the library's `FrameReplay` under their names), as thin adapters over `FrameStorage` and the library's samplers: the same steps at the same indices, the same valid transitions, stacks and n-step returns.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/compat.reagent.html.md"""
 
