@@ -119,6 +119,7 @@ class ReplayBuffer:
                 raise ExperienceReplayException(f"next_of={k!r} adds 'next_{k}': env_dict must not name it too")
             self._cols[f'next_{k}'] = self._cols[k]
         self.Nstep = None if Nstep is None else self._check_nstep(Nstep)
+        self._declared = [(k, None if stored is dtype else dtype) for k, (_, dtype, stored) in self._cols.items()]  # the columns, in storage order, and the dtype each is returned in where it differs from the stored one
         self._pending, self._episode_len = None, 0
         self.replay = self._new_replay(self._new_sampler(), reuse_files=False)
 
@@ -193,21 +194,28 @@ class ReplayBuffer:
     def _out(self, batch) -> dict:
         "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
         return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
+    def _gathered(self, idxs:np.ndarray) -> dict:
+        "The transitions at storage rows `idxs` (int64, drawn by the sampler or checked), as a dict of new NumPy arrays in their declared dtypes"
+        rows = self.replay.storage.gather_arrays(idxs)
+        if rows is None: return self._out(self.replay.storage.gather(torch.from_numpy(idxs)))
+        return {k: a if d is None else a.view(d) for (k, d), a in zip(self._declared, rows)}
     def sample(self,
                batch_size:int): # Transitions to draw
         "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
         self._check_stored()
-        return self._out(self.replay.sample(batch_size)[0])
+        check_positive(batch_size)
+        r = self.replay
+        with r.lock: return self._gathered(r.sampler.draw(batch_size).numpy())  # the draw marks the rows handed out
     def _encode_sample(self,
                        idx): # Indexes of stored transitions: an int or a sequence of them
         "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
-        return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
+        with self.replay.lock: return self._gathered(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx').numpy())
     def _shuffled(self, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
     def get_all_transitions(self,
                             shuffle:bool=False): # Return them in a random order instead of storage order
         "Every stored transition, as a dict of NumPy arrays"
         idx = self._shuffled(len(self.replay)) if shuffle else np.arange(len(self.replay))
-        return self._out(self.replay.storage.gather(torch.from_numpy(idx)))
+        with self.replay.lock: return self._gathered(idx.astype(np.int64, copy=False))
     def on_episode_end(self):
         "End the episode: write the transitions still waiting for their n-step return"
         if self._pending is not None: self._write(*self._nstep_flush())
