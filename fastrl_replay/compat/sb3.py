@@ -89,6 +89,7 @@ class ReplayBuffer(SB3ReplayBuffer):
                            actions=((self.action_dim,), np.dtype(self._maybe_cast_dtype(action_space.dtype))),
                            rewards=f32, dones=f32, timeouts=f32)
         self._stored = {k: self._stored_dtype(k, d) for k, (_, d) in self._specs.items()}
+        self._declared = [None if self._stored[k] == d else d for k, (_, d) in self._specs.items()]  # the dtype each column is read in, where it differs from the stored one
         reshaped = {'actions'} | ({'observations', 'next_observations'} if isinstance(observation_space, spaces.Discrete) else set())
         self._inputs = [(name, k, (n_envs, *self._specs[k][0]), n_envs * int(np.prod(self._specs[k][0])), k in reshaped) for name, k in _INPUTS]
         self._targets = self._inputs[0][2], self._inputs[2][2], (n_envs,)  # the shapes of observations, actions, and rewards and dones
@@ -196,23 +197,35 @@ class ReplayBuffer(SB3ReplayBuffer):
         self.pos = slot + 1
         if self.pos == self.buffer_size: self.full, self.pos = True, 0
     def _samples(self, batch, env:VecNormalize|None) -> ReplayBufferSamples:
-        "SB3's samples from gathered rows"
-        v = {k: batch[k].numpy().view(dtype) for k, (_, dtype) in self._specs.items()}
-        data = (self._normalize_obs(v['observations'], env), v['actions'], self._normalize_obs(v['next_observations'], env),
-                (v['dones'] * (1 - v['timeouts'])).reshape(-1, 1), self._normalize_reward(v['rewards'].reshape(-1, 1), env))
+        "SB3's samples from a gathered batch"
+        return self._samples_of([batch[k].numpy() for k in self._specs], env)
+    def _samples_of(self, arrays:list, env:VecNormalize|None) -> ReplayBufferSamples:
+        "SB3's samples from new arrays of the six columns, in their order and stored dtypes"
+        o, no, a, r, d, t = [x if dt is None else x.view(dt) for x, dt in zip(arrays, self._declared)]
+        data = (self._normalize_obs(o, env), a, self._normalize_obs(no, env), (d * (1 - t)).reshape(-1, 1), self._normalize_reward(r.reshape(-1, 1), env))
+        if self.device.type == 'cpu': return ReplayBufferSamples(*map(torch.from_numpy, data))  # arrays no one else holds: tensors over them are SB3's copies
         return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+    def _rows_at(self, rows:np.ndarray) -> list:
+        "New arrays of the six columns at storage rows `rows` (int64, drawn or checked)"
+        st = self.replay.storage
+        res = st.gather_arrays(rows)
+        return [st.gather(torch.from_numpy(rows))[k].numpy() for k in self._specs] if res is None else res
     def sample(self,
                batch_size:int, # Transitions to draw
                env:VecNormalize|None=None # Normalizes observations and rewards, if given
               ) -> ReplayBufferSamples:
         "`batch_size` transitions drawn as SB3 draws them"
-        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-        return self._samples(self.replay.sample(batch_size)[0], env)
+        r = self.replay
+        if not len(r): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        check_positive(batch_size)
+        with r.lock: rows = self._rows_at(r.sampler.draw(batch_size).numpy())  # the draw marks the rows handed out
+        return self._samples_of(rows, env)
     def _get_samples(self, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
         "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
         slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
         rows = slots * self.n_envs + self._draw_envs(len(slots))
-        return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64, copy=False))), env)
+        with self.replay.lock: arrays = self._rows_at(rows.astype(np.int64, copy=False))
+        return self._samples_of(arrays, env)
     def reset(self):
         "Remove every transition; the sampler's generator goes on"
         s = self._new_sampler().share_generator(self.replay.sampler)
