@@ -144,6 +144,7 @@ class ReplayBuffer(SB3ReplayBuffer):
         col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
         self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
         self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
+        self._plan = (*self._targets, *self._slot_views, replay.storage, replay.sampler.added)  # what `add` reads, in one tuple
     def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
         "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
         shape, dtype = self._specs[key]
@@ -166,7 +167,8 @@ class ReplayBuffer(SB3ReplayBuffer):
     def _value(self, j:int, v) -> np.ndarray:
         "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
         name, key, target, size, reshape = self._inputs[j]
-        if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
+        if type(v) is np.ndarray and v.dtype.kind in _NUMBERS and (v.shape == target if not reshape else v.size == size):
+            return v.reshape(target) if reshape else v
         return self._fit(name, v, key, reshape)
     def add(self,
             obs:np.ndarray, # Observations, (n_envs, *obs_shape)
@@ -176,26 +178,26 @@ class ReplayBuffer(SB3ReplayBuffer):
             done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
             infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
         "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-        so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
-        nd = np.ndarray
-        if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
-        if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
-        if type(action) is not nd or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
+        so, sa, se, o, no, a, r, d, t, st, added = self._plan
+        ok = _NUMBER_DTYPES  # arrays of numbers (native byte order) in the shapes written pass as they are, in one test; anything else is checked and converted
+        try: fits = (obs.shape == so and next_obs.shape == so and reward.shape == se and done.shape == se and obs.dtype in ok
+                     and next_obs.dtype in ok and action.dtype in ok and reward.dtype in ok and done.dtype in ok)
+        except Exception: fits = False  # not arrays
+        if not fits: obs, next_obs, action, reward, done = [self._value(j, v) for j, v in enumerate((obs, next_obs, action, reward, done))]
         elif action.shape != sa: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
-        if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
-        if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
         timeouts = None
         if self.handle_timeout_termination:  # one environment's info dict, as a single-env loop passes it: its flag as it is
             if type(infos) is list and len(infos) == 1 == self.n_envs and type(i0 := infos[0]) is dict and type(f := i0.get('TimeLimit.truncated', False)) is bool: timeouts = f
             else: timeouts = self._timeouts(infos)
-        st = self.replay.storage
-        o, no, a, r, d, t = self._slot_views
-        slot = st.pointer % st.max_sz // self.n_envs
+        n = self.n_envs
+        slot = st.pointer % st.max_sz // n
         o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
         if timeouts is not None: t[slot] = timeouts
-        self.replay.sampler.added(*st.advance(self.n_envs))
-        self.pos = slot + 1
-        if self.pos == self.buffer_size: self.full, self.pos = True, 0
+        p, m = st.advance(n)
+        added(p, m)
+        slot += 1
+        if slot == self.buffer_size: self.full, slot = True, 0
+        self.pos = slot
     def _samples(self, batch, env:VecNormalize|None) -> ReplayBufferSamples:
         "SB3's samples from a gathered batch"
         return self._samples_of([batch[k].numpy() for k in self._specs], env)
@@ -231,7 +233,7 @@ class ReplayBuffer(SB3ReplayBuffer):
         s = self._new_sampler().share_generator(self.replay.sampler)
         self.replay, self.pos, self.full = self._new_replay(s), 0, False
     def __getstate__(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views')}
+        d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views', '_slot_views', '_plan')}
         return {**d, 'replay_state': self.replay.state_dict()}
     def __setstate__(self, d:dict):
         d = dict(d)
@@ -253,6 +255,7 @@ for _k in ('observations', 'next_observations', 'actions', 'rewards', 'dones', '
 _DICT, _FLAGS = {dict}, {bool, np.bool_}
 
 _NUMBERS = frozenset('biuf')
+_NUMBER_DTYPES = frozenset(np.dtype(t) for t in '?' + np.typecodes['AllInteger'] + np.typecodes['Float'])  # their dtypes in native byte order: one set look-up
 
 # %% ../../nbs/13b_compat.sb3.ipynb #f0f9a1e6
 class PrioritizedReplayBufferSamples(ReplayBufferSamples):

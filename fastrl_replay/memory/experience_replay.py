@@ -262,11 +262,13 @@ class ColumnStorage(Storage):
 
     def advance(self, n:int=1) -> tuple[int, int]:
         "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
-        p = 0 if self.pointer == self.max_sz else self.pointer
+        p, m = self.pointer, self.max_sz
+        if p == m: p = 0
         if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
-        if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
-            raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
-        self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+        if type(n) is not int or not 0 < n <= m - p or self._cols is None:
+            raise ExperienceReplayException(f'advance: expected 1 to {m - p} rows written from row {p} of an allocated storage, got {n!r}')
+        self.pointer = p + n
+        if self._len < m: self._len = min(self._len + n, m)
         if self.files is not None: self.files.wrote(n * self._row_bytes)
         return p, n
 
