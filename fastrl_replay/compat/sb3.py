@@ -145,7 +145,8 @@ class ReplayBuffer(SB3ReplayBuffer):
         col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
         self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
         self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
-        self._plan = (*self._targets, *self._slot_views, replay.storage, replay.sampler.added)  # what `add` reads, in one tuple
+        sa = self._targets[1]  # an action of one environment may come without its environment dimension: it broadcasts as SB3 reshapes it
+        self._plan = (*self._targets, sa[1:] if self.n_envs == 1 else None, *self._slot_views, replay.storage, replay.sampler.added)  # what `add` reads, in one tuple
     def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
         "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
         shape, dtype = self._specs[key]
@@ -179,13 +180,13 @@ class ReplayBuffer(SB3ReplayBuffer):
             done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
             infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
         "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-        so, sa, se, o, no, a, r, d, t, st, added = self._plan
+        so, sa, se, sa1, o, no, a, r, d, t, st, added = self._plan
         ok = _NUMBER_DTYPES  # arrays of numbers (native byte order) in the shapes written pass as they are, in one test; anything else is checked and converted
         try: fits = (obs.shape == so and next_obs.shape == so and reward.shape == se and done.shape == se and obs.dtype in ok
                      and next_obs.dtype in ok and action.dtype in ok and reward.dtype in ok and done.dtype in ok)
         except Exception: fits = False  # not arrays
         if not fits: obs, next_obs, action, reward, done = [self._value(j, v) for j, v in enumerate((obs, next_obs, action, reward, done))]
-        elif action.shape != sa: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
+        elif (ash := action.shape) != sa and ash != sa1: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
         timeouts = None
         if self.handle_timeout_termination:  # one environment's info dict, as a single-env loop passes it: its flag as it is
             if type(infos) is list and len(infos) == 1 == self.n_envs and type(i0 := infos[0]) is dict and type(f := i0.get('TimeLimit.truncated', False)) is bool: timeouts = f
