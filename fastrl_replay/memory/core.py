@@ -21,9 +21,9 @@ from .kernels import td_arrays, put_in_order
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler', 'handed_marks',
-           'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'ExperienceReplayException', 'WarmupNotReached',
-           'NoValidTransitions']
+__all__ = ['KINDS', 'MOVED_KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler',
+           'handed_marks', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'ExperienceReplayException',
+           'WarmupNotReached', 'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #960ca4dc
 KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
@@ -39,12 +39,14 @@ def own_kind(cls:type, *former_names:str):
     if cls.__module__.split('.')[0] != _PKG or '<locals>' in cls.__qualname__: return  # a notebook's or a test's copy never replaces the library's
     for name in (kind_name(cls), *former_names): KINDS[name] = cls
 
+MOVED_KINDS = {'fastrl_replay.memory.circular.CircularReplayBuffer': 'fastrl_replay.compat.reagent'}  # kind name: the module a class moved to, when its old module does not import it
+
 def find_kind(name) -> type|None:
     "The class registered as `name`, importing its module first if that is a module of this package; else None"
     if not isinstance(name, str): return None
     cls = KINDS.get(name)
     if cls is not None or not re.fullmatch(rf'{_PKG}(\.[A-Za-z][A-Za-z0-9_]*)+', name): return cls
-    mod = name.rsplit('.', 1)[0]
+    mod = MOVED_KINDS.get(name, name.rsplit('.', 1)[0])
     try: spec = importlib.util.find_spec(mod)
     except (ImportError, ValueError): return None
     home = Path(importlib.import_module(_PKG).__file__).resolve().parent
