@@ -20,7 +20,7 @@ from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 from .kernels import put_row_bytes
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay']
+__all__ = ['ColumnStorage', 'ExperienceReplay', 'SamplerReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -531,6 +531,21 @@ class ExperienceReplay(Replay):
             raise ExperienceReplayException('a ready sampler comes with its own generator: give it the generator or seed')
         super().__init__(ColumnStorage(max_sz, device, storage_dir), sampler, bs, warmup_sz, memory)
         if fields is not None: self.fields = tuple(fields)
+
+# %% ../../nbs/06a_memory.experience_replay.ipynb #178f149c
+class SamplerReplay(ExperienceReplay):
+    "An `ExperienceReplay` whose sampler, a `sampler_cls`, is made from the keyword arguments after the memory's own"
+    sampler_cls:type = UniformSampler  # The sampler class; a subclass names its own
+    def __init__(self,
+                 bs:int=16, # Rows per `sample`
+                 max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
+                 warmup_sz:int=100, # Rows needed before `sample` returns a batch
+                 memory:Mapping|None=None, # Transitions to start with, added as with `+`
+                 device:str|torch.device|None=None, # Where storage lives and sampling happens (default: CPU)
+                 storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM
+                 fields:tuple|None=None, # Names of the elements of a transition `append` gets as a plain tuple
+                 **kwargs): # The sampler's arguments (`generator`, `seed` and its own)
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs), storage_dir=storage_dir, fields=fields)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
