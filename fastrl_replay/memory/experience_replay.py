@@ -536,15 +536,8 @@ class ExperienceReplay(Replay):
 class SamplerReplay(ExperienceReplay):
     "An `ExperienceReplay` whose sampler, a `sampler_cls`, is made from the keyword arguments after the memory's own"
     sampler_cls:type = UniformSampler  # The sampler class; a subclass names its own
-    def __init__(self,
-                 bs:int=16, # Rows per `sample`
-                 max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
-                 warmup_sz:int=100, # Rows needed before `sample` returns a batch
-                 memory:Mapping|None=None, # Transitions to start with, added as with `+`
-                 device:str|torch.device|None=None, # Where storage lives and sampling happens (default: CPU)
-                 storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM
-                 fields:tuple|None=None, # Names of the elements of a transition `append` gets as a plain tuple
-                 **kwargs): # The sampler's arguments (`generator`, `seed` and its own)
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
+                 fields=None, **kwargs): # `ExperienceReplay`'s arguments, and the sampler's (`generator`, `seed` and its own)
         super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs), storage_dir=storage_dir, fields=fields)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
