@@ -12,6 +12,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
 
     python bench/continuous_bench.py --suite pendulum --seeds 0 1 2 3 4                 # SAC and TD3, 20,000 steps
     python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
+    python bench/continuous_bench.py --suite mujoco_td3 --seeds 0 1 2 --steps 20000     # TD3 on them
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
@@ -118,13 +119,14 @@ def speed(algo, n, out):
 SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1', 'uniform')],
               pendulum_sac=[('sac', 'Pendulum-v1', 'uniform')], pendulum_td3=[('td3', 'Pendulum-v1', 'uniform')],
               mujoco=[('sac', 'Hopper-v5', 'uniform'), ('sac', 'HalfCheetah-v5', 'uniform')],
+              mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3')):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for algo, env, variant in SUITES[suite]:
-            for lib in (('ours',) if variant != 'uniform' else ('ours', 'sb3')):
+            for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
@@ -135,6 +137,9 @@ def measure(suite, seeds, steps, out):
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
+    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay and seed) counts once: its latest record
+    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'))] = r
+    recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
     for r in (r for r in recs if r.get('kind') == 'speed'):
         lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
@@ -180,6 +185,7 @@ if __name__ == '__main__':
     p.add_argument('--suite', choices=list(SUITES))
     p.add_argument('--speed', choices=['sac', 'td3'], help='time CPU milliseconds per step of both libraries on Pendulum-v1 instead')
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    p.add_argument('--libs', nargs='+', choices=['ours', 'sb3'], default=['ours', 'sb3'], help='the libraries to run (the replay variants run ours only)')
     p.add_argument('--steps', type=int, default=20_000)
     p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
@@ -194,4 +200,4 @@ if __name__ == '__main__':
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out)
-    else: measure(a.suite, a.seeds, a.steps, a.out)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs)

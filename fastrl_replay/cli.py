@@ -18,6 +18,7 @@ from .agents.sac import sac_learner, sac_defaults, evaluate_actor
 from .agents.td3 import td3_learner, td3_defaults
 from .atari import is_atari, atari_learner, atari_defaults, atari_env
 from .checkpoint import CheckpointCallback, CheckpointError
+from .threads import torch_threads
 from .data.synth import synth_replay_learner
 from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
                                  figures_to_html)
@@ -106,13 +107,14 @@ def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v
     check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
                     checkpoint_every=checkpoint_every, learner=kwargs)
-    learn, run = _learner(settings), None
-    if checkpoint_every is not None:
-        try: text = json.dumps(settings, indent=2)
-        except TypeError as e: raise ValueError(f'a checkpointed run keeps its settings in run.json: {e}') from None
-        run = _new_run_dir(Path(out), f'{algo}-{env}-seed{seed}')
-        (run/'run.json').write_text(text)
-    return _fit_and_report(learn, settings, run, Path(out), quiet)
+    with torch_threads(1):  # a small network trains fastest on one thread; the caller's setting comes back afterwards
+        learn, run = _learner(settings), None
+        if checkpoint_every is not None:
+            try: text = json.dumps(settings, indent=2)
+            except TypeError as e: raise ValueError(f'a checkpointed run keeps its settings in run.json: {e}') from None
+            run = _new_run_dir(Path(out), f'{algo}-{env}-seed{seed}')
+            (run/'run.json').write_text(text)
+        return _fit_and_report(learn, settings, run, Path(out), quiet)
 
 def resume_train(run:str|Path, # A run folder that `run_train` wrote with `checkpoint_every`
                  quiet:bool=False # Hide fastai's progress bar and table
@@ -124,12 +126,11 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
     except ValueError as e: raise CheckpointError(f"{run/'run.json'} is not valid JSON ({e})") from None
     missing = [k for k in keys if k not in settings] if isinstance(settings, dict) else list(keys)
     if missing: raise CheckpointError(f"{run/'run.json'} lacks the settings {missing}")
-    return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
+    with torch_threads(1): return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
 
 # %% ../nbs/90_cli.ipynb #3483a9d1
 def _learner(s:dict):
     "The learner of run settings `s`: `dqn_learner`'s (`sac_learner`'s, `td3_learner`'s for `algo`), or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
-    torch.set_num_threads(1)  # a small network trains fastest on one thread
     kw = dict(s['learner'])
     replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
     optim = dict(kw.pop('optim', {}), lr=s['lr'])

@@ -65,8 +65,9 @@ class ReplayShard:
                  make_memory:Callable, # Called with the shard's index, returns the memory (any `Replay`)
                  index:int=0, # This shard's index
                  folder:str|Path|None=None, # Where counts and checkpoints go (None: nothing survives a restart)
-                 checkpoint_every:int|None=None): # Rows added between checkpoints (None: never)
-        torch.set_num_threads(1)
+                 checkpoint_every:int|None=None, # Rows added between checkpoints (None: never)
+                 threads:int|None=None): # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the caller's)
+        if threads is not None: torch.set_num_threads(threads)
         self.index, self.make_memory, self.checkpoint_every = index, make_memory, checkpoint_every
         self.folder = None if folder is None else Path(folder)
         self.memory, self.n_added, self.restored, self.lost, self.incarnation = make_memory(index), 0, 0, 0, 0
@@ -217,7 +218,7 @@ class RayReplay:
         if local: self.shards = [ReplayShard(*a) for a in args]
         else:
             actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0, **(shard_options or {}))
-            self.shards = [actor.remote(*a) for a in args]
+            self.shards = [actor.remote(*a, threads=1) for a in args]  # small networks run fastest on one thread
         self.generator = torch.Generator().manual_seed(draw_seed(seed))
         self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
         self.n_samples, self.n_batches, self.n_retried, self.td_lost = 0, 0, 0, 0
@@ -361,8 +362,9 @@ class Collector:
                  seed:int=0, # Seed of the environment and the exploration (the index is added)
                  write_bs:int=64, # Transitions per write
                  n_envs:int=1, # Environments stepped together
-                 explore:dict|None=None): # `EpsilonGreedy`'s schedule (`eps_start`, `eps_end`, `eps_steps`, `random_steps`) instead of a fixed `epsilon`
-        torch.set_num_threads(1)
+                 explore:dict|None=None, # `EpsilonGreedy`'s schedule (`eps_start`, `eps_end`, `eps_steps`, `random_steps`) instead of a fixed `epsilon`
+                 threads:int|None=None): # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the caller's)
+        if threads is not None: torch.set_num_threads(threads)
         self.index, self.shards, self.write_bs, self.epsilon = index, shards, write_bs, epsilon
         self.model = make_model()
         schedule = explore if explore is not None else dict(eps_start=epsilon, eps_end=epsilon, eps_steps=1)
@@ -432,7 +434,7 @@ class CollectorFleet:
         if local: self.actors = [Collector(*a, **kwargs) for a in args]
         else:
             cls = ray.remote(Collector).options(num_cpus=actor_cpus, max_restarts=-1, max_task_retries=0)
-            self.actors = [cls.remote(*a, **kwargs) for a in args]
+            self.actors = [cls.remote(*a, **kwargs, threads=1) for a in args]  # small networks run fastest on one thread
         self.inflight, self.weights, self.version, self.instances = {}, None, 0, [None] * n_actors
         self.actor_env_steps, self.restarts, self.written = [0] * n_actors, [0] * n_actors, [0] * n_actors
         self.returns, self.episode_returns, self.target, self.stopped = [], deque(maxlen=100), 0, False

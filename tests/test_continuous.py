@@ -14,8 +14,8 @@ BUILD = dict(sac=sac_learner, td3=td3_learner)
 SMALL = dict(replay=dict(warmup_sz=64, bs=32), net=dict(hidden=(32, 32)))
 
 
-def fit(algo, epochs=2, steps_per_epoch=150, cbs=(), seed=3, **kw):
-    learn = BUILD[algo]('Pendulum-v1', steps_per_epoch=steps_per_epoch, seed=seed, **(SMALL | kw))
+def fit(algo, epochs=2, steps_per_epoch=150, cbs=(), seed=3, env='Pendulum-v1', **kw):
+    learn = BUILD[algo](env, steps_per_epoch=steps_per_epoch, seed=seed, **(SMALL | kw))
     with learn.no_bar(), learn.no_logging(): learn.fit(epochs, cbs=list(cbs))
     return learn
 
@@ -89,6 +89,21 @@ def test_a_stopped_run_resumes_exactly(tmp_path, algo, kind):
     assert resumed.actor_critic_trainer.n_updates == whole.actor_critic_trainer.n_updates == 237
     ag_w, ag_r = (l.dls.train.dataset.loop.agent.state_dict() for l in (whole, resumed))
     assert ag_w == ag_r
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_a_stopped_mujoco_run_resumes_exactly(tmp_path, algo):
+    "Hopper-v5 (MuJoCo physics, 11 observations, 3 actions): stopped mid-epoch and resumed, the run ends bit for bit as the whole one"
+    pytest.importorskip('mujoco')
+    replay = dict(warmup_sz=64, bs=32)
+    whole = fit(algo, env='Hopper-v5', replay=replay, cbs=[CheckpointCallback(tmp_path/'a', every=100)])
+    fit(algo, env='Hopper-v5', replay=replay, cbs=[CheckpointCallback(tmp_path/'b', every=100), StopAt(230)])
+    assert read_checkpoint(tmp_path/'b')['env_steps'] == 200
+    resumed = fit(algo, env='Hopper-v5', replay=replay, cbs=[CheckpointCallback(tmp_path/'b', every=100, resume=True)])
+    same_run(whole, resumed)
+    assert resumed.actor_critic_trainer.n_updates == whole.actor_critic_trainer.n_updates == 237
+    assert whole.experience_replay.memory.memory['state'].shape[1:] == (11,)
+    assert whole.dls.train.dataset.loop.agent.state_dict() == resumed.dls.train.dataset.loop.agent.state_dict()
 
 
 def test_cli_sac_run_checkpoints_and_resumes_to_the_same_model(tmp_path):

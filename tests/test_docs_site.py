@@ -148,6 +148,14 @@ def test_distinct_titles():
     assert [nb['cells'][0]['source'].split('\n')[0] for _, nb in pages] == [
         '# Checkpoints (memory.persist)', '# Checkpoints (checkpoint)', '# Forgetting (forgetting)', '# Forgetting (tutorial)', '# Core']
 
+def test_sidebar_of():
+    "A new title or a new page changes the sidebar every page carries, which makes the build write every page again"
+    def pages(*nt): return [(n, {'cells': [{'cell_type': 'markdown', 'source': f'# {t}\n\n> x'}]}) for n, t in nt]
+    a = docs.sidebar_of(pages(('core', 'Core'), ('checkpoint', 'Checkpoints')))
+    assert a == '[["core", "# Core"], ["checkpoint", "# Checkpoints"]]'
+    assert docs.sidebar_of(pages(('core', 'Core'), ('checkpoint', 'Run checkpoints'))) != a
+    assert docs.sidebar_of(pages(('core', 'Core'), ('checkpoint', 'Checkpoints'), ('threads', 'Threads'))) != a
+
 def test_prune(tmp_path):
     "Pages of deleted notebooks go; pages, Sphinx's own pages and static files stay"
     for f in ['index.html', 'gone.html', 'tutorials/a.html', 'tutorials/old.html', 'search.html', 'genindex.html', '_static/x.html']:

@@ -103,6 +103,11 @@ def test_importing_the_library_prints_no_warning():
     r = subprocess.run([sys.executable, '-c', 'import fastrl_replay.all, fastrl_replay.cli, fastrl_replay.plots'],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stderr == '' and r.stdout == '', r.stderr
+    # with every warning shown once (`-W default`), as pytest and a careful user see them: pandas' deprecation of the
+    # option fastai sets is hidden too
+    r = subprocess.run([sys.executable, '-W', 'default', '-c', 'import fastrl_replay.all, fastrl_replay.cli, fastrl_replay.plots'],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == '' and r.stdout == '', r.stderr
     r = subprocess.run([sys.executable, '-c', 'import fastrl_replay, warnings; warnings.simplefilter("error"); import torch.jit; torch.jit.script(lambda x: x)'],
                        capture_output=True, text=True, timeout=300)
     assert 'torch.jit.script` is deprecated' in r.stderr  # the warning is still raised outside the package's own import

@@ -11,7 +11,8 @@
    shipped in the site draws them. The home page gets the table of contents: `nbs/tutorials/` first, then every
    other notebook in file-name order, so a new notebook gets its page without any change here.
 3. Sphinx with myst-nb renders those pages into `docs/_site/` with the configuration in `docs/conf.py`.
-   Unchanged pages are not rewritten, so Sphinx rebuilds only what changed."""
+   Unchanged pages are not rewritten, so Sphinx rebuilds only what changed; when a page's title changes, or a page
+   comes or goes, every page is written again, since each carries the sidebar."""
 import argparse, ast, functools, importlib, inspect, json, re, shutil, subprocess, sys, time
 from pathlib import Path
 
@@ -315,6 +316,13 @@ def toctree(caption: str, pages: list) -> str:
     if not pages: return ''
     return '\n'.join(['```{toctree}', ':hidden:', ':maxdepth: 1', f':caption: {caption}', '', *pages, '```'])
 
+SIDEBAR = BUILD/'sidebar.json'  # the last build's sidebar: when it changes, every page is written again
+
+def sidebar_of(pages: list) -> str:
+    "What every page's sidebar shows: each page's name and title, in order, as JSON"
+    def title(nb): return next((c['source'].split('\n')[0] for c in nb['cells'][:1] if c['cell_type'] == 'markdown'), '')
+    return json.dumps([(n, title(nb)) for n, nb in pages], ensure_ascii=False)
+
 def write_if_changed(p: Path, text: str) -> bool:
     if p.exists() and p.read_text() == text: return False
     p.parent.mkdir(parents=True, exist_ok=True); p.write_text(text); return True
@@ -344,6 +352,7 @@ def make_sources(proc: Path) -> list:
     toc = [toctree('Tutorials', tutorials), toctree('API reference', modules), toctree('Measurements', extra),
            toctree('Contributing', contributing)]
     index['cells'].append(dict(cell_type='markdown', metadata={}, source='\n\n'.join(t for t in toc if t)))
+    write_if_changed(SIDEBAR, sidebar_of(pages))
     keep = set()
     for name, nb in pages:
         dest = SRC/f'{name}.ipynb'; keep.add(dest)
@@ -360,9 +369,11 @@ def copy_plotly_js():
     if not dest.exists() or dest.stat().st_size != src.stat().st_size:
         STATIC.mkdir(parents=True, exist_ok=True); shutil.copyfile(src, dest)
 
-def sphinx(out: Path, fresh=False):
+def sphinx(out: Path, fresh=False, every_page=False):
+    "Render the page sources into `out`; `every_page` writes the pages whose source did not change too (a new sidebar)"
     args = [sys.executable, '-m', 'sphinx', '-b', 'html', '-q', '-c', str(DOCS), '-d', str(BUILD/'doctrees'), str(SRC), str(out)]
     if fresh: args.insert(3, '-E')
+    elif every_page: args.insert(3, '-a')
     subprocess.run(args, check=True, cwd=ROOT)
 
 def prune(out: Path, names: list):
@@ -378,10 +389,11 @@ def build(out: Path = SITE, fresh=False) -> list:
     if fresh:
         shutil.rmtree(BUILD, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
     proc = process_notebooks(force=fresh)
+    before = SIDEBAR.read_text() if SIDEBAR.exists() else None
     names = make_sources(proc)
     copy_images()
     copy_plotly_js()
-    sphinx(out, fresh)
+    sphinx(out, fresh, every_page=SIDEBAR.read_text() != before)  # Sphinx rewrites only changed pages: the others would keep an old sidebar
     prune(out, names)
     print(f'{len(names)} pages in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} ({time.time()-t0:.1f} s)')
     return names

@@ -74,7 +74,7 @@ class TD3Loss:
         m = self.model
         loss = _critic_loss(pred - self.td_targets(b), b, half=False)
         if not self.train_actor: return loss
-        with frozen(m.critic): q = m.critic(b['state'], m.actor(b['state']))[:, :1]
+        with frozen(m.critic): q = m.critic.first(b['state'], m.actor(b['state']))
         return loss - q.mean()
 
 # %% ../../nbs/10e_agents.td3.ipynb #a801dced

@@ -300,10 +300,38 @@ def _sub_envs(env) -> list:
     if isinstance(env, _OneEnv): return [env.env]
     return list(env.envs) if isinstance(env, gym.vector.SyncVectorEnv) else []
 
+def _is_mujoco(env:gym.Env) -> bool:
+    "Whether `env` is one of gymnasium's MuJoCo environments, whose physics `mujoco.mj_getState` saves whole"
+    return type(env).__module__.startswith('gymnasium.envs.mujoco.')
+
 def _restorable(env:gym.Env) -> bool:
-    "Whether all of `env`'s state is plain attributes: a classic-control environment in the wrappers of `gym.make`"
+    "Whether all of `env`'s state can be saved: a classic-control (plain attributes) or MuJoCo environment in the wrappers of `gym.make`"
     *wrappers, inner = _layers(env)
-    return all(type(w) in _GYM_MAKE_WRAPPERS for w in wrappers) and type(inner).__module__.startswith('gymnasium.envs.classic_control.')
+    return all(type(w) in _GYM_MAKE_WRAPPERS for w in wrappers) and (
+        type(inner).__module__.startswith('gymnasium.envs.classic_control.') or _is_mujoco(inner))
+
+def _physics(env:gym.Env) -> np.ndarray:
+    "A MuJoCo environment's whole integration state (positions, velocities, actuators, warm start, time), empty for another"
+    inner = env.unwrapped
+    if not _is_mujoco(inner): return np.zeros(0)
+    import mujoco
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    st = np.empty(mujoco.mj_stateSize(inner.model, spec))
+    mujoco.mj_getState(inner.model, inner.data, st, spec)
+    return st
+
+def _load_physics(env:gym.Env, st:np.ndarray):
+    "Put `_physics`'s state back into `env`, checked against the model's state size first"
+    inner = env.unwrapped
+    if not _is_mujoco(inner):
+        if len(st): raise ValueError(f'the state holds {len(st)} MuJoCo state values for {type(inner).__name__}, which is not a MuJoCo environment')
+        return
+    import mujoco
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    n = mujoco.mj_stateSize(inner.model, spec)
+    if not (isinstance(st, np.ndarray) and st.dtype == np.float64 and st.shape == (n,)):
+        raise ValueError(f'expected a float64 MuJoCo state of shape ({n},) for {type(inner).__name__}, got {getattr(st, "dtype", type(st))} of shape {np.shape(st)}')
+    mujoco.mj_setState(inner.model, inner.data, st, spec)
 
 def _plain_attrs(obj) -> dict:
     "The attributes of `obj` that are numbers, strings, None or numeric arrays (copied)"
@@ -315,7 +343,8 @@ def env_state(env) -> dict:
     "The state of a `GymLoop`'s `env` as plain data: every environment's generator, and all of it where `_restorable`"
     subs = _sub_envs(env)
     state = dict(rngs=[e.unwrapped.np_random.bit_generator.state for e in subs])
-    if subs and all(map(_restorable, subs)): state.update(outer=_plain_attrs(env), layers=[[_plain_attrs(l) for l in _layers(e)] for e in subs])
+    if subs and all(map(_restorable, subs)):
+        state.update(outer=_plain_attrs(env), layers=[[_plain_attrs(l) for l in _layers(e)] for e in subs], physics=[_physics(e) for e in subs])
     return state
 
 def _generator(state:dict) -> np.random.Generator:
@@ -331,6 +360,7 @@ def load_env_state(env, state:dict) -> bool:
         raise ValueError(f"the state holds {len(state['rngs'])} environments' generators, this loop reaches {len(subs)} environments")
     for e, rng in zip(subs, state['rngs']): e.unwrapped.np_random = _generator(rng)
     if 'layers' not in state or not all(map(_restorable, subs)): return False
+    for e, st in zip(subs, state.get('physics', [np.zeros(0)] * len(subs))): _load_physics(e, st)
     vars(env).update(state['outer'])
     for e, layers in zip(subs, state['layers']):
         for layer, attrs in zip(_layers(e), layers): vars(layer).update(attrs)
