@@ -2,13 +2,19 @@
 against SB3's `ReplayBuffer`, of the cpprb adapter against cpprb's, and the native one-row `+` of torch tensors and `append`
 against SB3's `add` (rlox's `push` beside, if rlox is installed).
 
-    python bench/adapters_bench.py [--rounds 7] [--calls 5000]
+    python bench/adapters_bench.py [--rounds 7] [--calls 5000] [--pool 64] [--clock cpu]
 
 Transitions are CartPole-like (4 float32 observations, a discrete action), given as each library's users give them: to SB3,
 what CleanRL's DQN passes (float32 observations of shape (1, 4), int64 actions, float64 rewards, bool dones); to cpprb, one
 transition by keyword; to the native memory, a batch of one row of tensors (`+`) or one transition without a batch dimension
 (`append`). Each round times `calls` calls of every library in turn (the order rotates); the tables give the median over
-rounds of the time per call, and each ours / peer ratio of calls per second (above 1: ours is faster)."""
+rounds of the time per call, and each ours / peer ratio of calls per second (above 1: ours is faster).
+
+The calls add the transitions of a pool of `pool` prepared ones in turn (0: every call its own), as a training loop adds
+the step it has just made, whose arrays and tensors are still in the processor's cache; with thousands of distinct
+prepared rows, reading each tensor's metadata from memory costs the tensor paths more than the write. Time is the calling
+thread's CPU time (`--clock cpu`, the default), which other jobs on a shared machine do not stretch as they stretch wall
+time (`--clock wall`); every library here runs on the calling thread (torch is set to one thread)."""
 import argparse, statistics, time, warnings
 import numpy as np, torch
 from gymnasium import spaces
@@ -87,20 +93,24 @@ def rlox_push(d):
         return lambda i: b.push(*rows[i])
     return make
 
-def time_calls(make, calls:int) -> float:
-    "Seconds per call of `calls` calls of a fresh buffer's operation (after 200 unmeasured ones)"
+def time_calls(make, calls:int, pool:int=0, clock=time.thread_time) -> float:
+    "Seconds per call of `calls` calls of a fresh buffer's operation (after 200 unmeasured ones), on the prepared rows from 200 on, cycling through `pool` of them (0: all)"
     f = make()
     for i in range(200): f(i)
-    t = time.perf_counter()
-    for i in range(200, 200 + calls): f(i)
-    return (time.perf_counter() - t) / calls
+    order = [200 + (i % pool if pool else i) for i in range(calls)]
+    t = clock()
+    for i in order: f(i)
+    return (clock() - t) / calls
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=7)
     p.add_argument('--calls', type=int, default=5000)
+    p.add_argument('--pool', type=int, default=64, help='prepared transitions cycled through (0: a new one at every call)')
+    p.add_argument('--clock', choices=['cpu', 'wall'], default='cpu', help="the calling thread's CPU time, or wall time")
     a = p.parse_args()
     torch.set_num_threads(1)
+    clock = time.thread_time if a.clock == 'cpu' else time.perf_counter
     import cpprb
     from stable_baselines3.common.buffers import ReplayBuffer as SB3
     from fastrl_replay.compat import sb3 as ours_sb3, cpprb as ours_cpprb
@@ -122,7 +132,7 @@ def main():
         for c, libs in cases.items():
             names = list(libs)
             for n in names[r % len(names):] + names[:r % len(names)]:
-                res[c][n].append(time_calls(libs[n], a.calls if 'sample' not in c else a.calls // 10))
+                res[c][n].append(time_calls(libs[n], a.calls if 'sample' not in c else a.calls // 10, a.pool, clock))
     print(f'{"case":26s}{"library":22s}{"median us/call":>16s}{"ours / peer":>14s}')
     for c, libs in res.items():
         med = {n: statistics.median(v) for n, v in libs.items()}

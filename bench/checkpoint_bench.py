@@ -6,7 +6,7 @@ Cases (the peers' published anchor for low-dim, and a pixel case):
 - frames: 200,000 steps of one 84x84 uint8 frame, an int64 action, a float32 reward and a done flag.
 
 Configurations:
-- ours:        `ExperienceReplay` (lowdim) or `CircularReplayBuffer((84, 84), 1, ...)` (frames): `memory.save(dir)`
+- ours:        `ExperienceReplay` (lowdim) or `FrameReplay((84, 84), 1, ...)` (frames): `memory.save(dir)`
                (a .npy per array, the column storage's rows as one block, large arrays written and read past the page
                cache (O_DIRECT); a JSON manifest sealed by its own CRC-32, a CRC-32 per array computed on save and checked
                on load, every file fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory,
@@ -68,8 +68,8 @@ def ours(case, d, per, durable=True):
         m = (PrioritizedExperienceReplay if per else ExperienceReplay)(bs=256, max_sz=N[case], warmup_sz=256, seed=0)
         m + {k: torch.from_numpy(v if v.ndim == 2 else v[:, None]) for k, v in d.items()}
     else:
-        from fastrl_replay.memory.circular import CircularReplayBuffer
-        m = CircularReplayBuffer((84, 84), 1, N[case], 32, prioritized=per, seed=0)
+        from fastrl_replay.memory.circular import FrameReplay
+        m = FrameReplay((84, 84), 1, N[case], 32, prioritized=per, seed=0)
         for t in range(N[case]): m.add(d['obs'][t], d['act'][t], d['rew'][t], d['done'][t])
     path = Path(tempfile.mkdtemp(dir=WORK))/'ck'
     p0 = peak_rss(); t0 = time.perf_counter(); m.save(path, durable=durable); t1 = time.perf_counter(); p1 = peak_rss()

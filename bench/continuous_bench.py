@@ -23,6 +23,7 @@ their speeds by the ratio of medians, from the runs in the results file; nothing
 import argparse, json, os, resource, statistics, time
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
+from fastrl_replay.data.gym import play_episodes
 
 OUT = Path(__file__).resolve().parent/'results'/'continuous_bench.jsonl'
 
@@ -32,17 +33,7 @@ def cpu_s() -> float:
 
 def greedy_return(act, env_id, seed, n=10) -> list:
     "Returns of `n` greedy episodes, `act` mapping an observation to an action"
-    env, returns = gym.make(env_id), []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(n):
-        total, done = 0., False
-        while not done:
-            obs, r, term, trunc, _ = env.step(act(obs))
-            total, done = total + float(r), term or trunc
-        returns.append(total)
-        obs, _ = env.reset()
-    env.close()
-    return returns
+    return play_episodes(act, env_id, n, seed)
 
 def settings(algo, env, steps):
     "The zoo's settings for `algo` on `env` as `sac_defaults`/`td3_defaults` give them, the memory cut to `steps`"

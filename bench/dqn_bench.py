@@ -24,6 +24,7 @@ import argparse, json, time
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastai.callback.core import Callback
+from fastrl_replay.data.gym import play_episodes
 
 ENV, OUT = 'CartPole-v1', Path(__file__).resolve().parent/'results'/'dqn_bench.json'
 # SB3 counts target_update_interval in environment steps, which it takes only between training bursts: its
@@ -35,16 +36,7 @@ ZOO = dict(lr=2.3e-3, bs=64, buffer=100_000, learning_starts=1_000, gamma=0.99, 
 
 def evaluate_policy(act, seed, n=20):
     "Mean return of `n` greedy episodes, `act` mapping an observation to an action"
-    env, returns = gym.make(ENV), []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(n):
-        total, done = 0., False
-        while not done:
-            obs, r, term, trunc, _ = env.step(act(obs))
-            total, done = total + r, term or trunc
-        returns.append(total)
-        obs, _ = env.reset()
-    return float(np.mean(returns))
+    return float(np.mean(play_episodes(act, ENV, n, seed)))
 
 SOLVED = 475.  # CartPole-v1's reward threshold
 

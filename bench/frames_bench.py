@@ -1,11 +1,11 @@
-"""Image observations: memory per stored transition, add rate and sample(32) time of `CircularReplayBuffer`
+"""Image observations: memory per stored transition, add rate and sample(32) time of `FrameReplay`
 against the peers' frame-deduplicating modes, in one run on the same data.
 
 Setup (as in the peers' published Atari-like anchor): synthetic 84x84 uint8 frames, episodes of 1,000 steps,
 stacks of 4, capacity 50,000, one add per environment step, 50,000 steps (the buffer is filled exactly once),
 then batches of 32 sampled uniformly.
 
-- ours:      `CircularReplayBuffer((84, 84), stack_size=4, ...)`, `add(frame, action, reward, terminal)`: one new
+- ours:      `FrameReplay((84, 84), stack_size=4, ...)`, `add(frame, action, reward, terminal)`: one new
              frame per step; samples are `BD`s of torch tensors (state and next state `(32, 4, 84, 84)` uint8).
 - ours[per]: the same with `prioritized=True` (no peer here: shown for its cost).
 - cpprb:     `ReplayBuffer(next_of="obs", stack_compress="obs")`, fed `(84, 84, 4)` stacks and `on_episode_end()`.
@@ -59,18 +59,18 @@ def median_ms(fn, calls=300, warm=20):
 def run_ours(F, ACT, REW, DONE, prioritized=False):
     import torch
     torch.set_num_threads(1)
-    from fastrl_replay.memory.circular import CircularReplayBuffer
+    from fastrl_replay.memory.circular import FrameReplay
     if prioritized:  # the sum tree may compile its kernels on first use: that one-time cost is paid before the first
-        warm = CircularReplayBuffer((84, 84), STACK, 64, B, prioritized=True, seed=0)  # reading, as the peers pay
+        warm = FrameReplay((84, 84), STACK, 64, B, prioritized=True, seed=0)  # reading, as the peers pay
         for t in range(64): warm.add(F[t], 0, 0., False)  # theirs at import
         warm.sample(); del warm
     r0 = rss()
-    rb = CircularReplayBuffer((84, 84), STACK, CAP, B, prioritized=prioritized, seed=0)
+    rb = FrameReplay((84, 84), STACK, CAP, B, prioritized=prioritized, seed=0)
     t0 = time.perf_counter()
     for t in range(N): rb.add(F[t + STACK - 1], ACT[t], REW[t], DONE[t])
     dt = time.perf_counter() - t0
     r1 = rss()
-    b = rb.sample_transition_batch(indices=[5, 1001])  # what is timed is right: the stacks are the frames of the steps
+    b = rb.gather([5, 1001])  # what is timed is right: the stacks are the frames of the steps
     assert np.array_equal(b['state'][0].numpy(), F[5:9]) and np.array_equal(b['next_state'][0].numpy(), F[6:10])
     s = b['state'][1].numpy()  # the second step of an episode: two zero frames, then its first two
     assert not s[:2].any() and np.array_equal(s[2:], F[1003:1005])

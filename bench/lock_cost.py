@@ -1,5 +1,5 @@
 """What a memory's lock costs one thread: the operations of `replay_bench.py` and `per_bench.py` (their own classes, data,
-capacity of 1,000,000 and batches of 256), and a `CircularReplayBuffer` of Atari frames (84 x 84, stacks of 4) on two memories in one process, one as it is and one whose lock is switched
+capacity of 1,000,000 and batches of 256), and a `FrameReplay` of Atari frames (84 x 84, stacks of 4) on two memories in one process, one as it is and one whose lock is switched
 off (`memory.lock` replaced by a `contextlib.nullcontext`, which the memory's `with self.lock:` enters as it enters a
 lock).
 
@@ -81,16 +81,16 @@ def main():
         return lambda td: lib.sample_update(er, td)
     res['per sample+update'] = compare(per_update, lib.td * 2, args.blocks)
     import numpy as np
-    from fastrl_replay.memory.circular import CircularReplayBuffer
+    from fastrl_replay.memory.circular import FrameReplay
     steps = [(np.full((84, 84), i % 256, np.uint8), i % 4, 1., i % 100 == 99) for i in range(20_000)]
     def frames_add(switch):
-        buf = switch(CircularReplayBuffer((84, 84), 4, 100_000, 32, seed=0))
+        buf = switch(FrameReplay((84, 84), 4, 100_000, 32, seed=0))
         return lambda s: buf.add(*s)
     res['frames add(1)'] = compare(frames_add, steps, args.blocks)
     def frames_sample(switch):
-        buf = switch(CircularReplayBuffer((84, 84), 4, 100_000, 32, seed=0))
+        buf = switch(FrameReplay((84, 84), 4, 100_000, 32, seed=0))
         for s in steps: buf.add(*s)
-        return lambda _: buf.sample_transition_batch()
+        return lambda _: buf.sample()
     res['frames sample(32)'] = compare(frames_sample, list(range(2_000)), args.blocks)
     print(f'{"operation":<24}{"locked µs":>12}{"unlocked µs":>13}{"locked/unlocked":>17}')
     for k, r in res.items(): print(f'{k:<24}{r["locked_us"]:>12.3f}{r["unlocked_us"]:>13.3f}{r["ratio"]:>17.3f}')

@@ -4,7 +4,7 @@ from fastrl_replay.memory.core import ExperienceReplayException
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERmean, LaBERExperienceReplay
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.test_utils import synth_transitions
 
 def raises(call, msg):

@@ -46,7 +46,7 @@ def test_int_indices_still_select():
     assert len(er[[1, 2]]) == 2 and len(er[::2]) == 3 and len(er[np.array([0, 5])]) == 2
 
 def _frames_buffer():
-    from fastrl_replay.memory.circular import CircularReplayBuffer
+    from fastrl_replay.compat.reagent import CircularReplayBuffer
     buf = CircularReplayBuffer((2,), 1, 4, 2, seed=0)
     for i in range(5): buf.add(np.full(2, i, np.uint8), 0, 1., False)  # full: the next step would overwrite the oldest row
     return buf
@@ -88,7 +88,7 @@ def test_laber_bad_score_refused_and_twin_stays_in_step(bad, msg):
 # --- CircularReplayBuffer: flags, env ids, extras, meta tensors, priorities, settings
 
 def _full_buffer(**kw):
-    from fastrl_replay.memory.circular import CircularReplayBuffer
+    from fastrl_replay.compat.reagent import CircularReplayBuffer
     buf = CircularReplayBuffer((2,), 1, 4, 2, seed=0, **kw)
     for i in range(5): buf.add(np.full(2, i, np.uint8), 0, 1., False)  # full: the next step would overwrite the oldest row
     return buf
@@ -129,7 +129,7 @@ def test_circular_batch_int_flags_stored():
 
 @pytest.mark.parametrize('name', ['reward', 'state', 'next_state', 'weight', 'indices', 'env_id', 'obs'])
 def test_circular_extra_named_like_a_column_refused(name):
-    from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
+    from fastrl_replay.compat.reagent import CircularReplayBuffer, ReplayElement
     from fastrl_replay.memory.frames import SAMPLED
     kw = dict(obs_key='obs') if name == 'obs' else {}
     with pytest.raises(ExperienceReplayException, match=re.escape(
@@ -138,7 +138,7 @@ def test_circular_extra_named_like_a_column_refused(name):
         CircularReplayBuffer((2,), 1, 4, 2, seed=0, extra_storage_types=[ReplayElement(name, (), np.float32)], **kw)
 
 def test_circular_extra_keeps_its_own_column():
-    from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
+    from fastrl_replay.compat.reagent import CircularReplayBuffer, ReplayElement
     buf = CircularReplayBuffer((2,), 1, 4, 2, seed=0, extra_storage_types=[ReplayElement('logp', (), np.float32)])
     for i in range(3): buf.add(np.full(2, i, np.uint8), 0, 2., False, np.float32(-i))
     b = buf.sample_transition_batch(indices=[0, 1])
@@ -183,7 +183,7 @@ def test_circular_bad_values_refused(call, msg):
     (dict(replay_capacity=2**62), f'max_sz={2**62}: the steps: {2**62} rows of 56 bytes ({2**62 * 56:,} bytes) cannot be allocated'),
 ])
 def test_circular_settings_refused(kw, msg):
-    from fastrl_replay.memory.circular import CircularReplayBuffer
+    from fastrl_replay.compat.reagent import CircularReplayBuffer
     args = {**dict(observation_shape=(2,), stack_size=1, replay_capacity=4, batch_size=2), **kw}
     with pytest.raises(ExperienceReplayException, match=f'^{re.escape(msg)}$'): CircularReplayBuffer(**args)
 

@@ -3,7 +3,7 @@ import numpy as np, pytest, torch
 from scipy.stats import chi2
 from hypothesis import given, settings, strategies as st, HealthCheck
 from fastrl_replay.core import BD
-from fastrl_replay.memory.circular import CircularReplayBuffer, NoValidTransitions
+from fastrl_replay.compat.reagent import CircularReplayBuffer, NoValidTransitions
 from fastrl_replay.memory.experience_replay import ExperienceReplayException, WarmupNotReached
 
 OBS = (2,)
@@ -57,11 +57,11 @@ class NaiveMemory:
                     terminated=bool(end is not None and end['term']), truncated=bool(end is not None and end['trunc']),
                     horizon=k, env_id=st_['env'], episode_id=ep + 1, reads=reads)
 
-def serial_at(buf, row): return buf.add_count - 1 - (buf.add_count - 1 - row) % buf.capacity
+def serial_at(buf, row): return buf.add_count - 1 - (buf.add_count - 1 - row) % buf.replay_capacity
 
 def check_all(buf, ref):
     "Every stored index: valid exactly when the naive transition is complete and stored, and then equal to it"
-    size, lo = buf.size, buf.add_count - buf.capacity
+    size, lo = buf.size, buf.add_count - buf.replay_capacity
     valid = buf.valid_mask()
     assert not valid[size:].any()
     for row in range(size):
@@ -72,7 +72,7 @@ def check_all(buf, ref):
         assert buf.is_valid_transition(row) == stored
         if not stored and tr is not None:  # complete but rejected: a step it reads was overwritten, so a naive read
             gone = [d for d in tr['reads'] if d < lo]  # of its row would return another step's data
-            assert gone and all(buf.storage.obs[d % buf.capacity][0] != d + 1 for d in gone)
+            assert gone and all(buf.storage.obs[d % buf.replay_capacity][0] != d + 1 for d in gone)
     rows = np.flatnonzero(valid)
     if not len(rows):
         with pytest.raises(NoValidTransitions): buf.sample_index_batch(4)
@@ -267,7 +267,7 @@ def test_settings_are_checked():
         assert msg in str(e.value)
 
 def test_extras_are_stored_and_returned():
-    from fastrl_replay.memory.circular import ReplayElement
+    from fastrl_replay.compat.reagent import ReplayElement
     buf = buffer(stack=1, extra_storage_types=[ReplayElement('log_prob', (), np.float32), ReplayElement('mask', (3,), np.bool_)])
     buf.add(frame(0, 0), 0, 1., False, -0.5, mask=np.array([True, False, True]))
     buf.add(frame(1, 0), 0, 1., True, log_prob=-1.5, mask=np.zeros(3, bool))

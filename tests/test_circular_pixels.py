@@ -5,7 +5,7 @@ from fastai.learner import Learner
 from fastrl_replay.data.gym import pixel_env, GymLoop, Source, EpsilonGreedy, gym_dataloaders, NoValidation
 from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer
 from fastrl_replay.callback import ExperienceReplayCallback
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 
 class PixelQNet(nn.Module):
     "Convolutions over a stack of uint8 frames, then one value per action"

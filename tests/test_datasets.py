@@ -9,7 +9,7 @@ from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERExperienceReplay
-from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
+from fastrl_replay.compat.reagent import CircularReplayBuffer, ReplayElement
 from fastrl_replay.data.gym import GymLoop, Source, FirstLast
 from fastrl_replay.agents.dqn import dqn_learner
 from fastrl_replay.datasets import storage_order, storage_episodes, to_minari, from_minari

@@ -76,18 +76,22 @@ def test_global_prioritized_sampling_matches_one_memory(per3):
 
 def _uniform(max_sz, i): return ExperienceReplay(bs=32, max_sz=max_sz, warmup_sz=0, seed=i)
 
+def _late_update(rr, shards:int, bs:int):
+    "One batch of 20 rows to each of `shards` shards, a sample of `bs`, one more batch, which goes to shard 0 and overwrites it whole, then TD errors of 2 for the sample: the sampled ids, and each shard's TD errors and ids"
+    for j in range(shards): rr + _rows(20, 20 * j)
+    b, keys = rr.sample(bs)
+    rr + _rows(20, 20 * shards)
+    rr.update_td(torch.full((bs,), 2.), keys); rr.flush()
+    td = rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy())
+    tid = rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())
+    return b['tid'][:, 0], td, tid
+
 def test_uniform_shards_drop_stale_td_errors_too():
     "Uniform shards skip a late update by the same hand-out marks as a local memory"
     rr = RayReplay(partial(_uniform, 20), 2, seed=1)
     try:
         rr.prefetch = 0
-        for j in range(2): rr + _rows(20, 20 * j)
-        b, keys = rr.sample(16)
-        rr + _rows(20, 40)  # the 3rd batch goes to shard 0 and overwrites it whole after the sample
-        rr.update_td(torch.full((16,), 2.), keys); rr.flush()
-        td = rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy())
-        tid = rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())
-        sampled = b['tid'][:, 0]
+        sampled, td, tid = _late_update(rr, 2, 16)
         assert (sampled < 20).any() and (sampled >= 20).any()  # both shards were sampled
         assert not (td[0] != 0).any()
         assert set(tid[1][td[1] == 2.].tolist()) == {t for t in sampled.tolist() if t >= 20}
@@ -96,13 +100,7 @@ def test_uniform_shards_drop_stale_td_errors_too():
 
 def test_td_errors_reach_the_owning_shard_and_stale_ones_are_dropped(per3):
     rr = per3; rr.reset(); rr.prefetch = 0
-    for j in range(3): rr + _rows(20, 20 * j)  # batches go to shards 0, 1, 2
-    b, keys = rr.sample(32)
-    rr + _rows(20, 60)  # the 4th batch goes to shard 0 and overwrites it whole after the sample
-    rr.update_td(torch.full((32,), 2.), keys); rr.flush()
-    td = rr.apply(lambda m: m.memory['td_error'][:, 0].numpy().copy())
-    tid = rr.apply(lambda m: m.memory['tid'][:, 0].numpy().copy())
-    sampled = b['tid'][:, 0]
+    sampled, td, tid = _late_update(rr, 3, 32)  # batches go to shards 0, 1, 2, then 0 again
     assert not (td[0] != 0).any()  # every update to shard 0 was stale: dropped by its staleness guard
     for j in (1, 2): assert set(tid[j][td[j] == 2.].tolist()) == {t for t in sampled.tolist() if 20 * j <= t < 20 * (j + 1)}
     assert rr.apply(lambda m: m.n_stale) == [int((sampled < 20).sum()), 0, 0]

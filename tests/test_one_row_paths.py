@@ -15,7 +15,7 @@ def filled(rows) -> ExperienceReplay:
 def test_exact_rows_are_stored_as_given_across_the_wrap():
     er = filled([row(i) for i in range(6)])
     m = er.memory
-    assert er.storage._tensor_row is not None  # the address path is planned for these columns
+    assert "try_add" in vars(er.storage)  # the address path is compiled for these columns
     assert m['state'].tolist() == [[4., 4.5, -4., 8.], [5., 5.5, -5., 10.], [2., 2.5, -2., 4.], [3., 3.5, -3., 6.]]
     assert m['action'][:, 0].tolist() == [1, 2, 2, 0] and m['reward'][:, 0].tolist() == [1., 1.25, .5, .75]
     assert m['done'][:, 0].tolist() == [False, True, False, False] and len(er) == 4
@@ -46,3 +46,16 @@ def test_a_wider_float_is_cast_as_before():
     er = filled([row(0)])
     er + {**row(1), 'reward': torch.tensor([[0.1]], dtype=torch.float64)}
     assert er.memory['reward'][1, 0].item() == np.float32(0.1)
+
+def test_a_copy_writes_its_own_rows():
+    "The compiled one-row writes hold the arrays' addresses: a copy, a deep copy and a pickle compile their own, and write only into their own rows"
+    import copy, pickle
+    er = filled([row(i) for i in range(3)])
+    for other in (copy.deepcopy(er), pickle.loads(pickle.dumps(er))):
+        other + row(7)
+        other.append({'state': np.full(4, 9, np.float32), 'action': np.array([2]), 'reward': np.array([.5], np.float32), 'done': np.array([True])})
+        assert other.memory['state'][:, 0].tolist() == [9., 1., 2., 7.] and other.pointer == 1 and len(other) == 4  # the append wrapped to row 0
+        assert other.memory['action'][:, 0].tolist() == [2, 1, 2, 1] and other.memory['done'][:, 0].tolist() == [True, False, False, False]
+        assert other.sample(4)[0]['state'].shape == (4, 4)
+    assert er.memory['state'][:, 0].tolist() == [0., 1., 2.] and len(er) == 3 and er.pointer == 3
+    assert er.storage.column('state')[3].tolist() == [0., 0., 0., 0.]  # the row after them untouched

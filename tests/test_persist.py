@@ -8,7 +8,7 @@ from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceRepl
 from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
 from fastrl_replay.memory.frames import FrameStorage
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory, load_into, register_kind, CheckpointError, KINDS, MANIFEST, SEAL
 from fastrl_replay.test_utils import synth_transitions
 
@@ -706,23 +706,34 @@ def test_deeply_nested_manifests_are_refused(tmp_path, depth, message):
     with pytest.raises(CheckpointError, match=re.escape(f"{tmp_path/'ck'/MANIFEST}: {message}")): load_memory(tmp_path/'ck')
 
 
+def load_in_fresh_process(path, unimported:str, extra:str) -> list[str]:
+    "The module, class, length and `extra` (an expression of `m`) of the memory at `path`, loaded by a process that has not imported module `unimported`"
+    import subprocess, sys, textwrap
+    code = textwrap.dedent(f'''
+        import sys
+        from fastrl_replay.memory.persist import load_memory
+        assert {unimported!r} not in sys.modules
+        m = load_memory({str(path)!r})
+        print(type(m).__module__, type(m).__name__, len(m), {extra})
+    ''')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
 def test_a_kind_whose_module_is_not_imported_loads(tmp_path):
     "Loading imports the library module a checkpoint's kind names, and only a library module"
-    import subprocess, sys, textwrap
     from fastrl_replay.memory.continual import ReservoirReplay
     m = ReservoirReplay(max_sz=10, bs=2, warmup_sz=2, seed=0)
     m + synth_transitions(15)
     m.save(tmp_path/'res')
-    code = textwrap.dedent(f'''
-        import sys
-        from fastrl_replay.memory.persist import load_memory
-        assert 'fastrl_replay.memory.continual' not in sys.modules
-        m = load_memory({str(tmp_path/'res')!r})
-        print(type(m).__module__, type(m).__name__, len(m), m.seen)
-    ''')
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ['fastrl_replay.memory.continual', 'ReservoirReplay', '10', '15']
+    assert load_in_fresh_process(tmp_path/'res', 'fastrl_replay.memory.continual', 'm.seen') == ['fastrl_replay.memory.continual', 'ReservoirReplay', '10', '15']
+
+
+def test_a_kind_that_moved_loads_from_its_former_name():
+    "A checkpoint naming `memory.circular.CircularReplayBuffer`, written before the class moved to `compat.reagent`, loads as it in a fresh process"
+    assert load_in_fresh_process(DATA/'memory_v2_crb', 'fastrl_replay.compat.reagent', 'm.replay_capacity') == \
+        ['fastrl_replay.compat.reagent', 'CircularReplayBuffer', '25', '25']
 
 
 def test_a_kind_cannot_import_a_module_outside_the_library(tmp_path):

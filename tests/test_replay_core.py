@@ -7,7 +7,7 @@ from fastrl_replay.memory.experience_replay import ExperienceReplay, ColumnStora
 from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERExperienceReplay
-from fastrl_replay.memory.circular import CircularReplayBuffer, ReplayElement
+from fastrl_replay.compat.reagent import CircularReplayBuffer, ReplayElement
 from fastrl_replay.test_utils import synth_transitions
 
 def frame(s): return np.array([s + 1, 0], np.int32)

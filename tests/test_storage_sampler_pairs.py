@@ -12,7 +12,7 @@ from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay, PrioritizedSampler
 from fastrl_replay.memory.laber import LaBERExperienceReplay, LaBERSampler
 from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 from reference import ListMemory
 from test_experience_replay_stateful import rows_of
 from test_prioritized import Reference, chi2 as chi2_stat

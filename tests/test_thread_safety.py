@@ -4,7 +4,7 @@ from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERExperienceReplay
 from fastrl_replay.memory.continual import ReservoirReplay, TaskBalancedReplay
-from fastrl_replay.memory.circular import CircularReplayBuffer
+from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory
 
 K = 10**6  # a row's code: writer * K + sequence number

@@ -17,7 +17,7 @@ from ..memory.experience_replay import ExperienceReplay
 from ..callback import ExperienceReplayCallback, ReplayBatch
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
-from ..data.gym import GymLoop, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env, env_space_pair
+from ..data.gym import GymLoop, play_episodes, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env, env_space_pair
 from fastcore.basics import store_attr, patch
 from fastai.callback.core import Callback
 from fastai.learner import Learner, Metric, CastToTensor
@@ -138,20 +138,11 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
              max_steps:int|None=None # Cut episodes at this many steps (default: the environment's time limit)
             ) -> list[float]:
     "Returns of `n_episodes` episodes played greedily by `model`"
-    e, returns, dev = gym.make(env) if isinstance(env, str) else env, [], next(model.parameters()).device
-    obs, _ = e.reset(seed=seed)
-    for _ in range(n_episodes):
-        total, steps, done = 0., 0, False
-        while not done:
-            x = torch.as_tensor(np.asarray(obs), device=dev)
-            with torch.no_grad(): a = int(model((x if x.dtype == torch.uint8 else x.float())[None]).argmax())
-            obs, r, term, trunc, _ = e.step(a)
-            total, steps = total + float(r), steps + 1
-            done = term or trunc or (max_steps is not None and steps >= max_steps)
-        returns.append(total)
-        obs, _ = e.reset()
-    if isinstance(env, str): e.close()
-    return returns
+    dev = next(model.parameters()).device
+    def greedy(obs) -> int:
+        x = torch.as_tensor(np.asarray(obs), device=dev)
+        with torch.no_grad(): return int(model((x if x.dtype == torch.uint8 else x.float())[None]).argmax())
+    return play_episodes(greedy, env, n_episodes, seed, max_steps)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #11ce47a4
 MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
@@ -253,7 +244,7 @@ def replay_warmup(memory:ReplayMemory|None, # A ready memory, or None for the on
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
                 *,
-                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `CircularReplayBuffer`); default: the one `replay` describes
+                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `FrameReplay`); default: the one `replay` describes
                 model:nn.Module|None=None, # Maps a batch, or a state tensor, to one value per action (default: a `QNet` of `net.hidden`)
                 cbs=(), # More callbacks
                 net:NetSettings|dict|None=None, # The Q-network and its target

@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Mapping, Callable
+from fastcore.meta import delegates
 from functools import partial
 import numpy as np, torch, gymnasium as gym
 from torch import nn
@@ -18,7 +19,7 @@ from fastai.learner import CastToTensor
 from fastai.optimizer import OptimWrapper
 from fastai.callback.training import GradientClip
 from ..callback import ExperienceReplayCallback, ReplayBatch
-from ..data.gym import GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
+from ..data.gym import SteppedAgent, play_episodes, GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
 from ..learner import LeanLearner
 from ..threads import TorchThreads
 from ..memory.core import ReplayMemory
@@ -26,9 +27,9 @@ from .dqn import settings, replay_memory, replay_warmup, memory_settings, loop_m
 
 # %% auto #0
 __all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
-           'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel', 'SACLoss', 'ActorCriticTrainer', 'ActorAgent',
-           'evaluate_actor', 'box_spaces', 'grouped', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings',
-           'actor_critic_learner', 'sac_learner', 'sac_defaults']
+           'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel', 'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer',
+           'ActorAgent', 'evaluate_actor', 'box_spaces', 'grouped', 'ActorCriticSettings', 'EntropySettings',
+           'SACExploreSettings', 'actor_critic_learner', 'sac_learner', 'sac_defaults']
 
 # %% ../../nbs/10d_agents.sac.ipynb #d04305eb
 def mlp(sizes:tuple, # Layer sizes, input first, output last
@@ -165,13 +166,16 @@ def _critic_loss(td:torch.Tensor, b:Mapping, half:bool) -> torch.Tensor:
     return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
 
 # %% ../../nbs/10d_agents.sac.ipynb #bf7a7009
-class SACLoss:
-    "SAC's loss on a replayed batch: the critics' TD loss (reported to the batch), the actor's and the entropy coefficient's, summed"
-    def __init__(self, model:SACModel): self.model, self.train_actor = model, True
-
+class ActorCriticLoss:
+    "What the actor-critic losses share: each call trains the critics, and the actor too on the calls `schedule` says"
+    train_actor = True  # the next call trains the actor (and SAC's entropy coefficient) too
     def schedule(self, train_actor:bool):
-        "Whether the next call trains the actor and the entropy coefficient too, or the critics only"
+        "Whether the next call trains the actor too, or the critics only"
         self.train_actor = train_actor
+
+class SACLoss(ActorCriticLoss):
+    "SAC's loss on a replayed batch: the critics' TD loss (reported to the batch), the actor's and the entropy coefficient's, summed"
+    def __init__(self, model:SACModel): self.model = model
 
     def td_targets(self, b:Mapping) -> torch.Tensor:
         "R + discount * (min of the target critics - alpha * log pi) at the next state, actions drawn from the policy"
@@ -215,7 +219,7 @@ class ActorCriticTrainer(Callback):
     def load_state_dict(self, state:dict): self.n_updates = state['n_updates']
 
 # %% ../../nbs/10d_agents.sac.ipynb #3837eb41
-class ActorAgent:
+class ActorAgent(SteppedAgent):
     "Acts with the model's exploring actor in its `Box` action space; uniformly at random for the first `random_steps` steps"
     def __init__(self, model:nn.Module, # Has an `actor` with `explore(state, eps)` and a `scale` (`ActionScale`)
                  seed:int|None=None, # Seed of the exploration noise
@@ -234,15 +238,6 @@ class ActorAgent:
             if not random: a = m.actor.explore(torch.as_tensor(state, device=dev), a)
             return m.scale.to_env(a).reshape(n, *m.scale.shape).cpu().numpy()
 
-    def state_dict(self) -> dict:
-        "The steps counted so far and the generator's state, as plain data"
-        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
-
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` returned"
-        self.steps = state['steps']
-        self.rng.bit_generator.state = state['rng']
-
 # %% ../../nbs/10d_agents.sac.ipynb #9cef58fd
 def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) and a `scale`
                    env:str|gym.Env='Pendulum-v1', # Environment id, or a ready single environment
@@ -250,20 +245,12 @@ def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) 
                    seed:int=10_000 # Seed of the first reset; later episodes continue the environment's stream
                   ) -> list[float]:
     "Returns of `n_episodes` episodes played with the actor's greedy actions"
-    e, returns = gym.make(env) if isinstance(env, str) else env, []
     dev = model.scale.low.device
-    obs, _ = e.reset(seed=seed)
-    for _ in range(n_episodes):
-        total, done = 0., False
-        while not done:
-            with torch.inference_mode():
-                a = model.scale.to_env(model.actor(torch.as_tensor(np.asarray(obs, np.float32), device=dev)[None]))
-            obs, r, term, trunc, _ = e.step(a.reshape(model.scale.shape).cpu().numpy())
-            total, done = total + float(r), term or trunc
-        returns.append(total)
-        obs, _ = e.reset()
-    if isinstance(env, str): e.close()
-    return returns
+    def greedy(obs) -> np.ndarray:
+        with torch.inference_mode():
+            a = model.scale.to_env(model.actor(torch.as_tensor(np.asarray(obs, np.float32), device=dev)[None]))
+        return a.reshape(model.scale.shape).cpu().numpy()
+    return play_episodes(greedy, env, n_episodes, seed)
 
 # %% ../../nbs/10d_agents.sac.ipynb #53214cf0
 def box_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.spaces.Box]:
@@ -306,10 +293,29 @@ class SACExploreSettings:
     random_warmup:bool = True # Act uniformly at random until the memory holds its warm-up
 
 # %% ../../nbs/10d_agents.sac.ipynb #691cd45e
-def actor_critic_learner(env, model:nn.Module, loss, trainer:ActorCriticTrainer, *,
-                         memory:ReplayMemory|None, replay:ReplaySettings, optim:OptimSettings, random_warmup:bool, cbs=(),
-                         steps_per_epoch:int, gamma:float, n_steps:int, n_envs:int, seed:int|None, device) -> LeanLearner:
-    "The `Learner` that trains `model` by `loss` on transitions from `env`, acted by the model's actor, through a replay memory: what SAC and TD3 share"
+def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id, or a ready environment (single or vector); Box actions
+                         parts:Callable, # `(observation size, action space) -> (model, loss, trainer)`, called once the seed is set
+                         *,
+                         lr:float, # The learning rate when `optim` gives none
+                         random_warmup:bool, # Uniformly random actions while the memory warms up
+                         memory:ReplayMemory|None=None, # A ready replay memory; default: the one `replay` describes
+                         cbs=(), # More callbacks
+                         replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None (SB3's defaults: bs 256, 1e6 rows, warm-up 100)
+                         optim:OptimSettings|dict|None=None, # Learning rate (the builder's default), training frequency, gradient clipping
+                         steps_per_epoch:int=2_000, # Environment steps per fastai epoch
+                         gamma:float=0.99, # Discount factor
+                         n_steps:int=1, # Steps folded into each transition (n-step returns)
+                         n_envs:int=1, # Environments stepped together (for an environment id)
+                         seed:int|None=0, # Seed for the networks, the environments, exploration and replay
+                         device=None # Device for the model and the batches (default: the CPU)
+                        ) -> LeanLearner:
+    "The `Learner` that trains the networks `parts` makes on transitions from `env`, acted by their actor, through a replay memory: what SAC and TD3 share"
+    if memory is not None and replay is not None:
+        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
+    replay, optim = grouped(ReplaySettings, replay, SB3_REPLAY), grouped(OptimSettings, optim, SB3_OPTIM | dict(lr=lr))
+    obs_sp, act_sp = box_spaces(env)
+    if seed is not None: torch.manual_seed(seed)
+    model, loss, trainer = parts(int(np.prod(obs_sp.shape)), act_sp)
     warmup_sz = replay_warmup(memory, replay)
     ready = None if isinstance(env, str) else env
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
@@ -329,35 +335,20 @@ def actor_critic_learner(env, model:nn.Module, loss, trainer:ActorCriticTrainer,
     return learn
 
 # %% ../../nbs/10d_agents.sac.ipynb #341bd766
+@delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
 def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
-                *,
-                memory:ReplayMemory|None=None, # A ready replay memory; default: the one `replay` describes
-                model:SACModel|None=None, # The networks (default: a `SACModel` of `net.hidden` and `entropy`)
-                cbs=(), # More callbacks
+                *, model:SACModel|None=None, # The networks (default: a `SACModel` of `net.hidden` and `entropy`)
                 net:ActorCriticSettings|dict|None=None, # Network sizes and target updates
                 entropy:EntropySettings|dict|None=None, # The entropy coefficient
                 explore:SACExploreSettings|dict|None=None, # Random actions during the warm-up
-                replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None (SB3's defaults: bs 256, 1e6 rows, warm-up 100)
-                optim:OptimSettings|dict|None=None, # Learning rate (default 3e-4), training frequency, gradient clipping
-                steps_per_epoch:int=2_000, # Environment steps per fastai epoch
-                gamma:float=0.99, # Discount factor
-                n_steps:int=1, # Steps folded into each transition (n-step returns)
-                n_envs:int=1, # Environments stepped together (for an environment id)
-                seed:int|None=0, # Seed for the networks, the environments, exploration and replay
-                device=None # Device for the model and the batches (default: the CPU)
-               ) -> LeanLearner:
-    "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay"
+                **kwargs) -> LeanLearner:
+    "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay (learning rate 3e-4 unless `optim` gives one)"
     net, entropy, explore = settings(ActorCriticSettings, net), settings(EntropySettings, entropy), settings(SACExploreSettings, explore)
-    if memory is not None and replay is not None:
-        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
-    replay, optim = grouped(ReplaySettings, replay, SB3_REPLAY), grouped(OptimSettings, optim, SB3_OPTIM | dict(lr=3e-4))
-    obs_sp, act_sp = box_spaces(env)
-    if seed is not None: torch.manual_seed(seed)
-    if model is None: model = SACModel(int(np.prod(obs_sp.shape)), act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
-    loss = SACLoss(model)
-    return actor_critic_learner(env, model, loss, ActorCriticTrainer(loss, net.tau, net.target_every), memory=memory, replay=replay,
-                                optim=optim, random_warmup=explore.random_warmup, cbs=cbs, steps_per_epoch=steps_per_epoch, gamma=gamma,
-                                n_steps=n_steps, n_envs=n_envs, seed=seed, device=device)
+    def parts(n_obs:int, act_sp:gym.spaces.Box):
+        m = model if model is not None else SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
+        loss = SACLoss(m)
+        return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every)
+    return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10d_agents.sac.ipynb #1bdaf708
 _MUJOCO_SAC = dict(steps=1_000_000, replay=dict(warmup_sz=10_000))

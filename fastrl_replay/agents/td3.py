@@ -9,13 +9,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from collections.abc import Mapping
+from fastcore.meta import delegates
 import numpy as np, torch, gymnasium as gym
 from torch import nn
-from .dqn import settings, ReplaySettings, OptimSettings
-from ..memory.core import ReplayMemory
+from .dqn import settings
 from ..learner import LeanLearner
-from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstrap, _critic_loss, ActorCriticTrainer, ActorCriticSettings,
-                 actor_critic_learner, box_spaces, grouped, SB3_REPLAY, SB3_OPTIM)
+from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstrap, _critic_loss, ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings,
+                 actor_critic_learner, grouped)
 
 # %% auto #0
 __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings', 'td3_learner',
@@ -50,16 +50,12 @@ class TD3Model(nn.Module):
         return [(self.actor, self.actor_target), (self.critic, self.critic_target)]
 
 # %% ../../nbs/10e_agents.td3.ipynb #380cb0e2
-class TD3Loss:
+class TD3Loss(ActorCriticLoss):
     "TD3's loss on a replayed batch: the critics' TD loss against smoothed target actions (reported to the batch), plus the actor's on its steps"
     def __init__(self, model:TD3Model, # The networks
                  target_noise:float=0.2, # Standard deviation of the noise added to the target actor's actions
                  noise_clip:float=0.5): # That noise is clipped to plus or minus this
-        self.model, self.target_noise, self.noise_clip, self.train_actor = model, target_noise, noise_clip, True
-
-    def schedule(self, train_actor:bool):
-        "Whether the next call trains the actor too, or the critics only"
-        self.train_actor = train_actor
+        self.model, self.target_noise, self.noise_clip = model, target_noise, noise_clip
 
     def td_targets(self, b:Mapping) -> torch.Tensor:
         "R + discount * the min of the target critics at the next state and the target actor's smoothed action"
@@ -93,36 +89,21 @@ class GaussianExploreSettings:
     random_warmup:bool = True # Act uniformly at random until the memory holds its warm-up
 
 # %% ../../nbs/10e_agents.td3.ipynb #4d2cbe45
+@delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
 def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
-                *,
-                memory:ReplayMemory|None=None, # A ready replay memory; default: the one `replay` describes
-                model:TD3Model|None=None, # The networks (default: a `TD3Model` of `net.hidden`)
-                cbs=(), # More callbacks
+                *, model:TD3Model|None=None, # The networks (default: a `TD3Model` of `net.hidden`)
                 net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)) and target updates
                 td3:TD3Settings|dict|None=None, # Policy delay and target smoothing
                 explore:GaussianExploreSettings|dict|None=None, # Exploration noise, random actions during the warm-up
-                replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None (SB3's defaults: bs 256, 1e6 rows, warm-up 100)
-                optim:OptimSettings|dict|None=None, # Learning rate (default 1e-3), training frequency, gradient clipping
-                steps_per_epoch:int=2_000, # Environment steps per fastai epoch
-                gamma:float=0.99, # Discount factor
-                n_steps:int=1, # Steps folded into each transition (n-step returns)
-                n_envs:int=1, # Environments stepped together (for an environment id)
-                seed:int|None=0, # Seed for the networks, the environments, exploration and replay
-                device=None # Device for the model and the batches (default: the CPU)
-               ) -> LeanLearner:
-    "A fastai `Learner` that trains TD3 on `env` with experience replay"
+                **kwargs) -> LeanLearner:
+    "A fastai `Learner` that trains TD3 on `env` with experience replay (learning rate 1e-3 unless `optim` gives one)"
     net, td3 = grouped(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
     explore = settings(GaussianExploreSettings, explore)
-    if memory is not None and replay is not None:
-        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
-    replay, optim = grouped(ReplaySettings, replay, SB3_REPLAY), grouped(OptimSettings, optim, SB3_OPTIM | dict(lr=1e-3))
-    obs_sp, act_sp = box_spaces(env)
-    if seed is not None: torch.manual_seed(seed)
-    if model is None: model = TD3Model(int(np.prod(obs_sp.shape)), act_sp, net.hidden, explore.noise)
-    loss = TD3Loss(model, td3.target_noise, td3.noise_clip)
-    trainer = ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay)
-    return actor_critic_learner(env, model, loss, trainer, memory=memory, replay=replay, optim=optim, random_warmup=explore.random_warmup,
-                                cbs=cbs, steps_per_epoch=steps_per_epoch, gamma=gamma, n_steps=n_steps, n_envs=n_envs, seed=seed, device=device)
+    def parts(n_obs:int, act_sp:gym.spaces.Box):
+        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise)
+        loss = TD3Loss(m, td3.target_noise, td3.noise_clip)
+        return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay)
+    return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10e_agents.td3.ipynb #e381d89a
 _MUJOCO_TD3 = dict(steps=1_000_000, replay=dict(warmup_sz=10_000), explore=dict(noise=0.1))

@@ -1,4 +1,4 @@
-"""ReAgent's `ReplayBuffer` and `PrioritizedReplayBuffer`, and Dopamine's `OutOfGraphReplayBuffer` and `OutOfGraphPrioritizedReplayBuffer`, as thin adapters over `FrameStorage` and the library's samplers: the same steps at the same indices, the same valid transitions, stacks and n-step returns.
+"""ReAgent's `ReplayBuffer` and `PrioritizedReplayBuffer`, Dopamine's `OutOfGraphReplayBuffer` and `OutOfGraphPrioritizedReplayBuffer`, and `CircularReplayBuffer` (the library's `FrameReplay` under their names), as thin adapters over `FrameStorage` and the library's samplers: the same steps at the same indices, the same valid transitions, stacks and n-step returns.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/compat.reagent.html.md"""
 
@@ -14,15 +14,15 @@ import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
 from ..memory.checks import cast_exactly, as_idxs, host_array, as_flag
-from ..memory.core import UniformSampler, Replay
+from ..memory.core import UniformSampler, Replay, own_kind
 from ..memory.frames import FrameStorage, ReplayElement
-from ..memory.circular import ReAgentRing
+from ..memory.circular import FrameReplay
 from ..memory.prioritized import PrioritizedSampler
 from ..memory.persist import register_kind, load_memory
 
 # %% auto #0
-__all__ = ['PaddedFrameStorage', 'PaddedReplay', 'ReplayBuffer', 'PrioritizedReplayBuffer', 'OutOfGraphReplayBuffer',
-           'OutOfGraphPrioritizedReplayBuffer']
+__all__ = ['PaddedFrameStorage', 'ReAgentRing', 'CircularReplayBuffer', 'PaddedReplay', 'ReplayBuffer', 'PrioritizedReplayBuffer',
+           'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer']
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c9016029
 _PAD = '_padding'  # the extra element that marks padding steps
@@ -113,6 +113,101 @@ def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
     if a.dtype.kind == 'f' and dtype.kind == 'f': return a.astype(dtype)
     return cast_exactly(name, a, dtype, by_value=True)
 
+# %% ../../nbs/13c_compat.reagent.ipynb #c2a7e602
+class ReAgentRing:
+    "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
+    empty_batches = False  # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
+    def cursor(self) -> int:
+        "Index of the row the next step is written to"
+        return self.add_count % self.replay_capacity
+    def is_empty(self) -> bool:
+        "Whether no step was written yet"
+        return self.add_count == 0
+    def is_full(self) -> bool:
+        "Whether the ring has been filled once, so each step now overwrites the oldest"
+        return self.add_count >= self.replay_capacity
+    def is_valid_transition(self, index) -> bool:
+        "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
+        i = to_numpy(index)
+        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
+        i = int(i.reshape(()))
+        return 0 <= i < self.replay_capacity and bool(self._valid_at(np.array([i]))[0])
+    def valid_mask(self) -> np.ndarray:
+        "For every index, whether it is a valid transition now"
+        return self._valid_at(np.arange(self.replay_capacity))
+    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
+        return self._draw(batch_size)
+    def sample_all_valid_transitions(self):
+        "Every valid transition, in index order"
+        rows = np.flatnonzero(self.valid_mask())
+        if not len(rows) and not self.empty_batches:
+            raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
+        return self.sample_transition_batch(indices=rows)
+    def _check_prioritized(self, what:str):
+        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples uniformly')
+
+# %% ../../nbs/13c_compat.reagent.ipynb #c3b1a002
+class CircularReplayBuffer(ReAgentRing, FrameReplay):
+    "`FrameReplay` under ReAgent's and Dopamine's names: single frames stored once, rebuilt into stacked n-step transitions"
+    empty_batches = True  # `sample_all_valid_transitions` with no valid transition gives a batch of 0 rows
+    __signature__ = None  # its own `__init__`'s, not the one `FrameReplay` lists
+    def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
+                 replay_capacity:int, # Steps kept before the oldest are overwritten
+                 batch_size:int, # Transitions per sample
+                 update_horizon:int=1, # n of the n-step return
+                 gamma:float=0.99, # Discount factor
+                 extra_storage_types:list|None=None, # `ReplayElement`s stored per step and returned with its transition
+                 **kwargs): # `FrameReplay`'s other settings: `prioritized`, `warmup_sz`, `seed`, the storage's and the sampler's
+        for v, name in ((replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'), (update_horizon, 'update_horizon')):
+            check_positive(v, name)
+        super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma, extra_storage_types, **kwargs)
+    replay_capacity = property(lambda self: self.max_sz, doc='Steps kept before the oldest are overwritten')
+    batch_size = property(lambda self: self.bs, doc='Transitions per sample')
+    update_horizon = property(lambda self: self.n_steps, doc='n of the n-step return')
+    size = property(lambda self: len(self), doc='Steps stored')
+    def _described(self) -> dict:
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, replay_capacity=self.max_sz, update_horizon=self.n_steps,
+                    size=self.size, cursor=self.cursor())
+    @classmethod
+    def create_from_env(cls,
+                        env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
+                        *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
+        "A buffer for the observation and action spaces of `env`"
+        return cls.from_env(env, max_sz=replay_memory_size, bs=batch_size, stack_size=stack_size, **kwargs)
+    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
+        "Whether each of `rows` (indices in range) starts a transition that can be built exactly from what is stored"
+        with self.lock: return self.storage.valid(rows)
+    def _draw(self, batch_size:int) -> torch.Tensor:
+        "`batch_size` valid indices drawn by the sampler"
+        check_positive(batch_size, 'batch_size')
+        return self.draw(batch_size)
+    def sample_transition_batch(self,
+                                batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
+                                indices=None): # Indices to build instead of sampling; each must be valid
+        "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
+        if indices is not None: return self.gather(indices)
+        bs = batch_size if batch_size is not None else self.bs
+        check_positive(bs, 'batch_size')
+        with self.lock: b, rows = self.sampler.sample(bs)
+        b['indices'] = rows
+        return b
+    def get_transition_elements(self, batch_size:int|None=None) -> list:
+        "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
+        bs = batch_size if batch_size is not None else self.bs
+        st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
+        act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
+        els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
+               ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
+               ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
+               ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
+        els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
+        if self.prioritized: els.append(('weight', (bs, 1), np.float32))
+        els.append(('indices', (bs,), np.int64))
+        return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
+
+own_kind(CircularReplayBuffer, 'fastrl_replay.memory.circular.CircularReplayBuffer')  # checkpoints written when the class lived in memory.circular
+
 # %% ../../nbs/13c_compat.reagent.ipynb #c2a10ad1
 def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
 
@@ -126,14 +221,8 @@ class PaddedReplay(ReAgentRing, Replay):
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
     checkpoint_duration, keep_every = 4, None  # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
-    def __init__(self,
-                 stack_size:int, # Frames per state
-                 replay_capacity:int, # Rows kept, padding included
-                 batch_size:int, # Transitions per sample
-                 update_horizon:int=1, # n of the n-step return
-                 gamma:float=0.99, # Discount factor
-                 generator:torch.Generator|None=None, # CPU random generator for sampling
-                 seed:int|None=None): # Seed for a new generator
+    def __init__(self, stack_size:int, replay_capacity:int, batch_size:int, update_horizon:int=1, gamma:float=0.99, # As the buffers name them
+                 generator:torch.Generator|None=None, seed:int|None=None): # A CPU random generator for sampling, or the seed of a new one
         for v, name in ((stack_size, 'stack_size'), (replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'),
                         (update_horizon, 'update_horizon')): check_positive(v, name)
         check_number('gamma', gamma)

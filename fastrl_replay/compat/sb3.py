@@ -12,6 +12,7 @@ import numpy as np, torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
@@ -206,8 +207,11 @@ class ReplayBuffer(SB3ReplayBuffer):
                env:VecNormalize|None=None # Normalizes observations and rewards, if given
               ) -> ReplayBufferSamples:
         "`batch_size` transitions drawn as SB3 draws them"
+        return self._samples(self._drawn(batch_size)[0], env)
+    def _drawn(self, batch_size:int):
+        "The core memory's sample of `batch_size` rows and their indices; the buffer must hold some"
         if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-        return self._samples(self.replay.sample(batch_size)[0], env)
+        return self.replay.sample(batch_size)
     def _get_samples(self, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
         "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
         slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
@@ -249,24 +253,19 @@ class PrioritizedReplayBufferSamples(ReplayBufferSamples):
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     "SB3's `ReplayBuffer` sampled in proportion to priorities from TD errors, with importance weights and the rows drawn"
-    def __init__(self,
-                 buffer_size:int, # Capacity in transitions, over all environments
-                 observation_space:spaces.Space, # Observation space (not a `Dict`)
-                 action_space:spaces.Space, # Action space
-                 device:torch.device|str='auto', # Where samples go
-                 n_envs:int=1, # Environments stepped together
-                 optimize_memory_usage:bool=False, # Accepted as SB3's buffers accept it; every row can be drawn here
-                 handle_timeout_termination:bool=True, # Read `TimeLimit.truncated` from the infos
+    @delegates(ReplayBuffer.__init__)
+    def __init__(self, buffer_size:int, observation_space:spaces.Space, action_space:spaces.Space, # As `ReplayBuffer`'s
                  alpha:float=0.6, # Priority exponent: 0 samples uniformly
                  beta:float=0.4, # Importance-sampling exponent at the first sample
                  beta_end:float=1., # Importance-sampling exponent once annealed
                  beta_steps:int=100_000, # Samples over which beta moves linearly to `beta_end`
                  eps:float=1e-6, # Added to |TD error|, so that no priority is 0
                  weight_norm:str|None='memory', # Divide weights by the largest over the 'memory' or the 'batch'; None: raw
-                 seed:int|None=None): # Seed of the sampler's generator (default: drawn from torch's global generator)
+                 seed:int|None=None, # Seed of the sampler's generator (default: drawn from torch's global generator)
+                 **kwargs): # `ReplayBuffer`'s `device`, `n_envs`, `optimize_memory_usage` (accepted; every row can be drawn here) and `handle_timeout_termination`
         self._per = dict(alpha=alpha, beta=beta, beta_end=beta_end, beta_steps=beta_steps, eps=eps, weight_norm=weight_norm)
         PrioritizedSampler(**self._per)  # checks the settings before anything is allocated
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
+        super().__init__(buffer_size, observation_space, action_space, seed=seed, **kwargs)
 
     def _new_sampler(self, torch_seed:int|None=None) -> Sampler:
         return PrioritizedSampler(**self._per, seed=self.seed if torch_seed is None else torch_seed)
@@ -279,8 +278,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                env:VecNormalize|None=None # Normalizes observations and rewards, if given
               ) -> PrioritizedReplayBufferSamples:
         "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
-        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-        batch, idxs = self.replay.sample(batch_size)
+        batch, idxs = self._drawn(batch_size)
         res = PrioritizedReplayBufferSamples(*self._samples(batch, env))
         res.weights, res.indexes = self.to_torch(batch['weight'].numpy()), idxs
         return res

@@ -22,9 +22,9 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'EpsilonGreedy', 'check_env', 'env_space_pair', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state',
-           'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader', 'gym_dataloaders', 'NoValidation',
-           'fake_gym_learner']
+__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'play_episodes', 'env_space_pair', 'GymLoop', 'pixel_env',
+           'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader',
+           'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -47,8 +47,20 @@ class RandomAgent:
         "Restore what `state_dict` returned"
         self.rng.bit_generator.state = state['rng']
 
+# %% ../../nbs/05b_data.gym.ipynb #5e9a7c01
+class SteppedAgent:
+    "An agent whose state is the environment steps it has counted (`steps`) and its NumPy generator (`rng`): what a checkpoint keeps of it"
+    def state_dict(self) -> dict:
+        "The steps counted so far and the generator's state, as plain data"
+        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` returned"
+        self.steps = state['steps']
+        self.rng.bit_generator.state = state['rng']
+
 # %% ../../nbs/05b_data.gym.ipynb #e1490f0b
-class EpsilonGreedy:
+class EpsilonGreedy(SteppedAgent):
     "Greedy actions from `model`'s values, each replaced by a uniform random action with probability epsilon"
     def __init__(self, model:torch.nn.Module, # Maps a `(n, *obs)` float32 state batch to `(n, n_actions)` values
                  n_actions:int, # Number of discrete actions
@@ -85,15 +97,6 @@ class EpsilonGreedy:
         if type(state) is np.ndarray and dev.type == 'cpu' and state.flags.writeable: return torch.from_numpy(state)
         return torch.as_tensor(state, device=dev)
 
-    def state_dict(self) -> dict:
-        "The schedule's position (the steps counted so far) and the generator's state, as plain data"
-        return dict(steps=self.steps, rng=self.rng.bit_generator.state)
-
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` returned"
-        self.steps = state['steps']
-        self.rng.bit_generator.state = state['rng']
-
 # %% ../../nbs/05b_data.gym.ipynb #b2495e8b
 def check_env(env:str):
     "Raise a `ValueError` naming close matches if `env` is not a registered gymnasium environment"
@@ -121,6 +124,27 @@ class _OneEnv:
 
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
+
+# %% ../../nbs/05b_data.gym.ipynb #7c1d2e02
+def play_episodes(act, # Maps one observation to one action
+                  env:str|gym.Env, # Environment id, or a ready single environment
+                  n_episodes:int=20, # Episodes to play
+                  seed:int=10_000, # Seed of the first reset; later episodes continue the environment's stream
+                  max_steps:int|None=None # Cut episodes at this many steps (default: the environment's time limit)
+                 ) -> list[float]:
+    "Returns of `n_episodes` episodes played by `act`"
+    e, returns = gym.make(env) if isinstance(env, str) else env, []
+    obs, _ = e.reset(seed=seed)
+    for _ in range(n_episodes):
+        total, steps, done = 0., 0, False
+        while not done:
+            obs, r, term, trunc, _ = e.step(act(obs))
+            total, steps = total + float(r), steps + 1
+            done = term or trunc or (max_steps is not None and steps >= max_steps)
+        returns.append(total)
+        obs, _ = e.reset()
+    if isinstance(env, str): e.close()
+    return returns
 
 # %% ../../nbs/05b_data.gym.ipynb #f38325b1
 def env_space_pair(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:

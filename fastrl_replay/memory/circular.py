@@ -1,4 +1,4 @@
-"""Each frame stored once: stacked states, next states and n-step returns rebuilt at sample time, exact at every episode, environment and cursor boundary, with ReAgent's interface.
+"""Each frame stored once: stacked states, next states and n-step returns rebuilt at sample time, exact at every episode, environment and cursor boundary.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.circular.html.md"""
 
@@ -6,92 +6,50 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.circular.html.md"""
 
 # %% ../../nbs/06e_memory.circular.ipynb #27471203
 from __future__ import annotations
-from collections import namedtuple
-from collections.abc import Mapping
-import math
-import numpy as np, torch, gymnasium as gym
-from fastcore.basics import patch
-from fastcore.meta import delegates
 import inspect
+import numpy as np, torch, gymnasium as gym
+from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, to_numpy, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
-from .checks import cast_exactly, as_idxs, check_kind
-from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
-from .core import Storage, UniformSampler, Replay, forward_attrs
+from ..errors import ExperienceReplayException, check_positive, check_nonneg
+from .checks import as_idxs
+from .core import UniformSampler, Replay, forward_attrs
 from .prioritized import PrioritizedSampler
 from .frames import FrameStorage, ReplayElement
 
 # %% auto #0
-__all__ = ['ReAgentRing', 'CircularReplayBuffer']
-
-# %% ../../nbs/06e_memory.circular.ipynb #c2a7e602
-class ReAgentRing:
-    "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
-    empty_batches = False  # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
-    def cursor(self) -> int:
-        "Index of the row the next step is written to"
-        return self.add_count % self.replay_capacity
-    def is_empty(self) -> bool:
-        "Whether no step was written yet"
-        return self.add_count == 0
-    def is_full(self) -> bool:
-        "Whether the ring has been filled once, so each step now overwrites the oldest"
-        return self.add_count >= self.replay_capacity
-    def is_valid_transition(self, index) -> bool:
-        "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
-        i = to_numpy(index)
-        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
-        i = int(i.reshape(()))
-        return 0 <= i < self.replay_capacity and bool(self._valid_at(np.array([i]))[0])
-    def valid_mask(self) -> np.ndarray:
-        "For every index, whether it is a valid transition now"
-        return self._valid_at(np.arange(self.replay_capacity))
-    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
-        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
-        return self._draw(batch_size)
-    def sample_all_valid_transitions(self):
-        "Every valid transition, in index order"
-        rows = np.flatnonzero(self.valid_mask())
-        if not len(rows) and not self.empty_batches:
-            raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
-        return self.sample_transition_batch(indices=rows)
-    def _check_prioritized(self, what:str):
-        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples uniformly')
-
+__all__ = ['FrameReplay']
 
 # %% ../../nbs/06e_memory.circular.ipynb #aa2281d0
 _PRIORITY_ARGS = set(inspect.signature(PrioritizedSampler).parameters) - {'generator', 'seed'}
 
 @delegates(FrameStorage.__init__, but=['max_sz', 'n_steps', 'extras'])
-class CircularReplayBuffer(ReAgentRing, Replay):
-    "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority: ReAgent's interface"
-    makes_n_step = True  # fed single steps, it builds the `update_horizon`-step returns when it samples
-    empty_batches = True  # `sample_all_valid_transitions` with no valid transition gives a batch of 0 rows
+class FrameReplay(Replay):
+    "Single frames stored once and rebuilt into stacked n-step transitions, sampled uniformly or by priority"
+    makes_n_step = True  # fed single steps, it builds the `n_steps`-step returns when it samples
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
-                 replay_capacity:int, # Steps kept before the oldest are overwritten
-                 batch_size:int, # Transitions per sample
-                 update_horizon:int=1, # n of the n-step return
+                 max_sz:int, # Capacity: steps kept before the oldest are overwritten
+                 bs:int, # Batch size: transitions per sample
+                 n_steps:int=1, # n-step horizon: the rewards in each return
                  gamma:float=0.99, # Discount factor
-                 extra_storage_types:list|None=None, # `ReplayElement`s stored per step and returned with its transition
+                 extras:list|None=None, # `ReplayElement`s stored per step and returned with its transition
                  prioritized:bool=False, # Sample by priority with a `PrioritizedSampler`, which takes `alpha`, `beta`, `eps`, ...
-                 warmup_sz:int|None=None, # Steps stored before `sample` returns a batch (default: `batch_size`)
+                 warmup_sz:int|None=None, # Steps stored before `sample` returns a batch (default: `bs`)
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None, # Seed for a new generator
                  **kwargs): # `FrameStorage`'s settings, and the `PrioritizedSampler`'s (`weight_norm` 'batch' and fixed β by default)
-        for v, name in ((replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'), (update_horizon, 'update_horizon')):
-            check_positive(v, name)
+        for v, name in ((max_sz, 'max_sz'), (bs, 'bs'), (n_steps, 'n_steps')): check_positive(v, name)
         if warmup_sz is not None: check_nonneg(warmup_sz, 'warmup_sz')
         prio = {k: kwargs.pop(k) for k in list(kwargs) if k in _PRIORITY_ARGS}
-        storage = FrameStorage(observation_shape, replay_capacity, stack_size, update_horizon, gamma, extra_storage_types, **kwargs)
+        storage = FrameStorage(observation_shape, max_sz, stack_size, n_steps, gamma, extras, **kwargs)
         sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator, seed=seed)
                    if prioritized else UniformSampler(generator, seed))
-        super().__init__(storage, sampler, batch_size, min(batch_size, replay_capacity) if warmup_sz is None else warmup_sz)
+        super().__init__(storage, sampler, bs, min(bs, max_sz) if warmup_sz is None else warmup_sz)
     def add(self,
             observation, # The observation the action was taken in (one frame)
             action, # The action taken
             reward, # The reward received
             terminal, # The episode ended in a terminal state: no bootstrap
-            *args, # Extra elements, in `extra_storage_types` order
+            *args, # Extra elements, in `extras` order
             truncated:bool=False, # The episode was cut short (a time limit): bootstrap from `next_observation`
             next_observation=None, # The true final observation; needed (and kept) for truncated steps only
             env_id:int=0, # The environment the step comes from: steps of different environments never mix
@@ -106,90 +64,52 @@ class CircularReplayBuffer(ReAgentRing, Replay):
         "Sampled by priority"
         return isinstance(self.sampler, PrioritizedSampler)
     @property
-    def replay_capacity(self) -> int:
-        "Steps kept before the oldest are overwritten"
-        return self.max_sz
-    capacity = replay_capacity
-    @property
-    def batch_size(self) -> int:
-        "Transitions per sample"
-        return self.bs
-    @property
-    def update_horizon(self) -> int:
-        "n of the n-step return"
-        return self.n_steps
-    @property
-    def size(self) -> int:
-        "Steps stored"
-        return len(self)
-    @property
     def device(self) -> torch.device:
         "Where sampled batches go"
         return self.storage.batch_device
-    def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, stack_size={self.stack_size}, replay_capacity={self.max_sz}, '
-                f'update_horizon={self.n_steps}, size={self.size}, cursor={self.cursor()})')
+    def _described(self) -> dict:
+        "The settings and counts `repr` shows"
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, max_sz=self.max_sz, n_steps=self.n_steps, rows=len(self), pointer=self.pointer)
+    def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self._described().items())})"
     @classmethod
-    def create_from_env(cls,
-                        env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
-                        *, replay_memory_size:int, batch_size:int, stack_size:int=1, **kwargs):
-        "A buffer for the observation and action spaces of `env`"
+    def from_env(cls,
+                 env:gym.Env, # A gymnasium environment (or vector environment): the spaces of one step
+                 *, max_sz:int, bs:int, stack_size:int=1, **kwargs):
+        "A memory for the observation and action spaces of `env`"
         obs_sp = getattr(env, 'single_observation_space', env.observation_space)
         act_sp = getattr(env, 'single_action_space', env.action_space)
         if not isinstance(obs_sp, (gym.spaces.Box, gym.spaces.Discrete)):
             raise ExperienceReplayException(f'observations must be a Box or Discrete space, got {obs_sp}')
         act = dict(action_shape=(), action_dtype=np.int64) if isinstance(act_sp, gym.spaces.Discrete) else \
               dict(action_shape=act_sp.shape, action_dtype=act_sp.dtype)
-        return cls(obs_sp.shape, stack_size, replay_memory_size, batch_size, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
-    def _valid_at(self, rows:np.ndarray) -> np.ndarray:
-        "Whether each of `rows` (indices in range) starts a transition that can be built exactly from what is stored"
-        with self.lock: return self.storage.valid(rows)
-    def _draw(self, batch_size:int) -> torch.Tensor:
-        "`batch_size` valid indices drawn by the sampler"
-        check_positive(batch_size, 'batch_size')
-        with self.lock: return self.sampler.draw(batch_size)
-    def sample_transition_batch(self,
-                                batch_size:int|None=None, # Transitions to sample (default: `batch_size`)
-                                indices=None): # Indices to build instead of sampling; each must be valid
-        "A `BD` of transitions, with their storage `indices` (and, prioritized, their `weight`)"
+        return cls(obs_sp.shape, stack_size, max_sz, bs, **{'observation_dtype': obs_sp.dtype, **act, **kwargs})
+    def valid_mask(self) -> np.ndarray:
+        "For every row, whether it starts a transition that can be built exactly from what is stored now"
+        with self.lock: return self.storage.valid(np.arange(self.max_sz))
+    def draw(self, bs:int) -> torch.Tensor:
+        "`bs` indices of valid transitions, drawn uniformly (or by priority): a 1-d int64 tensor"
+        check_positive(bs, 'bs')
+        with self.lock: return self.sampler.draw(bs)
+    def gather(self, idxs) -> BD:
+        "The transitions at storage indices `idxs` (each valid), as a `BD` with their `indices` (and, prioritized, their `weight`)"
         with self.lock:
-            if indices is None:
-                bs = batch_size if batch_size is not None else self.bs
-                check_positive(bs, 'batch_size')
-                b, rows = self.sampler.sample(bs)
-            else:
-                rows = as_idxs(indices, len(self), 'cpu')
-                if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
-                b = self.storage.gather(rows)
-                if self.prioritized: b['weight'] = self.sampler.weights(rows)
+            rows = as_idxs(idxs, len(self), 'cpu')
+            if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
+            b = self.storage.gather(rows)
+            if self.prioritized: b['weight'] = self.sampler.weights(rows)
         b['indices'] = rows
         return b
-    def get_transition_elements(self, batch_size:int|None=None) -> list:
-        "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each column"
-        bs = batch_size if batch_size is not None else self.bs
-        st = (bs, self.stack_size, *self.obs_shape) if self.stack_size > 1 else (bs, *self.obs_shape)
-        act = np.dtype(np.int64) if self.action_dtype.kind in 'iu' else self.action_dtype
-        els = [('state', st, self.obs_dtype), ('action', (bs, *(self.action_shape or (1,))), act),
-               ('reward', (bs, *(self.reward_shape or (1,))), np.float32), ('next_state', st, self.obs_dtype),
-               ('discount', (bs, 1), np.float32), ('terminated', (bs, 1), np.bool_), ('truncated', (bs, 1), np.bool_),
-               ('horizon', (bs, 1), np.int64), ('env_id', (bs, 1), np.int64), ('episode_id', (bs, 1), np.int64)]
-        els += [(e.name, (bs, *(e.shape or (1,))), e.type) for e in self.extras]
-        if self.prioritized: els.append(('weight', (bs, 1), np.float32))
-        els.append(('indices', (bs,), np.int64))
-        return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
-    def set_priority(self, indices, priorities):
-        "Set the priorities of `indices` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
+    def _check_prioritized(self, what:str):
+        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized memory; this {type(self).__name__} samples uniformly')
+    def set_priority(self, idxs, priorities):
+        "Set the priorities of `idxs` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
         self._check_prioritized('set_priority')
-        with self.lock: self.sampler.set_priority(indices, priorities)
-    def get_priority(self, indices) -> torch.Tensor:
-        "The sampling priorities of `indices`: 0 for an index that is not a valid transition"
+        with self.lock: self.sampler.set_priority(idxs, priorities)
+    def get_priority(self, idxs) -> torch.Tensor:
+        "The sampling priorities of `idxs`: 0 for an index that is not a valid transition"
         self._check_prioritized('get_priority')
-        with self.lock: return self.sampler.get_priority(as_idxs(indices, len(self), 'cpu'))
+        with self.lock: return self.sampler.get_priority(as_idxs(idxs, len(self), 'cpu'))
 
-forward_attrs(CircularReplayBuffer, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
+forward_attrs(FrameReplay, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')
-forward_attrs(CircularReplayBuffer, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')
-
-# %% ../../nbs/06e_memory.circular.ipynb #66a5a780
-CircularReplayBuffer.size = property(lambda self: len(self), doc='Steps stored')
-CircularReplayBuffer.device = property(lambda self: self.storage.batch_device, doc='Where sampled batches go')
+forward_attrs(FrameReplay, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')

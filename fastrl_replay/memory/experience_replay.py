@@ -6,12 +6,13 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.experience_replay.htm
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #3bd1f4fb
 from __future__ import annotations
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from collections import namedtuple
 from pathlib import Path
-import math
+import copy, math
 import numpy as np, torch
+from numba import types as nb_types
 from ..core import BD, ROW_INDEX
 from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
 from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values, host_array
@@ -55,8 +56,16 @@ class _Col:
         info = np.iinfo(self.np_dtype) if self.np_dtype is not None and self.np_dtype.kind in 'iu' else None
         self.lo, self.hi = (int(info.min), int(info.max)) if info is not None else (None, None)  # an int's check: two comparisons
         self.np_scalar = self.np_dtype.type if self.np_dtype is not None else None  # e.g. np.float32: one value of the column
+    def without_arrays(self, block:bool) -> _Col:
+        "A copy of this column for a copy of its storage, without the arrays that copy makes anew from its own: a tensor over a host array, a view of the `block` of rows"
+        res = copy.copy(self)
+        if self.host: res.data = None
+        if block: res.np = None
+        return res
 
 _MISSING = object()
+
+def _takes_nothing(_) -> int: return -1  # the one-row writes of a storage whose columns have none
 
 def _ready(c: _Col, v):
     "`v` as the write copies it into column `c`: a NumPy array for host storage, a plain tensor otherwise"
@@ -143,11 +152,18 @@ class ColumnStorage(Storage):
             shape = (self.max_sz, *c.shape)
             if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
             elif c.key in given: c.np = given[c.key]
-            elif packed: c.np = np.ndarray(shape, c.np_dtype, self._rows, c.offset, (self._rows.strides[0], *c.inner_strides))
+            elif packed: c.np = _block_view(self._rows, c)
             elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
             if c.host: c.data = torch.from_numpy(c.np)
             else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
         self._cols = cols
+        self._derive()
+
+    def _derive(self):
+        "What follows from the columns and their arrays: a row's bytes and type, the one-row views, and the compiled one-row writes (`try_add`, `try_add_row`), which hold the arrays' addresses"
+        self.try_add = self.try_add_row = _takes_nothing  # until replaced below (set, not deleted: touching `__dict__` makes every attribute read slower)
+        cols = self._cols
+        if cols is None: return
         self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
         self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
         self._keys = frozenset(c.key for c in cols)
@@ -155,7 +171,22 @@ class ColumnStorage(Storage):
         self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
         self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
                            for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
-        self._tensor_row = _tensor_row_plan(cols) if host else None
+        if host and self.writer is None and all(c.np.flags.writeable for c in cols):
+            self.try_add_row = _compiled_try_add_row(self)
+            if (f := _compiled_try_add(self)) is not None: self.try_add = f
+
+    def __getstate__(self) -> dict:
+        "What a copy or a pickle keeps: the arrays, once each, without the views and compiled writes that hold their addresses, which the copy derives from its own arrays"
+        d = {k: v for k, v in self.__dict__.items() if k not in ('try_add', 'try_add_row', '_row_type', '_row_views')}
+        if self._cols is not None: d['_cols'] = [c.without_arrays(self._rows is not None) for c in self._cols]
+        return d
+
+    def __setstate__(self, d:dict):
+        self.__dict__.update(d)
+        for c in self._cols or ():
+            if self._rows is not None: c.np = _block_view(self._rows, c)
+            if c.host: c.data = torch.from_numpy(c.np)
+        self._derive()
 
     def _check(self, b:Mapping, cols:list[_Col]) -> tuple[int, list]:
         "Rows in `b`, and its columns in storage order, ready to copy; raise if `b` does not fit"
@@ -192,7 +223,7 @@ class ColumnStorage(Storage):
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
         if self._cols is not None:
-            if self._tensor_row is not None and (r := self._put_tensor_row(b)) is not None: return r
+            if (p := self.try_add(b)) >= 0: return p, 1
             if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
             if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
                 try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
@@ -201,21 +232,6 @@ class ColumnStorage(Storage):
         n, srcs = self._check(b, cols)
         if self._cols is None: self._allocate(cols)
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
-
-    def _put_tensor_row(self, b:Mapping) -> tuple[int, int]|None:
-        "Write `b` when it is one row of CPU tensors of exactly each column's dtype and shape, in column order, copied by address; its row and 1, or None (nothing written)"
-        keys, spec, (dsts, strides, nbytes) = self._tensor_row
-        if tuple(b) != keys: return None
-        ptrs, T = [], torch.Tensor
-        for v, (dtype, shape, neg, contig) in zip(b.values(), spec):
-            if (type(v) is not T or v.dtype is not dtype or v.shape != shape or not v.is_cpu
-                or (neg and v.is_neg()) or (contig and not v.is_contiguous())): return None
-            ptrs.append(v.data_ptr())
-        p = 0 if self.pointer == self.max_sz else self.pointer
-        put_row_bytes(tuple(ptrs), dsts, strides, nbytes, p)
-        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
-        if self.files is not None: self.files.wrote(self._row_bytes)
-        return p, 1
 
     def _exact_row(self, b:Mapping) -> list|None:
         "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
@@ -337,6 +353,7 @@ class ColumnStorage(Storage):
         "Restore what `state_dict` returned into a storage with the same `max_sz`"
         cols = self.check_state(state)
         self.pointer, self._len, self._cols = state['pointer'], state['len'], None
+        self._derive()  # no compiled writes into the arrays being replaced
         if self.writer is not None: self.writer.load_state_dict(state)
         if cols is None: return
         if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
@@ -466,12 +483,90 @@ def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
     c.offset, c.inner_strides = offset, tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
 
-def _tensor_row_plan(cols:list[_Col]) -> tuple|None:
-    "What `_put_tensor_row` needs to copy a row of tensors by address: the keys in column order, per column its dtype, row shape and the views to refuse, and the destinations; None when a column's rows are not contiguous or hold complex numbers"
+def _block_view(rows:np.ndarray, c:_Col) -> np.ndarray:
+    "Column `c`'s values in block `rows`, a view"
+    return np.ndarray((len(rows), *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides))
+
+# %% ../../nbs/06a_memory.experience_replay.ipynb #b7c1e002
+_MAKERS = {}  # source: the `make` it defines, compiled once for each kind of row
+
+def _maker(src:str):
+    "The function `make` that source `src` defines, compiled the first time it is asked for"
+    if (f := _MAKERS.get(src)) is None:
+        ns = dict(ndarray=np.ndarray)
+        exec(compile(src, '<one-row writes>', 'exec'), ns)
+        f = _MAKERS[src] = ns['make']
+    return f
+
+_TRY_ADD = """def make(s, keys, max_sz, put_row_bytes, plan, keep, {params}):
+    def try_add(b, _keep=keep):
+        try:
+            {vs}, = b.values()
+            if not ({checks}
+                    and tuple(b) == keys): return -1
+            srcs = ({ptrs},)
+        except Exception: return -1  # not a mapping of tensors: `add` checks it
+        p = s.pointer
+        if p == max_sz: p = 0
+        put_row_bytes(p, plan, srcs)
+        s.pointer = p + 1
+        if s._len < max_sz: s._len += 1{wrote}
+        return p
+    return try_add"""
+
+_TRY_ADD_ROW = """def make(s, keys, max_sz, {params}):
+    def try_add_row(t):
+        try:
+            {vs}, = t.values()
+            if not ({checks}
+                    and tuple(t) == keys): return -1
+        except Exception: return -1  # not a mapping of values: `add_row` checks it
+        p = s.pointer
+        if p == max_sz: p = 0
+        {writes}
+        s.pointer = p + 1
+        if s._len < max_sz: s._len += 1{wrote}
+        return p
+    return try_add_row"""
+
+def _tensor_check(i:int, c:_Col) -> str:
+    "What `try_add` asks of tensor `v{i}` for column `c`: exactly its dtype and shape (with a batch dimension of 1), on the CPU, not a negated view (for floats: a real view of complex numbers can be one), contiguous (for more than one number)"
+    v = f'v{i}'
+    res = f'{v}.dtype is d{i} and {v}.shape == s{i} and {v}.is_cpu'
+    if c.dtype.is_floating_point: res += f' and not {v}.is_neg()'
+    if math.prod(c.shape) > 1: res += f' and {v}.is_contiguous()'
+    return res
+
+def _value_check(i:int, c:_Col) -> str:
+    "What `try_add_row` asks of value `v{i}` for column `c`: an array of exactly its dtype and shape; for single numbers, its NumPy scalar or a Python number of its kind (an int in its range)"
+    v, k = f'v{i}', c.np_dtype.kind
+    if c.shape: return f'type({v}) is ndarray and {v}.dtype is n{i} and {v}.shape == h{i}'
+    py = (f' or type({v}) is float' if k == 'f' else f' or type({v}) is bool' if k == 'b'
+          else f' or (type({v}) is int and {c.lo} <= {v} <= {c.hi})' if k in 'iu' else '')
+    return f'(type({v}) is t{i}{py})'
+
+def _wrote(st) -> str: return '' if st.files is None else f'\n        s.files.wrote({st._row_bytes})'
+
+def _compiled_try_add(st) -> Callable|None:
+    "`try_add` for storage `st`'s host columns; None when a column's rows are not contiguous or hold complex numbers"
+    cols = st._cols
     if any(not c.np[:1].flags.c_contiguous or c.dtype.is_complex for c in cols): return None
-    spec = tuple((c.dtype, torch.Size((1, *c.shape)), c.dtype.is_floating_point, math.prod(c.shape) > 1) for c in cols)  # a real view of complex numbers can be negated; one value is always contiguous
-    dests = tuple(np.array(a, np.int64) for a in zip(*[(c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes) for c in cols]))
-    return tuple(c.key for c in cols), spec, dests
+    n = len(cols)
+    src = _TRY_ADD.format(params=', '.join(f'd{i}, s{i}' for i in range(n)), vs=', '.join(f'v{i}' for i in range(n)),
+                          checks='\n                    and '.join(_tensor_check(i, c) for i, c in enumerate(cols)),
+                          ptrs=', '.join(f'v{i}.data_ptr()' for i in range(n)), wrote=_wrote(st))
+    plan = np.array([[c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes] for c in cols], np.int64)
+    put = put_row_bytes.compile((nb_types.int64, nb_types.int64, nb_types.UniTuple(nb_types.int64, n)))  # its compiled entry: called without numba's dispatch on argument types
+    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, put, plan.ctypes.data, (plan, *[c.np for c in cols]),
+                       *[x for c in cols for x in (c.dtype, torch.Size((1, *c.shape)))])
+
+def _compiled_try_add_row(st) -> Callable:
+    "`try_add_row` for storage `st`'s host columns"
+    cols, n = st._cols, len(st._cols)
+    src = _TRY_ADD_ROW.format(params=', '.join(f'n{i}, h{i}, t{i}, a{i}' for i in range(n)), vs=', '.join(f'v{i}' for i in range(n)),
+                              checks='\n                    and '.join(_value_check(i, c) for i, c in enumerate(cols)),
+                              writes='; '.join(f'a{i}[p] = v{i}' for i in range(n)), wrote=_wrote(st))
+    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, *[x for c in cols for x in (c.np_dtype, c.shape, c.np_scalar, c.np)])
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 def _single_row(b:Mapping) -> dict|None:

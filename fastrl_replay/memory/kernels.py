@@ -43,9 +43,11 @@ def _address(typingctx, addr):
     def codegen(context, builder, sig, args): return builder.inttoptr(args[0], cgutils.voidptr_t)
     return types.voidptr(types.int64), codegen
 
-@numba.njit(cache=True, nogil=True)
-def put_row_bytes(srcs, dsts, strides, nbytes, row):
-    "Copy `nbytes[j]` bytes from address `srcs[j]` to address `dsts[j] + row * strides[j]`, for each column `j`"
+@numba.njit(cache=True)  # holding the GIL: releasing it costs more than these few bytes take to copy
+def put_row_bytes(row, plan, srcs):
+    "Copy a row's bytes from each address `srcs[j]` into row `row` of column `j`, which the int64 array at address `plan` lays out in threes: the address of the column's row 0, its row stride, and the bytes of a row"
+    p = numba.carray(_address(plan), (3 * len(srcs),), np.int64)
     for j in range(len(srcs)):
-        d = numba.carray(_address(dsts[j] + row * strides[j]), (nbytes[j],), np.uint8)
-        d[:] = numba.carray(_address(srcs[j]), (nbytes[j],), np.uint8)
+        n = p[3 * j + 2]
+        d = numba.carray(_address(p[3 * j] + row * p[3 * j + 1]), (n,), np.uint8)
+        d[:] = numba.carray(_address(srcs[j]), (n,), np.uint8)
