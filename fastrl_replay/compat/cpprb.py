@@ -317,7 +317,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().__init__(size, env_dict, Nstep=Nstep, seed=seed, **kwargs)
         if clash := [k for k in self._cols if k in ('priorities', 'weights', 'indexes')]:
             raise ExperienceReplayException(f'env_dict: {clash} are the names of what a prioritized buffer takes and returns')
-        self._unchanged = np.ones(self._size, dtype=bool)
+        if check_for_update: self.replay.sampler.stamp_all()  # cpprb counts every row as unchanged since a sample at first
 
     def _new_sampler(self) -> Sampler:
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
@@ -340,13 +340,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         elif self.Nstep is not None: priorities = np.full(n, self._max_p, np.float32)  # the largest now, not when it leaves the window
         return self._store(rows, priorities)
     def _written(self, start:int, n:int, priorities):
-        "Set the priorities of the rows just written (the largest so far where none is given), and mark them changed"
+        "Set the priorities of the rows just written (the largest so far where none is given); the sampler marks them stale if handed out before"
         rows = (start + np.arange(n)) % self._size
         if priorities is not None and n: self._max_p = max(self._max_p, priorities.max())
         p = np.full(n, self._max_p, np.float32) if priorities is None else priorities
         if n > self._size: rows, p = rows[-self._size:], p[-self._size:]  # only the last `size` stay
         self.replay.sampler.set_priority(rows, self._leaf(p).astype(np.float64))
-        self._unchanged[rows] = False
     def sample(self,
                batch_size:int, # Transitions to draw
                beta:float=0.4): # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
@@ -357,7 +356,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         batch, idxs = self.replay.sample(batch_size)
         res = self._out(batch)
         res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
-        if self.check_for_update: self._unchanged[:] = True
+        if self.check_for_update: self.replay.sampler.stamp_all()  # cpprb's guard: any row written after this sample is stale
         return res
     def update_priorities(self,
                           indexes, # Indexes, as `sample` returned them
@@ -365,17 +364,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
         i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
         p = self._checked_priorities(priorities, len(i))
-        if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
-        if not len(i): return
-        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64))
-        self._max_p = max(self._max_p, p.max())
+        keep = self.replay.sampler.fresh(i).numpy() if self.check_for_update else slice(None)  # cpprb's guard is the sampler's staleness mark
+        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=self.check_for_update)  # stale rows skipped, counted in n_stale
+        if len(p[keep]): self._max_p = max(self._max_p, p[keep].max())
     def get_max_priority(self) -> float:
         "The largest priority given so far (1 at first): what a transition added without one gets"
         return float(self._max_p)
     def clear(self):
         "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
         ReplayBuffer.clear(self)
-        self._max_p, self._unchanged[:] = np.float32(1.), True
+        self._max_p = np.float32(1.)
+        if self.check_for_update: self.replay.sampler.stamp_all()
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 def _whole(v, what:str):

@@ -21,7 +21,7 @@ from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 from .kernels import put_row_bytes
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay']
+__all__ = ['ColumnStorage', 'ExperienceReplay', 'SamplerReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -640,6 +640,14 @@ class ExperienceReplay(Replay):
             raise ExperienceReplayException('a ready sampler comes with its own generator: give it the generator or seed')
         super().__init__(ColumnStorage(max_sz, device, storage_dir), sampler, bs, warmup_sz, memory)
         if fields is not None: self.fields = tuple(fields)
+
+# %% ../../nbs/06a_memory.experience_replay.ipynb #178f149c
+class SamplerReplay(ExperienceReplay):
+    "An `ExperienceReplay` whose sampler, a `sampler_cls`, is made from the keyword arguments after the memory's own"
+    sampler_cls:type = UniformSampler  # The sampler class; a subclass names its own
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
+                 fields=None, **kwargs): # `ExperienceReplay`'s arguments, and the sampler's (`generator`, `seed` and its own)
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs), storage_dir=storage_dir, fields=fields)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
