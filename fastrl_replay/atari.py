@@ -15,7 +15,7 @@ from .memory.frames import FrameStorage, CompressedFrameStorage
 from .agents.dqn import dqn_learner, settings, ReplaySettings
 
 # %% auto #0
-__all__ = ['ATARI_DEFAULTS', 'is_atari', 'atari_env', 'NatureQNet', 'FrameReplay', 'frame_replay', 'atari_defaults',
+__all__ = ['STACK', 'ATARI_DEFAULTS', 'is_atari', 'atari_env', 'NatureQNet', 'FrameReplay', 'frame_replay', 'atari_defaults',
            'atari_learner']
 
 # %% ../nbs/17_atari.ipynb #929681b5
@@ -23,21 +23,19 @@ def is_atari(env) -> bool:
     "Whether `env` names an Atari game of ale-py (an `ALE/...` id)"
     return isinstance(env, str) and env.startswith('ALE/')
 
-def _make_atari(env_id:str, stack_size:int, max_episode_steps:int|None):
+def _make_atari(env_id:str, max_episode_steps:int|None):
     import ale_py  # registers the ALE/ environments
     gym.register_envs(ale_py)
     e = gym.make(env_id, frameskip=1, max_episode_steps=max_episode_steps)  # AtariPreprocessing skips the frames
-    e = gym.wrappers.AtariPreprocessing(e, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-    return gym.wrappers.FrameStackObservation(e, stack_size, padding_type='zero')
+    return gym.wrappers.AtariPreprocessing(e, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
 
 def atari_env(env_id:str='ALE/Pong-v5', # An `ALE/...` game id
               n_envs:int|None=1, # Environments stepped together; None: one plain environment, not a vector
-              stack_size:int=4, # Frames per observation the agent sees
               max_episode_steps:int|None=None # Emulator frames before an episode is cut (default: the game's, 108,000)
              ) -> gym.Env|gym.vector.VectorEnv:
-    "The game as DQN sees it: `AtariPreprocessing` (84x84 grayscale, frame skip 4, no-op starts) and the last `stack_size` frames, zero-padded"
+    "The game as DQN sees it, one 84x84 frame per step: `AtariPreprocessing` (grayscale, frame skip 4, no-op starts); stacks are the loop's and the memory's"
     if not is_atari(env_id): raise ValueError(f"an Atari game id starts with 'ALE/', got {env_id!r}")
-    make = lambda: _make_atari(env_id, stack_size, max_episode_steps)
+    make = lambda: _make_atari(env_id, max_episode_steps)
     if n_envs is None: return make()
     return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
@@ -83,6 +81,7 @@ def frame_replay(kind:str='uniform', # 'uniform', 'per' or 'laber'
     return FrameReplay(storage, sampler, bs=bs, warmup_sz=warmup_sz)
 
 # %% ../nbs/17_atari.ipynb #5a531845
+STACK = 4  # frames per state, as in the Nature DQN
 _ATARI_BASE = dict(steps=1_000_000, gamma=0.99, n_steps=3, n_envs=4,
                    replay=dict(max_sz=100_000, warmup_sz=5_000, bs=32), optim=dict(lr=1e-4, train_every=4, max_grad_norm=10.),
                    net=dict(target_sync=1_000), explore=dict(eps_end=0.01, eps_steps=100_000))
@@ -111,9 +110,9 @@ def atari_learner(env:str='ALE/Pong-v5', # An `ALE/...` game id
     env_ = atari_env(env, n_envs, max_episode_steps=max_episode_steps)
     n_actions = int(env_.single_action_space.n)
     if seed is not None: torch.manual_seed(seed)
-    model = NatureQNet(n_actions)
+    model = NatureQNet(n_actions, STACK)
     if replay.kind == 'laber': raise ValueError("atari_learner replays 'uniform' or 'per'; a frame_replay of kind 'laber' takes a score of its own")
     opts = dict(replay.options)
     memory = frame_replay(replay.kind, bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, n_steps=n_steps, gamma=gamma,
-                          seed=seed, compress=opts.pop('compress', True), **opts)
-    return dqn_learner(env_, memory=memory, model=model, gamma=gamma, n_steps=n_steps, seed=seed, **kwargs)
+                          stack_size=STACK, seed=seed, compress=opts.pop('compress', True), **opts)
+    return dqn_learner(env_, memory=memory, model=model, gamma=gamma, n_steps=n_steps, seed=seed, stack_size=STACK, **kwargs)

@@ -16,7 +16,7 @@ from .callback import ExperienceReplayCallback
 from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
 from .agents.sac import sac_learner, sac_defaults, evaluate_actor
 from .agents.td3 import td3_learner, td3_defaults
-from .atari import is_atari, atari_learner, atari_defaults, atari_env
+from .atari import is_atari, atari_learner, atari_defaults, atari_env, STACK
 from .checkpoint import CheckpointCallback, CheckpointError
 from .threads import torch_threads
 from .data.synth import synth_replay_learner
@@ -169,7 +169,7 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     else: fit(10, s['lr'], cbs=cbs)
     wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
-    if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500)
+    if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500, stack_size=STACK)
     else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
     stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
@@ -181,8 +181,8 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')
     torch.save(learn.model.state_dict(), run/'model.pth')
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = [plot_returns(stats.returns), plot_losses(learn.recorder)]
-    if not fleet: figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot
+    figs = ([plot_returns(stats.returns)] if len(stats.returns) else []) + ([plot_losses(learn.recorder)] if learn.recorder.losses else [])  # a short run may end no episode and train no batch
+    if not fleet and not is_atari(env): figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot, a frame memory no stored transitions
     if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
     (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
     return dict(metrics, report=str(run/'report.html'))

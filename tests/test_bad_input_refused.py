@@ -309,7 +309,7 @@ def _rb_state(rb):
     "An adapter's memory whole, with what the adapter keeps beside it"
     import copy
     return copy.deepcopy({'memory': snapshot(rb.replay if hasattr(rb, 'replay') else rb),
-                          'rest': {k: v for k, v in vars(rb).items() if k not in ('replay', '_views', '_slot_views', 'lock')}})
+                          'rest': {k: v for k, v in vars(rb).items() if k not in ('replay', '_views', '_slot_views', '_plan', 'lock')}})
 
 def refused_by(rb, call, msg:str):
     "Assert `call()` raises `ExperienceReplayException` with exactly `msg` and leaves adapter `rb` as it was"

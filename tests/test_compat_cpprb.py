@@ -435,3 +435,16 @@ def test_a_checkpoint_of_the_core_memory_restores_the_transitions_and_the_draws(
     assert_same(b.get_all_transitions(), a.get_all_transitions())
     assert (b.get_stored_size(), b.get_next_index()) == (a.get_stored_size(), a.get_next_index()) == (8, 3)
     assert_same(b.sample(16), a.sample(16))
+
+def test_samples_are_new_contiguous_arrays_of_the_drawn_rows():
+    ours = ReplayBuffer(8, env_dict())
+    ours.add(**steps(np.random.default_rng(0), 5, 0))
+    np.random.seed(3)
+    s = ours.sample(6)
+    np.random.seed(3)
+    idx = np.random.randint(0, 5, 6)
+    assert_same(s, ours._encode_sample(idx))
+    assert all(v.flags.c_contiguous for v in s.values())
+    s['obs'][:] = -1  # the sample is the caller's: the stored rows are untouched
+    assert ours._encode_sample(idx)['obs'].min() >= 0
+    assert {k: v.shape for k, v in ours.get_all_transitions().items()}['obs'] == (5, 2, 3)

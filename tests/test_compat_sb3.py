@@ -258,3 +258,16 @@ def test_prioritized_buffer_pickles_with_its_priorities():
     assert torch.equal(x.indexes, y.indexes) and torch.equal(x.weights, y.weights)
     with pytest.raises(ExperienceReplayException, match='alpha must be a finite number >= 0'):
         PrioritizedReplayBuffer(8, obs_space, act_space, alpha=-1.)
+
+def test_samples_are_contiguous_tensors_of_their_own():
+    ours, theirs = pair('box-discrete', 1, size=10)
+    rng = np.random.default_rng(1)
+    for t in range(6):
+        v = step_values(rng, *SPACES['box-discrete'], 1, t)
+        ours.add(*v); theirs.add(*v)
+    np.random.seed(5); a = ours.sample(7)
+    np.random.seed(5); b = theirs.sample(7)
+    assert_samples_equal(a, b)
+    assert all(x.is_contiguous() for x in a if x is not None)
+    a.observations.fill_(-99.)  # the sample is the caller's: the stored rows are untouched
+    assert ours.observations.min() >= 0

@@ -7,6 +7,7 @@ from fastrl_replay.memory.laber import LaBERExperienceReplay
 from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory
 from fastrl_replay.compat.reagent import ReplayBuffer, PrioritizedReplayBuffer
+from fastrl_replay.compat.cpprb import PrioritizedReplayBuffer as CpprbPrioritized
 from fastrl_replay.test_utils import synth_transitions
 
 def late_update(m, add):
@@ -84,3 +85,54 @@ def test_reagent_set_priority_after_sample_index_batch_is_guarded():
     idx = buf.sample_index_batch(4)
     buf.set_priority(idx, np.full(4, 7.))  # handed out since written: applied
     assert (buf.get_priority(idx) == 7.).all() and buf.sampler.n_stale == 4
+
+@pytest.mark.parametrize('kind', MEMORIES)
+def test_marks_never_wrap(kind):
+    "A row handed out and then overwritten 300 times (more than an int8 counts) is still stale: the mark saturates at STALE, it counts nothing"
+    m = MEMORIES[kind]() + synth_transitions(6)
+    _, idxs = m.sample()
+    out = sorted(set(idxs.tolist()))
+    for k in range(1, 301):
+        m + synth_transitions(6, start=6 * k)
+        if k in (1, 2, 127, 128, 255, 256, 300):
+            assert m.sampler.handed.tolist() == [STALE if i in out else NEW for i in range(6)], k
+    m.update_td(torch.full((3,), 9.), idxs)
+    assert m.sampler.n_stale == 3 and m.td_errors.tolist() == [0.] * 6
+
+@pytest.mark.parametrize('check', [False, True])
+def test_cpprb_check_for_update_is_the_mark(check):
+    "cpprb's guard (a row written since the last sample keeps its priority) is the sampler's mark: each sample marks every row handed out"
+    r = CpprbPrioritized(4, {'obs': {}}, alpha=1., eps=0., check_for_update=check, seed=0)
+    r.add(obs=np.arange(4), priorities=[1, 1, 1, 1])
+    r.update_priorities([3], [8])  # written after the buffer was made and before any sample: stale with check_for_update, as in cpprb
+    r.sample(4)
+    if check: assert r.replay.sampler.handed.tolist() == [OUT] * 4
+    r.add(obs=4, priorities=2)  # row 0 is overwritten after the sample
+    if check: assert r.replay.sampler.handed.tolist() == [STALE, OUT, OUT, OUT]
+    r.update_priorities([0], [50])  # late: stale with check_for_update
+    r.update_priorities([1], [3])
+    assert r.get_max_priority() == (3. if check else 50.)
+    assert r.replay.sampler.get_priority([0, 1, 3]).tolist() == ([2., 3., 1.] if check else [50., 3., 8.])
+    assert r.replay.sampler.n_stale == (2 if check else 0)
+    r.sample(4)
+    r.update_priorities([0], [60])  # sampled since: applied
+    assert r.get_max_priority() == 60. and r.replay.sampler.get_priority([0]).tolist() == [60.]
+    assert r.replay.sampler.n_stale == (2 if check else 0)
+    r.clear()
+    r.add(obs=np.arange(2), priorities=[1, 1])
+    r.update_priorities([1], [9])  # written since the buffer was emptied, before any sample
+    assert r.replay.sampler.n_stale == (1 if check else 0) and r.get_max_priority() == (1. if check else 9.)
+
+@pytest.mark.parametrize('prioritized', [False, True])
+def test_ray_shard_skips_a_late_update(prioritized):
+    "A shard's TD updates, carried to it with its next sample, go through the memory's mark"
+    from fastrl_replay.distributed import ReplayShard
+    shard = ReplayShard(lambda i: MEMORIES['prioritized' if prioritized else 'uniform']())
+    shard.add(synth_transitions(6))
+    out = shard.sample(3)
+    shard.add(synth_transitions(6, start=6))
+    assert shard.update_td(np.full(3, 9., np.float32), out['rows'], shard.incarnation) == 0
+    assert shard.memory.sampler.n_stale == 3 and shard.memory.td_errors.tolist() == [0.] * 6
+    again = shard.sample(3, [])
+    shard.update_td(np.full(3, 5., np.float32), again['rows'], shard.incarnation)
+    assert shard.memory.sampler.n_stale == 3 and (shard.memory.td_errors[torch.from_numpy(again['rows'])] == 5.).all()

@@ -135,14 +135,15 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
              env:str|gym.Env='CartPole-v1', # Environment id, or a ready single environment
              n_episodes:int=20, # Episodes to play
              seed:int=10_000, # Seed of the first reset; later episodes continue the environment's stream
-             max_steps:int|None=None # Cut episodes at this many steps (default: the environment's time limit)
+             max_steps:int|None=None, # Cut episodes at this many steps (default: the environment's time limit)
+             stack_size:int=1 # Observations the model reads: the last `stack_size`, zeros before the episode's first
             ) -> list[float]:
     "Returns of `n_episodes` episodes played greedily by `model`"
     dev = next(model.parameters()).device
     def greedy(obs) -> int:
         x = torch.as_tensor(np.asarray(obs), device=dev)
         with torch.no_grad(): return int(model((x if x.dtype == torch.uint8 else x.float())[None]).argmax())
-    return play_episodes(greedy, env, n_episodes, seed, max_steps)
+    return play_episodes(greedy, env, n_episodes, seed, max_steps, stack_size)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #11ce47a4
 MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
@@ -255,6 +256,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                 gamma:float=0.99, # Discount factor
                 n_steps:int=3, # Steps folded into each transition (n-step returns)
                 n_envs:int=1, # Environments stepped together (for an environment id)
+                stack_size:int=1, # Observations the model reads, stacked by the loop from single ones; a memory fed single steps builds the same stacks
                 seed:int|None=0, # Seed for the network, the environments, exploration and replay
                 device=None # Device for the model and the batches (default: fastai's default device)
                ) -> LeanLearner:
@@ -265,13 +267,16 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     if model is not None and net.hidden != NetSettings.hidden:
         raise ValueError('net.hidden sizes the default QNet, and a ready model has its own layers: give model= or net.hidden, not both')
     replay = settings(ReplaySettings, replay)
+    if stack_size > 1 and (memory is None or not memory.makes_n_step):
+        raise ValueError('stacks are built by a memory fed single steps, which stacks them again when it samples (e.g. a FrameReplay): give memory=')
     obs_sp, act_sp = env_spaces(env)
+    state_shape = obs_sp.shape if stack_size == 1 else (stack_size, *obs_sp.shape)
     n_actions = int(act_sp.n)
     if seed is not None: torch.manual_seed(seed)
-    model = model if model is not None else QNet(int(np.prod(obs_sp.shape)), n_actions, net.hidden)
+    model = model if model is not None else QNet(int(np.prod(state_shape)), n_actions, net.hidden)
     obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
-        with torch.no_grad(): model(torch.zeros(1, *obs_sp.shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
+        with torch.no_grad(): model(torch.zeros(1, *state_shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
     warmup_sz = replay_warmup(memory, replay)
     ready = None if isinstance(env, str) else env
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
@@ -279,7 +284,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                           random_steps=-(-warmup_sz // n_par) if explore.random_warmup else 0)
     folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
     loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed,
-                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype)
+                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype, stack_size=stack_size)
     source = Source([loop] if folds else [loop, FirstLast(gamma)])
     dls = gym_dataloaders(source, n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
     loss = DQNLoss(model, double=net.double)

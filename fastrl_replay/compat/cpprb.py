@@ -119,6 +119,7 @@ class ReplayBuffer:
                 raise ExperienceReplayException(f"next_of={k!r} adds 'next_{k}': env_dict must not name it too")
             self._cols[f'next_{k}'] = self._cols[k]
         self.Nstep = None if Nstep is None else self._check_nstep(Nstep)
+        self._declared = [(k, None if stored is dtype else dtype) for k, (_, dtype, stored) in self._cols.items()]  # the columns, in storage order, and the dtype each is returned in where it differs from the stored one
         self._pending, self._episode_len = None, 0
         self.replay = self._new_replay(self._new_sampler(), reuse_files=False)
 
@@ -193,21 +194,28 @@ class ReplayBuffer:
     def _out(self, batch) -> dict:
         "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
         return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
+    def _gathered(self, idxs:np.ndarray) -> dict:
+        "The transitions at storage rows `idxs` (int64, drawn by the sampler or checked), as a dict of new NumPy arrays in their declared dtypes"
+        rows = self.replay.storage.gather_arrays(idxs)
+        if rows is None: return self._out(self.replay.storage.gather(torch.from_numpy(idxs)))
+        return {k: a if d is None else a.view(d) for (k, d), a in zip(self._declared, rows)}
     def sample(self,
                batch_size:int): # Transitions to draw
         "`batch_size` transitions drawn uniformly with replacement, as a dict of NumPy arrays"
         self._check_stored()
-        return self._out(self.replay.sample(batch_size)[0])
+        check_positive(batch_size)
+        r = self.replay
+        with r.lock: return self._gathered(r.sampler.draw(batch_size).numpy())  # the draw marks the rows handed out
     def _encode_sample(self,
                        idx): # Indexes of stored transitions: an int or a sequence of them
         "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
-        return self._out(self.replay.storage.gather(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx')))
+        with self.replay.lock: return self._gathered(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx').numpy())
     def _shuffled(self, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
     def get_all_transitions(self,
                             shuffle:bool=False): # Return them in a random order instead of storage order
         "Every stored transition, as a dict of NumPy arrays"
         idx = self._shuffled(len(self.replay)) if shuffle else np.arange(len(self.replay))
-        return self._out(self.replay.storage.gather(torch.from_numpy(idx)))
+        with self.replay.lock: return self._gathered(idx.astype(np.int64, copy=False))
     def on_episode_end(self):
         "End the episode: write the transitions still waiting for their n-step return"
         if self._pending is not None: self._write(*self._nstep_flush())
@@ -309,7 +317,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().__init__(size, env_dict, Nstep=Nstep, seed=seed, **kwargs)
         if clash := [k for k in self._cols if k in ('priorities', 'weights', 'indexes')]:
             raise ExperienceReplayException(f'env_dict: {clash} are the names of what a prioritized buffer takes and returns')
-        self._unchanged = np.ones(self._size, dtype=bool)
+        if check_for_update: self.replay.sampler.stamp_all()  # cpprb counts every row as unchanged since a sample at first
 
     def _new_sampler(self) -> Sampler:
         return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
@@ -332,13 +340,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         elif self.Nstep is not None: priorities = np.full(n, self._max_p, np.float32)  # the largest now, not when it leaves the window
         return self._store(rows, priorities)
     def _written(self, start:int, n:int, priorities):
-        "Set the priorities of the rows just written (the largest so far where none is given), and mark them changed"
+        "Set the priorities of the rows just written (the largest so far where none is given); the sampler marks them stale if handed out before"
         rows = (start + np.arange(n)) % self._size
         if priorities is not None and n: self._max_p = max(self._max_p, priorities.max())
         p = np.full(n, self._max_p, np.float32) if priorities is None else priorities
         if n > self._size: rows, p = rows[-self._size:], p[-self._size:]  # only the last `size` stay
         self.replay.sampler.set_priority(rows, self._leaf(p).astype(np.float64))
-        self._unchanged[rows] = False
     def sample(self,
                batch_size:int, # Transitions to draw
                beta:float=0.4): # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
@@ -349,7 +356,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         batch, idxs = self.replay.sample(batch_size)
         res = self._out(batch)
         res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
-        if self.check_for_update: self._unchanged[:] = True
+        if self.check_for_update: self.replay.sampler.stamp_all()  # cpprb's guard: any row written after this sample is stale
         return res
     def update_priorities(self,
                           indexes, # Indexes, as `sample` returned them
@@ -357,17 +364,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
         i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
         p = self._checked_priorities(priorities, len(i))
-        if self.check_for_update: keep = self._unchanged[i]; i, p = i[keep], p[keep]
-        if not len(i): return
-        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64))
-        self._max_p = max(self._max_p, p.max())
+        keep = self.replay.sampler.fresh(i).numpy() if self.check_for_update else slice(None)  # cpprb's guard is the sampler's staleness mark
+        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=self.check_for_update)  # stale rows skipped, counted in n_stale
+        if len(p[keep]): self._max_p = max(self._max_p, p[keep].max())
     def get_max_priority(self) -> float:
         "The largest priority given so far (1 at first): what a transition added without one gets"
         return float(self._max_p)
     def clear(self):
         "Remove every transition and set the largest priority back to 1; the sampler's generator goes on"
         ReplayBuffer.clear(self)
-        self._max_p, self._unchanged[:] = np.float32(1.), True
+        self._max_p = np.float32(1.)
+        if self.check_for_update: self.replay.sampler.stamp_all()
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 def _whole(v, what:str):

@@ -90,6 +90,7 @@ class ReplayBuffer(SB3ReplayBuffer):
                            actions=((self.action_dim,), np.dtype(self._maybe_cast_dtype(action_space.dtype))),
                            rewards=f32, dones=f32, timeouts=f32)
         self._stored = {k: self._stored_dtype(k, d) for k, (_, d) in self._specs.items()}
+        self._declared = [None if self._stored[k] == d else d for k, (_, d) in self._specs.items()]  # the dtype each column is read in, where it differs from the stored one
         reshaped = {'actions'} | ({'observations', 'next_observations'} if isinstance(observation_space, spaces.Discrete) else set())
         self._inputs = [(name, k, (n_envs, *self._specs[k][0]), n_envs * int(np.prod(self._specs[k][0])), k in reshaped) for name, k in _INPUTS]
         self._targets = self._inputs[0][2], self._inputs[2][2], (n_envs,)  # the shapes of observations, actions, and rewards and dones
@@ -144,6 +145,8 @@ class ReplayBuffer(SB3ReplayBuffer):
         col = lambda k, shape: replay.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *shape)
         self._views = {k: col(k, shape).view(dtype) for k, (shape, dtype) in self._specs.items()}
         self._slot_views = (*(self._views[k] for _, k in _INPUTS), self._views['timeouts'])
+        sa = self._targets[1]  # an action of one environment may come without its environment dimension: it broadcasts as SB3 reshapes it
+        self._plan = (*self._targets, sa[1:] if self.n_envs == 1 else None, *self._slot_views, replay.storage, replay.sampler.added)  # what `add` reads, in one tuple
     def _fit(self, name:str, v, key:str, reshape:bool=False) -> np.ndarray:
         "`v` as `(n_envs, *shape)` in column `key`'s dtype, broadcast (or, with `reshape`, reshaped) as SB3's writes do"
         shape, dtype = self._specs[key]
@@ -166,7 +169,8 @@ class ReplayBuffer(SB3ReplayBuffer):
     def _value(self, j:int, v) -> np.ndarray:
         "Input `j` of `add` (obs, next_obs, action, reward, done) as it is written: an action or discrete observation of the right size reshaped, anything else checked and converted"
         name, key, target, size, reshape = self._inputs[j]
-        if reshape and type(v) is np.ndarray and v.dtype.kind in _NUMBERS and v.size == size: return v.reshape(target)
+        if type(v) is np.ndarray and v.dtype.kind in _NUMBERS and (v.shape == target if not reshape else v.size == size):
+            return v.reshape(target) if reshape else v
         return self._fit(name, v, key, reshape)
     def add(self,
             obs:np.ndarray, # Observations, (n_envs, *obs_shape)
@@ -176,53 +180,68 @@ class ReplayBuffer(SB3ReplayBuffer):
             done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
             infos:list[dict[str, Any]]|dict): # One info dict per environment, or a gymnasium vector env's dict (read only for timeouts)
         "Add one step of each environment: every value checked, then written into its column's slot, as SB3 writes its arrays"
-        so, sa, se = self._targets  # arrays of numbers in the shapes written pass as they are; anything else is checked and converted
-        nd = np.ndarray
-        if type(obs) is not nd or obs.shape != so or obs.dtype.kind not in _NUMBERS: obs = self._value(0, obs)
-        if type(next_obs) is not nd or next_obs.shape != so or next_obs.dtype.kind not in _NUMBERS: next_obs = self._value(1, next_obs)
-        if type(action) is not nd or action.dtype.kind not in _NUMBERS: action = self._value(2, action)
-        elif action.shape != sa: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
-        if type(reward) is not nd or reward.shape != se or reward.dtype.kind not in _NUMBERS: reward = self._value(3, reward)
-        if type(done) is not nd or done.shape != se or done.dtype.kind not in _NUMBERS: done = self._value(4, done)
+        so, sa, se, sa1, o, no, a, r, d, t, st, added = self._plan
+        ok = _NUMBER_DTYPES  # arrays of numbers (native byte order) in the shapes written pass as they are, in one test; anything else is checked and converted
+        try: fits = (obs.shape == so and next_obs.shape == so and reward.shape == se and done.shape == se and obs.dtype in ok
+                     and next_obs.dtype in ok and action.dtype in ok and reward.dtype in ok and done.dtype in ok)
+        except Exception: fits = False  # not arrays
+        if not fits: obs, next_obs, action, reward, done = [self._value(j, v) for j, v in enumerate((obs, next_obs, action, reward, done))]
+        elif (ash := action.shape) != sa and ash != sa1: action = action.reshape(sa) if action.size == self._inputs[2][3] else self._value(2, action)  # SB3 reshapes actions
         timeouts = None
         if self.handle_timeout_termination:  # one environment's info dict, as a single-env loop passes it: its flag as it is
             if type(infos) is list and len(infos) == 1 == self.n_envs and type(i0 := infos[0]) is dict and type(f := i0.get('TimeLimit.truncated', False)) is bool: timeouts = f
             else: timeouts = self._timeouts(infos)
-        st = self.replay.storage
-        o, no, a, r, d, t = self._slot_views
-        slot = st.pointer % st.max_sz // self.n_envs
+        n = self.n_envs
+        slot = st.pointer % st.max_sz // n
         o[slot] = obs; no[slot] = next_obs; a[slot] = action; r[slot] = reward; d[slot] = done  # NumPy's assignment casts, as SB3's does
         if timeouts is not None: t[slot] = timeouts
-        self.replay.sampler.added(*st.advance(self.n_envs))
-        self.pos = slot + 1
-        if self.pos == self.buffer_size: self.full, self.pos = True, 0
+        p, m = st.advance(n)
+        added(p, m)
+        slot += 1
+        if slot == self.buffer_size: self.full, slot = True, 0
+        self.pos = slot
     def _samples(self, batch, env:VecNormalize|None) -> ReplayBufferSamples:
-        "SB3's samples from gathered rows"
-        v = {k: batch[k].numpy().view(dtype) for k, (_, dtype) in self._specs.items()}
-        data = (self._normalize_obs(v['observations'], env), v['actions'], self._normalize_obs(v['next_observations'], env),
-                (v['dones'] * (1 - v['timeouts'])).reshape(-1, 1), self._normalize_reward(v['rewards'].reshape(-1, 1), env))
+        "SB3's samples from a gathered batch"
+        return self._samples_of([batch[k].numpy() for k in self._specs], env)
+    def _samples_of(self, arrays:list, env:VecNormalize|None) -> ReplayBufferSamples:
+        "SB3's samples from new arrays of the six columns, in their order and stored dtypes"
+        o, no, a, r, d, t = [x if dt is None else x.view(dt) for x, dt in zip(arrays, self._declared)]
+        data = (self._normalize_obs(o, env), a, self._normalize_obs(no, env), (d * (1 - t)).reshape(-1, 1), self._normalize_reward(r.reshape(-1, 1), env))
+        if self.device.type == 'cpu': return ReplayBufferSamples(*map(torch.from_numpy, data))  # arrays no one else holds: tensors over them are SB3's copies
         return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+    def _rows_at(self, rows:np.ndarray) -> list:
+        "New arrays of the six columns at storage rows `rows` (int64, drawn or checked)"
+        st = self.replay.storage
+        res = st.gather_arrays(rows)
+        return [st.gather(torch.from_numpy(rows))[k].numpy() for k in self._specs] if res is None else res
     def sample(self,
                batch_size:int, # Transitions to draw
                env:VecNormalize|None=None # Normalizes observations and rewards, if given
               ) -> ReplayBufferSamples:
         "`batch_size` transitions drawn as SB3 draws them"
-        return self._samples(self._drawn(batch_size)[0], env)
+        r = self._nonempty()
+        check_positive(batch_size)
+        with r.lock: rows = self._rows_at(r.sampler.draw(batch_size).numpy())  # the draw marks the rows handed out
+        return self._samples_of(rows, env)
+    def _nonempty(self) -> Replay:
+        "The core memory, which must hold some transitions to sample from"
+        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        return self.replay
     def _drawn(self, batch_size:int):
         "The core memory's sample of `batch_size` rows and their indices; the buffer must hold some"
-        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
-        return self.replay.sample(batch_size)
+        return self._nonempty().sample(batch_size)
     def _get_samples(self, batch_inds:np.ndarray, env:VecNormalize|None=None) -> ReplayBufferSamples:
         "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
         slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
         rows = slots * self.n_envs + self._draw_envs(len(slots))
-        return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64, copy=False))), env)
+        with self.replay.lock: arrays = self._rows_at(rows.astype(np.int64, copy=False))
+        return self._samples_of(arrays, env)
     def reset(self):
         "Remove every transition; the sampler's generator goes on"
         s = self._new_sampler().share_generator(self.replay.sampler)
         self.replay, self.pos, self.full = self._new_replay(s), 0, False
     def __getstate__(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views')}
+        d = {k: v for k, v in self.__dict__.items() if k not in ('replay', '_views', '_slot_views', '_plan')}
         return {**d, 'replay_state': self.replay.state_dict()}
     def __setstate__(self, d:dict):
         d = dict(d)
@@ -244,6 +263,7 @@ for _k in ('observations', 'next_observations', 'actions', 'rewards', 'dones', '
 _DICT, _FLAGS = {dict}, {bool, np.bool_}
 
 _NUMBERS = frozenset('biuf')
+_NUMBER_DTYPES = frozenset(np.dtype(t) for t in '?' + np.typecodes['AllInteger'] + np.typecodes['Float'])  # their dtypes in native byte order: one set look-up
 
 # %% ../../nbs/13b_compat.sb3.ipynb #f0f9a1e6
 class PrioritizedReplayBufferSamples(ReplayBufferSamples):

@@ -22,9 +22,9 @@ from fastai.callback.core import Callback, CancelValidException
 from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
 
 # %% auto #0
-__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'play_episodes', 'env_space_pair', 'GymLoop', 'pixel_env',
-           'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source', 'TransitionLoader',
-           'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
+__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'push_frames', 'play_episodes', 'env_space_pair',
+           'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source',
+           'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -125,20 +125,34 @@ class _OneEnv:
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
 
+# %% ../../nbs/05b_data.gym.ipynb #a7f3c1d2
+def push_frames(stacks:np.ndarray, # `(n_envs, stack_size, *obs)`: each environment's last observations, changed in place
+                obs:np.ndarray, # `(n_envs, *obs)`: each environment's new observation
+                starts) -> np.ndarray: # `(n_envs,)` bools: where `obs` opens an episode, the older entries become zeros
+    "Move each environment's stack of observations on by one: the oldest dropped, `obs` the newest; `stacks`"
+    stacks[:, :-1] = stacks[:, 1:]  # NumPy copies overlapping views as if through a buffer
+    stacks[:, -1] = obs
+    stacks[np.asarray(starts, bool), :-1] = 0
+    return stacks
+
 # %% ../../nbs/05b_data.gym.ipynb #7c1d2e02
 def play_episodes(act, # Maps one observation to one action
                   env:str|gym.Env, # Environment id, or a ready single environment
                   n_episodes:int=20, # Episodes to play
                   seed:int=10_000, # Seed of the first reset; later episodes continue the environment's stream
-                  max_steps:int|None=None # Cut episodes at this many steps (default: the environment's time limit)
+                  max_steps:int|None=None, # Cut episodes at this many steps (default: the environment's time limit)
+                  stack_size:int=1 # Observations `act` is given: the last `stack_size`, zeros before the episode's first (`push_frames`)
                  ) -> list[float]:
     "Returns of `n_episodes` episodes played by `act`"
     e, returns = gym.make(env) if isinstance(env, str) else env, []
     obs, _ = e.reset(seed=seed)
+    stacks = np.zeros((1, stack_size, *np.shape(obs)), np.asarray(obs).dtype)
     for _ in range(n_episodes):
         total, steps, done = 0., 0, False
+        push_frames(stacks, np.asarray(obs)[None], [True])
         while not done:
-            obs, r, term, trunc, _ = e.step(act(obs))
+            obs, r, term, trunc, _ = e.step(act(stacks[0] if stack_size > 1 else obs))
+            push_frames(stacks, np.asarray(obs)[None], [False])
             total, steps = total + float(r), steps + 1
             done = term or trunc or (max_steps is not None and steps >= max_steps)
         returns.append(total)
@@ -170,9 +184,10 @@ class GymLoop:
                  n_envs:int=1, # Environments stepped together
                  env:gym.vector.VectorEnv|gym.Env|None=None, # A ready environment, vector or single, to use instead of `env_name`
                  obs_dtype=np.float32, # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
-                 steps_count:int|None=None): # fastrl's name for `n_steps`, accepted in its place
+                 steps_count:int|None=None, # fastrl's name for `n_steps`, accepted in its place
+                 stack_size:int=1): # Observations the agent acts on: each environment's last `stack_size`, zeros before its episode's first (rows keep single observations)
         n_steps = _n_steps(n_steps, steps_count)
-        check_positive(n_steps, 'n_steps'); check_positive(steps_delta, 'steps_delta')
+        check_positive(n_steps, 'n_steps'); check_positive(steps_delta, 'steps_delta'); check_positive(stack_size, 'stack_size')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
         self.env_name = env_name if env is None else getattr(getattr(env, 'spec', None), 'id', None)  # kept by `new_empty`
         if env is None:
@@ -181,7 +196,7 @@ class GymLoop:
                   gym.make_vec(env_name, num_envs=n_envs, vectorization_mode='sync', render_mode=mode,
                                vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
         elif not isinstance(env, gym.vector.VectorEnv): env = _OneEnv(env)
-        self.env, self.mode, self.n_steps, self.steps_delta, self.seed = env, mode, n_steps, steps_delta, seed
+        self.env, self.mode, self.n_steps, self.steps_delta, self.seed, self.stack_size = env, mode, n_steps, steps_delta, seed, stack_size
         self.obs_dtype = np.dtype(obs_dtype)
         self.n_envs = env.num_envs
         self.autoreset = env.metadata.get('autoreset_mode', gym.vector.AutoresetMode.NEXT_STEP)
@@ -197,6 +212,7 @@ class GymLoop:
         if self.env is None: raise RuntimeError('this GymLoop has no environment: it holds the settings of an exported Learner; make a GymLoop to step')
         obs, _ = self.env.reset(seed=self.seed)
         self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
+        self._open_stacks()
         self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
         self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
         self.next_episode = self.episode_id.max() + 1
@@ -206,7 +222,8 @@ class GymLoop:
         "Step every environment once: one row per environment not resetting, a dict of `(1, ...)` NumPy arrays"
         if self.state is None: self._start()
         frames = self.env.render() if self.mode == 'rgb_array' else None
-        actions = np.asarray(self.agent(self.state)) if not self.resetting.all() else self._no_actions()
+        acted_on = self.state if self.stack_size == 1 else self.stacks
+        actions = np.asarray(self.agent(acted_on)) if not self.resetting.all() else self._no_actions()
         obs, rew, term, trunc, infos = self.env.step(actions)
         obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
         final = obs
@@ -230,9 +247,17 @@ class GymLoop:
             self.ep_step[i], self.ep_return[i] = 0, 0.
             self.episode_id[i], self.next_episode = self.next_episode, self.next_episode + 1
         self.env_steps += len(rows)
+        starts = ~live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else done  # whose `obs` opens an episode
         self.resetting = done & live if self.autoreset == gym.vector.AutoresetMode.NEXT_STEP else np.zeros(n, bool)
         self.state = obs
+        if self.stack_size > 1: push_frames(self.stacks, obs, starts)
         return rows
+
+    def _open_stacks(self):
+        "Every environment's stack opens an episode: zeros, then its current observation"
+        if self.stack_size == 1: return
+        self.stacks = np.zeros((self.n_envs, self.stack_size, *self.state.shape[1:]), self.obs_dtype)
+        self.stacks[:, -1] = self.state
 
     def _no_actions(self) -> np.ndarray:
         "Placeholder actions for a step in which every environment resets and ignores its action"
@@ -246,6 +271,7 @@ class GymLoop:
                      returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
                      started=self.state is not None)
         if state['started']: state.update({k: np.array(getattr(self, k)) for k in _LOOP_ARRAYS}, env=env_state(self.env))
+        if state['started'] and self.stack_size > 1: state['stacks'] = self.stacks.copy()
         return state
 
     def load_state_dict(self, state:dict) -> bool:
@@ -258,7 +284,10 @@ class GymLoop:
         if not state['started']:
             self.state = None
             return True
+        if self.stack_size > 1 and np.shape(state.get('stacks')) != (self.n_envs, self.stack_size, *np.shape(state['state'])[1:]):
+            raise ValueError(f"the state holds stacks of shape {np.shape(state.get('stacks'))}; this loop stacks {self.stack_size} observations of {self.n_envs} environments")
         for k in _LOOP_ARRAYS: setattr(self, k, state[k][()] if k == 'next_episode' else state[k])
+        if self.stack_size > 1: self.stacks = np.array(state['stacks'], self.obs_dtype)
         if load_env_state(self.env, state['env']): return True
         self._restart()
         return False
@@ -267,6 +296,7 @@ class GymLoop:
         "Start a new episode in every environment, from the environments' own generators"
         obs, _ = self.env.reset()
         self.state = np.array(obs, dtype=self.obs_dtype)
+        self._open_stacks()
         self.resetting = np.zeros(self.n_envs, bool)
         self.episode_id = np.arange(self.n_envs) + self.next_episode
         self.next_episode = self.episode_id.max() + 1
@@ -275,7 +305,7 @@ class GymLoop:
     def new_empty(self) -> GymLoop:
         "A loop with the same settings and no environment, agent or history"
         res = copy.copy(self)
-        for k in _LOOP_ARRAYS: vars(res).pop(k, None)
+        for k in (*_LOOP_ARRAYS, 'stacks'): vars(res).pop(k, None)
         res.env = res.agent = res.state = None
         res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
         return res

@@ -208,6 +208,10 @@ class Sampler:
         if self._handed_np is not None: self._handed_np[idxs.numpy()] = OUT
         else: self.handed[idxs] = OUT
 
+    def stamp_all(self):
+        "Mark every row as handed out now, as if a sample had drawn them all: from here on, an update for a row counts until the row is overwritten"
+        self.handed.fill_(OUT)
+
     def fresh(self, idxs) -> torch.Tensor:
         "For each of storage rows `idxs`, whether it still holds the transition it held when it was last handed out (or was never handed out)"
         return self.handed[as_idxs(idxs, self.storage.max_sz, self.handed.device)] != STALE

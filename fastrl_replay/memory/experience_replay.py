@@ -21,7 +21,7 @@ from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
 from .kernels import put_row_bytes
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay']
+__all__ = ['ColumnStorage', 'ExperienceReplay', 'SamplerReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -162,8 +162,13 @@ class ColumnStorage(Storage):
     def _derive(self):
         "What follows from the columns and their arrays: a row's bytes and type, the one-row views, and the compiled one-row writes (`try_add`, `try_add_row`), which hold the arrays' addresses"
         self.try_add = self.try_add_row = _takes_nothing  # until replaced below (set, not deleted: touching `__dict__` makes every attribute read slower)
+        self._row_gathers = None
         cols = self._cols
         if cols is None: return
+        R = self._rows  # a column's values of a row as one record of bytes: in the block of rows, or in a contiguous array of its own
+        if R is not None or all(c.host and c.np.flags.c_contiguous for c in cols):
+            self._row_gathers = [(np.ndarray((self.max_sz,), np.dtype((np.void, _nbytes(c))), c.np if R is None else R,
+                                             0 if R is None else c.offset, (c.np.strides[0],)), c.shape, c.np_dtype) for c in cols]
         self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
         self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
         self._keys = frozenset(c.key for c in cols)
@@ -177,7 +182,7 @@ class ColumnStorage(Storage):
 
     def __getstate__(self) -> dict:
         "What a copy or a pickle keeps: the arrays, once each, without the views and compiled writes that hold their addresses, which the copy derives from its own arrays"
-        d = {k: v for k, v in self.__dict__.items() if k not in ('try_add', 'try_add_row', '_row_type', '_row_views')}
+        d = {k: v for k, v in self.__dict__.items() if k not in ('try_add', 'try_add_row', '_row_type', '_row_views', '_row_gathers')}
         if self._cols is not None: d['_cols'] = [c.without_arrays(self._rows is not None) for c in self._cols]
         return d
 
@@ -257,11 +262,13 @@ class ColumnStorage(Storage):
 
     def advance(self, n:int=1) -> tuple[int, int]:
         "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
-        p = 0 if self.pointer == self.max_sz else self.pointer
+        p, m = self.pointer, self.max_sz
+        if p == m: p = 0
         if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
-        if self._cols is None or type(n) is not int or not 0 < n <= self.max_sz - p:
-            raise ExperienceReplayException(f'advance: expected 1 to {self.max_sz - p} rows written from row {p} of an allocated storage, got {n!r}')
-        self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+        if type(n) is not int or not 0 < n <= m - p or self._cols is None:
+            raise ExperienceReplayException(f'advance: expected 1 to {m - p} rows written from row {p} of an allocated storage, got {n!r}')
+        self.pointer = p + n
+        if self._len < m: self._len = min(self._len + n, m)
         if self.files is not None: self.files.wrote(n * self._row_bytes)
         return p, n
 
@@ -296,6 +303,13 @@ class ColumnStorage(Storage):
                             for c in self._cols})
         return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                         for c in self._cols})
+
+    _row_gathers = None  # each column's rows as records of bytes, once allocated (`_derive`)
+    def gather_arrays(self, idxs:np.ndarray) -> list[np.ndarray]|None:
+        "The rows at storage indices `idxs` (int64, each below `len(self)`: as a sampler draws them or `as_idxs` checks them), as one new contiguous NumPy array per column, in column order; None when a column is not a host array with each row's values side by side"
+        if self._row_gathers is None: return None
+        n = len(idxs)
+        return [np.ndarray((n, *shape), dtype, rec[idxs]) for rec, shape, dtype in self._row_gathers]  # a record of a row's bytes per index: one fancy index per column
 
     def select(self, idx) -> tuple[BD, torch.Tensor]:
         "The rows `idx` selects, in storage order, and their storage indices"
@@ -626,6 +640,14 @@ class ExperienceReplay(Replay):
             raise ExperienceReplayException('a ready sampler comes with its own generator: give it the generator or seed')
         super().__init__(ColumnStorage(max_sz, device, storage_dir), sampler, bs, warmup_sz, memory)
         if fields is not None: self.fields = tuple(fields)
+
+# %% ../../nbs/06a_memory.experience_replay.ipynb #178f149c
+class SamplerReplay(ExperienceReplay):
+    "An `ExperienceReplay` whose sampler, a `sampler_cls`, is made from the keyword arguments after the memory's own"
+    sampler_cls:type = UniformSampler  # The sampler class; a subclass names its own
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
+                 fields=None, **kwargs): # `ExperienceReplay`'s arguments, and the sampler's (`generator`, `seed` and its own)
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs), storage_dir=storage_dir, fields=fields)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:

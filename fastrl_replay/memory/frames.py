@@ -28,6 +28,7 @@ ReplayElement.__doc__ = "A stored or returned element: its name, its shape per t
 
 # %% ../../nbs/06k_memory.frames.ipynb #c93e0429
 _ZERO, _FINAL = -1, -2  # window entries that are not stored frames: a zero frame, a truncated episode's final frame
+_I64, _I32, _F32 = 2 ** 63, 2 ** 31 - 1, float(np.finfo(np.float32).max)  # the bounds of the action, env and reward columns
 
 def _np(v, name:str):
     "`v`, named `name`, as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
@@ -107,6 +108,9 @@ class FrameStorage(Storage):
         self.extras = extras
         # gamma ** i as Python computes it, so every n-step sum is the textbook one to the last bit
         self._gpow = np.array([self.gamma ** i for i in range(self.n_steps + 1)])
+        # steps of plain values (an int action, a float reward) are checked at Python speed in `_plain_step`
+        self._plain = (not extras and self.action_shape == () and self.action_dtype == np.int64 and self.reward_shape == ()
+                       and self.reward_dtype == np.float32)
         self._watching, self._changes, self._plan_cache = False, [], None
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
         values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype), (self.reward_shape, self.reward_dtype),
@@ -208,9 +212,25 @@ class FrameStorage(Storage):
         if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
         return list(args) + [kwargs[n] for n in names[len(args):]]
 
+    def _plain_step(self, obs, action, reward, terminal, truncated, env_id) -> tuple|None:
+        "A step of plain values checked at Python speed: a frame array of the stored dtype and shape, an int action, a float reward, bool flags, no final observation; None for any other, which `_check_step` checks"
+        if not (self._plain and type(obs) is np.ndarray and obs.dtype == self.obs_dtype and obs.shape == self.obs_shape
+                and type(action) is int and -_I64 <= action < _I64 and type(reward) is float and -_F32 <= reward <= _F32
+                and type(env_id) is int and 0 <= env_id <= _I32): return None
+        term, trunc = terminal if type(terminal) is bool else None, truncated if type(truncated) is bool else None
+        if term is None and type(terminal) is np.bool_: term = bool(terminal)
+        if trunc is None and type(truncated) is np.bool_: trunc = bool(truncated)
+        if term is None or trunc is None or (trunc and not term) or float(np.float32(reward)) != reward: return None
+        return obs, action, reward, term, trunc, None, []
+
     def add_step(self, observation, action, reward, terminal, *args, truncated:bool=False, next_observation=None,
                  env_id:int=0, **kwargs) -> int:
         "Check one step and write it at the cursor; the row written"
+        plain = None if args or kwargs else self._plain_step(observation, action, reward, terminal, truncated, env_id)
+        if plain is not None:
+            row = self.add_count % self.max_sz
+            self._write(*plain, env_id)
+            return row
         ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
         check_nonneg(env_id, 'env_id')
         if env_id > (top := int(np.iinfo(self.env.dtype).max)):
@@ -504,10 +524,12 @@ class CompressedFrameStorage(FrameStorage):
             # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
             self.blocks[b] = bytes(memoryview(self._cctx.compress(self.stage[:n])))
             self.open_block = (b + 1) % self.n_blocks
-            self.stage[:self.block_rows(self.open_block)] = self._decode(self.open_block)
+            n = self.block_rows(self.open_block)
+            if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
+            else: self.stage[:n] = 0
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
-        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once"
+        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, all in one call of zstd"
         rows = np.asarray(rows)
         flat = rows.reshape(-1)
         out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
@@ -515,9 +537,16 @@ class CompressedFrameStorage(FrameStorage):
         blocks, inv = np.unique(b, return_inverse=True)
         order = np.argsort(inv, kind='stable')
         cuts = np.searchsorted(inv[order], np.arange(len(blocks) + 1))
-        for k, u in enumerate(blocks.tolist()):
+        us = blocks.tolist()
+        packed = [self.blocks[u] for u in us if u != self.open_block and self.blocks[u]]
+        decoded = iter(self._dctx.multi_decompress_to_buffer(packed) if packed else ())  # in C, without a Python call per block
+        for k, u in enumerate(us):
             sel = order[cuts[k]:cuts[k + 1]]
-            src = self.stage if u == self.open_block else self._decode(u)
+            if u == self.open_block: src = self.stage
+            elif self.blocks[u]: src = np.frombuffer(next(decoded), self.obs_dtype).reshape(-1, *self.obs_shape)
+            else:  # never closed: zeros
+                out[sel] = 0
+                continue
             out[sel] = src[flat[sel] - u * self.block]
         return out.reshape(*rows.shape, *self.obs_shape)
 

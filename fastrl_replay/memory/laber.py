@@ -14,7 +14,7 @@ from ..core import BD
 from ..errors import ExperienceReplayException, check_positive, check_number, new_generator
 from .core import UniformSampler, forward_attrs, Replay
 from .checks import priority_tensor
-from .experience_replay import ExperienceReplay, ColumnStorage
+from .experience_replay import ExperienceReplay, ColumnStorage, SamplerReplay
 
 # %% auto #0
 __all__ = ['LaBER', 'LaBERmean', 'LaBERlazy', 'LaBERmax', 'LaBERSampler', 'LaBERExperienceReplay']
@@ -148,10 +148,8 @@ class LaBERSampler(UniformSampler):
 
 # %% ../../nbs/06d_memory.laber.ipynb #0d377be5
 @delegates(LaBERSampler.__init__)
-class LaBERExperienceReplay(ExperienceReplay):
+class LaBERExperienceReplay(SamplerReplay):
     "An `ExperienceReplay` that samples large uniform batches and keeps `bs` rows by LaBER on scores from `score`"
-    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
-                 fields=None, **kwargs):
-        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=LaBERSampler(**kwargs), storage_dir=storage_dir, fields=fields)
+    sampler_cls = LaBERSampler
 
 forward_attrs(LaBERExperienceReplay, 'sampler', 'm variant eps score sample_counts')

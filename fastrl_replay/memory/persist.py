@@ -143,9 +143,9 @@ try: import fcntl  # direct I/O is there only where fcntl is (not on Windows)
 except ImportError: fcntl = None
 
 class _Crc:
-    "The CRC-32 of the pieces given to `add`, in order, computed in a thread beside the file I/O"
-    def __init__(self):
-        self.value, self.pieces = 0, queue.SimpleQueue()
+    "The CRC-32 of the pieces given to `add`, in order (continuing `value`), computed in a thread beside the file I/O"
+    def __init__(self, value:int=0):
+        self.value, self.pieces = value, queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
     def _run(self):
@@ -208,9 +208,10 @@ def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, i
         start, nbytes, size = o.tell(), math.prod(shape) * dtype.itemsize, os.fstat(fd).st_size
         if size != start + nbytes: raise CheckpointError(f'{f}: not a whole .npy array: the file holds {size - start} bytes of values, its header declares {nbytes}')
         a = page_aligned_zeros(shape, dtype, huge=False)  # small pages, found faster than huge ones
-        data, crc = memoryview(a.reshape(-1).view(np.uint8)), _Crc()
+        data = memoryview(a.reshape(-1).view(np.uint8))
+        done, value = _read_direct(fd, start, data) if start % PAGE == 0 and _direct(a) else (0, 0)
+        crc = _Crc(value)
         try:
-            done = _read_direct(fd, start, data, crc) if start % PAGE == 0 and _direct(a) else 0
             o.seek(start + done)
             for s in range(done, len(data), PIECE):
                 if o.readinto(data[s:s + PIECE]) != len(data[s:s + PIECE]): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
@@ -219,33 +220,39 @@ def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, i
     use_huge_pages(a)
     return a, value
 
-MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 24  # Linux 5.14's madvise that faults a range of pages in at once; reads of 16 MB
+MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 22  # Linux 5.14's madvise that faults a range of pages in at once; direct reads of 4 MB
 try: _madvise = ctypes.CDLL(None, use_errno=True).madvise  # ctypes lets go of the GIL during the call
 except (OSError, AttributeError): _madvise = None
 
 def _fault_in(address:int, n:int):
-    "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the read that fills them faults them in"
+    "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the copy that fills them faults them in"
     if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
 
-def _read_direct(fd:int, start:int, data:memoryview, crc:_Crc) -> int:
-    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, a piece at a time while a thread faults in the pages of the pieces ahead, adding them to `crc`; how many bytes were read"
-    body, done = len(data) // PAGE * PAGE, 0
+def _read_direct(fd:int, start:int, data:memoryview) -> tuple[int, int]:
+    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread) and from there, checksummed while in the cache, copied into `data`, whose pages another thread faults in ahead; how many bytes were read and their CRC-32"
+    body, done, crc = len(data) // PAGE * PAGE, 0, 0
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError: return 0
-    address, pool = np.frombuffer(data, np.uint8).ctypes.data, ThreadPoolExecutor(1)
-    faults = [pool.submit(_fault_in, address + s, min(READ_PIECE, body - s)) for s in range(0, body, READ_PIECE)]
+    except OSError: return 0, 0
+    n, dest = min(READ_PIECE, body), np.frombuffer(data, np.uint8)
+    bufs, reads, faults = [memoryview(page_aligned_zeros((n,))) for _ in range(2)], ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    read = lambda s: os.preadv(fd, [bufs[s // n % 2][:min(n, body - s)]], start + s)
+    faulted = [faults.submit(_fault_in, dest.ctypes.data + s, min(n, body - s)) for s in range(0, body, n)]
     try:
-        for f in faults:
-            f.result()
-            got = os.preadv(fd, [data[done:min(done + READ_PIECE, body)]], start + done)
-            crc.add(data[done:done + got])
+        ahead = reads.submit(read, 0)
+        for s in range(0, body, n):
+            got, want = ahead.result(), min(n, body - s)
+            if got == want and s + n < body: ahead = reads.submit(read, s + n)  # into the other buffer, while this one is used
+            piece = bufs[s // n % 2][:got]
+            crc = crc32(piece, crc)
+            faulted[s // n].result()
+            dest[s:s + got] = np.frombuffer(piece, np.uint8)
             done += got
-            if got % PAGE or not got: break  # a short read: the rest goes through the page cache
+            if got != want: break  # a short read: the rest goes through the page cache
     except OSError as e:
         if e.errno != errno.EINVAL: raise
-    finally: fcntl.fcntl(fd, fcntl.F_SETFL, flags); pool.shutdown(cancel_futures=True)
-    return done
+    finally: reads.shutdown(); faults.shutdown(cancel_futures=True); fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    return done, crc
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
 def open_inside(root:int, rel, where:str) -> int:

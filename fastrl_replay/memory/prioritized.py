@@ -15,7 +15,7 @@ from ..errors import ExperienceReplayException, NoValidTransitions, is_int, chec
 from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
 from .kernels import td_arrays, put_in_order
 from .core import Sampler, forward_attrs, Replay, STALE
-from .experience_replay import ExperienceReplay, ColumnStorage
+from .experience_replay import ExperienceReplay, ColumnStorage, SamplerReplay
 from .sumtree import SumTree, WEIGHT_NORMS
 
 # %% auto #0
@@ -306,11 +306,9 @@ def annealed_beta(n_samples:int, # Samples drawn so far
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #c9ce68b3
 @delegates(PrioritizedSampler.__init__)
-class PrioritizedExperienceReplay(ExperienceReplay):
+class PrioritizedExperienceReplay(SamplerReplay):
     "An `ExperienceReplay` sampled in proportion to priorities from TD errors, with importance-sampling weights"
-    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
-                 fields=None, **kwargs):
-        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=PrioritizedSampler(**kwargs), storage_dir=storage_dir, fields=fields)
+    sampler_cls = PrioritizedSampler
 
     def __repr__(self): return f'{super().__repr__()[:-1]}, {repr(self.sampler)[len(type(self.sampler).__name__) + 1:]}'
 
