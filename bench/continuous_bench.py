@@ -186,8 +186,9 @@ if __name__ == '__main__':
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
         text = compare(recs) + ('\n' + a.note if a.note else '')
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
-                                            machine="this project's 2-core x86_64 machine (CPU only), shared with five other jobs during the runs",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|variants --seeds ... --steps ...; '
+                                            machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants --seeds ... --steps ...; '
+                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out)
