@@ -17,7 +17,7 @@ from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransi
                                   new_generator, as_device, dtype_name)
 from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating,
                                          check_values_in)
-from .kernels import td_arrays, put_in_order
+from .kernels import td_arrays, put_in_order, rows_written
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
@@ -198,6 +198,10 @@ class Sampler:
         if n == 1 and marks is self._handed_np:  # one step: no slices
             td[start] = 0
             if marks[start]: marks[start] = STALE
+        elif marks is self._handed_np and td is self._td_host:  # on the host: one compiled pass over each run of rows
+            m = len(td)
+            rows_written(td, marks, start, min(end, m), STALE)
+            if end > m: rows_written(td, marks, 0, end - m, STALE)
         elif end <= len(td): td[start:end] = 0; _overwritten(marks[start:end])
         else:
             td[start:] = 0; td[:end - len(td)] = 0

@@ -227,7 +227,7 @@ class ColumnStorage(Storage):
         "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
-        if self._cols is not None:
+        if self._cols is not None and not _many_rows(b, self._cols[0]):  # one row, perhaps: its cheaper paths first
             if (p := self.try_add(b)) >= 0: return p, 1
             if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
             if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
@@ -583,6 +583,11 @@ def _compiled_try_add_row(st) -> Callable:
     return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, *[x for c in cols for x in (c.np_dtype, c.shape, c.np_scalar, c.np)])
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
+def _many_rows(b:Mapping, col) -> bool:
+    "Whether `b` is plainly a batch of more than one row: its value for the column `col` is an array or tensor of `col`'s shape with a batch dimension over 1"
+    v = b.get(col.key)
+    return type(v) in (torch.Tensor, np.ndarray) and v.ndim == len(col.shape) + 1 and v.shape[0] > 1
+
 def _single_row(b:Mapping) -> dict|None:
     "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
     row = {}

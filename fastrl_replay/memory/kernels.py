@@ -27,6 +27,13 @@ def put_in_order(col, idxs, vals):
     "col[idxs[j]] = vals[j], in order, so the last of repeated indices wins"
     for j in range(idxs.shape[0]): col[idxs[j]] = vals[j]
 
+@numba.njit(cache=True, nogil=True)
+def rows_written(td, marks, start, end, stale):
+    "Rows `start` to `end` were just written: zero their TD errors, and mark `stale` those whose hand-out mark is set, in one pass"
+    for j in range(start, end):
+        td[j] = 0
+        if marks[j]: marks[j] = stale
+
 def td_arrays(n_rows:int, device, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
     "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give (float32, on the memory's `device`) and fit a memory of `n_rows` rows; else None"
     if (type(idxs) is torch.Tensor and type(td_errors) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1
