@@ -213,7 +213,9 @@ class FrameStorage(Storage):
         return list(args) + [kwargs[n] for n in names[len(args):]]
 
     def _plain_step(self, obs, action, reward, terminal, truncated, env_id) -> tuple|None:
-        "A step of plain values checked at Python speed: a frame array of the stored dtype and shape, an int action, a float reward, bool flags, no final observation; None for any other, which `_check_step` checks"
+        "A step of plain values checked at Python speed: a frame array of the stored dtype and shape, an int action, a float reward (Python or NumPy scalars), bool flags, no final observation; None for any other, which `_check_step` checks"
+        if type(action) is not int and isinstance(action, np.integer): action = int(action)  # NumPy's integer scalars, as an environment's arrays give them
+        if type(reward) is not float and isinstance(reward, (np.float32, np.float64)): reward = float(reward)
         if not (self._plain and type(obs) is np.ndarray and obs.dtype == self.obs_dtype and obs.shape == self.obs_shape
                 and type(action) is int and -_I64 <= action < _I64 and type(reward) is float and -_F32 <= reward <= _F32
                 and type(env_id) is int and 0 <= env_id <= _I32): return None
