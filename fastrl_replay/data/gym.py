@@ -146,13 +146,13 @@ def play_episodes(act, # Maps one observation to one action
     "Returns of `n_episodes` episodes played by `act`"
     e, returns = gym.make(env) if isinstance(env, str) else env, []
     obs, _ = e.reset(seed=seed)
-    stacks = np.zeros((1, stack_size, *np.shape(obs)), np.asarray(obs).dtype)
+    stacks = np.zeros((1, stack_size, *np.shape(obs)), np.asarray(obs).dtype) if stack_size > 1 else None
     for _ in range(n_episodes):
         total, steps, done = 0., 0, False
-        push_frames(stacks, np.asarray(obs)[None], [True])
+        if stacks is not None: push_frames(stacks, np.asarray(obs)[None], [True])
         while not done:
-            obs, r, term, trunc, _ = e.step(act(stacks[0] if stack_size > 1 else obs))
-            push_frames(stacks, np.asarray(obs)[None], [False])
+            obs, r, term, trunc, _ = e.step(act(obs if stacks is None else stacks[0]))
+            if stacks is not None: push_frames(stacks, np.asarray(obs)[None], [False])
             total, steps = total + float(r), steps + 1
             done = term or trunc or (max_steps is not None and steps >= max_steps)
         returns.append(total)
