@@ -114,3 +114,15 @@ def test_refused_dtypes_change_nothing():
     assert len(er) == 2 and er.pointer == 2 and all(torch.equal(er.memory[k], v) for k, v in before.items())
     er + {**row(2), 'action': torch.tensor([[2]], dtype=torch.int32)}  # a narrower integer is cast, as before
     assert er.memory['action'][:, 0].tolist() == [0, 1, 2]
+
+
+def test_tensor_guard_in_use_on_the_pinned_torch(monkeypatch):
+    "On the torch release line the tests run with, one-row tensors are checked by torch's guard; on another line, by the checks alone"
+    from fastrl_replay.memory import experience_replay as xr
+    cols = [xr._Col('state', (4,), torch.float32, True), xr._Col('done', (), torch.bool, True)]
+    good, bad = (torch.zeros(1, 4), torch.zeros(1, dtype=torch.bool)), (torch.zeros(1, 4, dtype=torch.float64), torch.zeros(1, dtype=torch.bool))
+    guard = xr._tensor_guard(cols)
+    assert torch.__version__.startswith(xr.GUARDED_TORCH) and guard is not xr._passes_nothing
+    assert guard(*good) is True and guard(*bad) is False
+    monkeypatch.setattr(xr, 'GUARDED_TORCH', '1.0.')
+    assert xr._tensor_guard(cols) is xr._passes_nothing
