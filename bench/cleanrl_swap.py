@@ -1,8 +1,12 @@
 """CleanRL's single-file scripts written against Stable-Baselines3's `ReplayBuffer` (DQN, SAC, TD3, DDPG) run as they are, on
 SB3's buffer, and with only that import changed to `fastrl_replay.compat.sb3`: every network's final weights must be equal to the
-bit, and the steps per second are printed for both (the best of interleaved rounds, after one round that warms up).
+bit, and the steps per second of both are printed, of the process's CPU time and of wall time: the median and range of interleaved
+rounds (SB3 first in even rounds, the adapter first in odd ones), after one short run of each that warms up.
 
-    python bench/cleanrl_swap.py [--scripts dqn sac td3 ddpg] [--steps 4000] [--rounds 3] [--cleanrl DIR] [--out FILE.json]
+    python bench/cleanrl_swap.py [--scripts dqn sac td3 ddpg] [--steps 4000] [--rounds 5] [--cleanrl DIR] [--out FILE.json]
+
+With `--out` naming a file that already holds results, the scripts run now replace theirs and the others' are kept, so that each
+script can be timed in an invocation of its own (each with its own `--steps` and `--rounds`, recorded with its results).
 
 DQN is vendored (bench/peers/cleanrl_dqn.py). SAC, TD3 and DDPG are read from a clone of CleanRL (`--cleanrl`, default the
 mirror under /work/.mirror) at commit 08d1c0105e41f3ab435a981d3df901ea8d08cdd5, the last at which CleanRL's scripts import SB3's
@@ -14,7 +18,7 @@ short run (learning from step 1,000, a buffer of 10,000, the CPU), so that tyro 
 gymnasium 0.29, whose vector environments hand back `final_observation` and `final_info` per environment; on gymnasium 1.x
 the harness gives them that layout (a `SyncVectorEnv` that resets in the same step and lays its infos out as 0.29 did), the same
 for both buffers. TensorBoard logs go to a temporary directory."""
-import argparse, json, os, runpy, subprocess, sys, tempfile, time, types
+import argparse, json, os, runpy, statistics, subprocess, sys, tempfile, time, types
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 
@@ -71,57 +75,78 @@ def run(script:str, src:str, steps:int) -> tuple[dict, tuple[float, float]]:
     nets.update({n: v.detach().clone() for n, v in g.items() if isinstance(v, torch.Tensor)})  # SAC's log_alpha, the last batch's values
     return nets, (steps / dt, steps / dc)
 
+WARMUP = 1100  # steps of the run of each variant that warms up (imports, allocations, the first learning steps): not timed
+
+def spread(v:list) -> dict:
+    "The median, least and greatest of `v`, rounded"
+    return dict(median=round(statistics.median(v), 3), min=round(min(v), 3), max=round(max(v), 3))
+
 def compare(script:str, src:str, steps:int, rounds:int) -> dict:
     "Both buffers on one script, interleaved: steps per second of each round, and whether every final weight is equal to the bit"
     assert src.count(IMPORT) == 1, f'{script}: expected one line {IMPORT!r}'
     variants = {'SB3 ReplayBuffer': src, 'fastrl_replay.compat.sb3': src.replace(IMPORT, SWAPPED)}
+    for s in variants.values(): run(script, s, min(steps, WARMUP))
     sps, cps, weights = {k: [] for k in variants}, {k: [] for k in variants}, {}
-    for r in range(rounds + 1):  # the first round warms up (imports, allocations) and is not timed
-        for name, s in variants.items():
-            w, (x, y) = run(script, s, steps)
-            if r: sps[name].append(x); cps[name].append(y)
+    for r in range(rounds):  # SB3 first in even rounds, the adapter first in odd ones
+        for name in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
+            w, (x, y) = run(script, variants[name], steps)
+            sps[name].append(x); cps[name].append(y)
             if name in weights: assert all(torch.equal(w[k], weights[name][k]) for k in w), f'{script}, {name}: runs differ'
             weights[name] = w
     (na, wa), (nb, wb) = weights.items()
     same = wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    best, cbest = {k: max(v) for k, v in sps.items()}, {k: max(v) for k, v in cps.items()}
-    return dict(steps=steps, rounds=rounds, networks=sorted({k.split('.')[0] for k in wa if '.' in k}), tensors=len(wa), weights_equal=same,
-                sps={k: [round(x, 1) for x in v] for k, v in sps.items()}, best=best, ratio=best[nb] / best[na],
-                cpu_sps={k: [round(x, 1) for x in v] for k, v in cps.items()}, cpu_best=cbest, cpu_ratio=cbest[nb] / cbest[na])
+    paired = lambda d: [b / a for a, b in zip(d[na], d[nb])]  # each round's adapter / SB3
+    return dict(steps=steps, rounds=rounds, command=' '.join(['python bench/cleanrl_swap.py', *sys.argv[1:]]),
+                networks=sorted({k.split('.')[0] for k in wa if '.' in k}), tensors=len(wa), weights_equal=same,
+                cpu_sps={k: [round(x, 1) for x in v] for k, v in cps.items()}, cpu={k: spread(v) for k, v in cps.items()},
+                cpu_ratio=spread(paired(cps)),
+                sps={k: [round(x, 1) for x in v] for k, v in sps.items()}, wall={k: spread(v) for k, v in sps.items()},
+                ratio=spread(paired(sps)))
 
-def stored(res:dict, a) -> dict:
+def stored(res:dict) -> dict:
     "The results in the form of `bench/stored/`, with a table of them"
-    rows = ['| script | environment | networks compared | equal to the bit | SB3 steps/s | adapter steps/s | adapter / SB3 | per CPU second |', '|---|---|---|---|---:|---:|---:|---:|']
+    rows = ['| script | environment | steps × rounds | networks compared | equal to the bit | SB3 steps per CPU second | adapter steps per CPU second '
+            '| adapter / SB3, CPU time | adapter / SB3, wall time |', '|---|---|---:|---|---|---:|---:|---:|---:|']
+    fmt = lambda d, f, x='': f"{d['median']:{f}}{x} ({d['min']:{f}}–{d['max']:{f}})"
     for k, r in res.items():
-        (na, sa), (nb, sb) = r['best'].items()
-        rows.append(f"| {k} | {SETTINGS[k].get('env_id', 'CartPole-v1')} | {', '.join(r['networks'])} | {'yes' if r['weights_equal'] else 'NO'} "
-                    f"| {sa:,.0f} | {sb:,.0f} | {r['ratio']:.2f}x | {r['cpu_ratio']:.2f}x |")
+        (na, sa), (nb, sb) = r['cpu'].items()
+        rows.append(f"| {k} | {SETTINGS[k].get('env_id', 'CartPole-v1')} | {r['steps']:,} × {r['rounds']} | {', '.join(r['networks'])} "
+                    f"| {'yes' if r['weights_equal'] else 'NO'} | {fmt(sa, ',.0f')} | {fmt(sb, ',.0f')} | {fmt(r['cpu_ratio'], '.2f', 'x')} "
+                    f"| {fmt(r['ratio'], '.2f', 'x')} |")
     text = (f"CleanRL's single-file scripts at commit {COMMIT[:8]}, the last at which they import Stable-Baselines3's `ReplayBuffer`, run as they "
-            f"are and with only that import changed to `fastrl_replay.compat.sb3`: {a.steps:,} steps each, learning from step 1,000, the CPU, "
-            f"one torch thread, the best of {a.rounds} interleaved rounds after one that warms up (steps per second of wall time, and the ratio "
-            f"per second of the process's CPU time, which other jobs on the machine disturb less). Every network's final weights "
-            f"(and every tensor the script leaves, such as SAC's `log_alpha`) are compared bit for bit.\n\n" + '\n'.join(rows))
+            f"are and with only that import changed to `fastrl_replay.compat.sb3`, learning from step 1,000, on the CPU with one torch thread. "
+            f"Each script runs in rounds that interleave the two buffers (SB3 first in even rounds, the adapter first in odd ones) after one "
+            f"short run of each that warms up; steps per second are of the process's CPU time, which the other jobs of a shared machine "
+            f"disturb less than wall time, given as the median (least–greatest) of the rounds, and the ratios are the median (least–greatest) "
+            f"of each round's adapter / SB3. Every network's final weights (and every tensor the script leaves, such as SAC's `log_alpha`) "
+            f"are compared bit for bit.\n\n" + '\n'.join(rows))
     return dict(title="CleanRL's scripts with only the ReplayBuffer import changed", date=time.strftime('%Y-%m-%d'),
                 machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs",
-                command=' '.join(['python bench/cleanrl_swap.py', *sys.argv[1:]]), text=text, torch=torch.__version__,
+                command='; '.join(dict.fromkeys(r['command'] for r in res.values())), text=text, torch=torch.__version__,
                 gymnasium=gym.__version__, results=res)
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--scripts', nargs='+', default=['dqn', 'sac', 'td3', 'ddpg'], choices=list(SETTINGS))
     p.add_argument('--steps', type=int, default=4000)
-    p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--cleanrl', type=Path, default=MIRROR, help="a clone of CleanRL's repository holding commit " + COMMIT)
-    p.add_argument('--out', type=Path, help='write the results as JSON')
+    p.add_argument('--out', type=Path, help='write the results as JSON, keeping those of other scripts the file holds')
     a = p.parse_args()
     torch.set_num_threads(1)
     res = {}
     for script in a.scripts:
         r = res[script] = compare(script, source(script, a.cleanrl), a.steps, a.rounds)
-        for k, v in r['sps'].items(): print(f'{script:5s} {k:26s} steps/s best {r["best"][k]:8.0f}   rounds {", ".join(f"{x:.0f}" for x in v)}')
-        print(f'{script:5s} final weights of {", ".join(r["networks"])} equal to the bit: {r["weights_equal"]}; '
-              f'steps/s ratio (adapter / SB3): {r["ratio"]:.3f} of wall time, {r["cpu_ratio"]:.3f} of CPU time', flush=True)
-    if a.out: a.out.write_text(json.dumps(stored(res, a), indent=1) + '\n')
+        for k in r['cpu']:
+            print(f'{script:5s} {k:26s} steps per CPU second {r["cpu"][k]["median"]:8.0f} (rounds {", ".join(f"{x:.0f}" for x in r["cpu_sps"][k])}), '
+                  f'per wall second {r["wall"][k]["median"]:8.0f}')
+        c, w = r['cpu_ratio'], r['ratio']
+        print(f'{script:5s} final weights of {", ".join(r["networks"])} equal to the bit: {r["weights_equal"]}; adapter / SB3 of CPU time '
+              f'{c["median"]:.3f} ({c["min"]:.3f}-{c["max"]:.3f}), of wall time {w["median"]:.3f} ({w["min"]:.3f}-{w["max"]:.3f})', flush=True)
+    if a.out:
+        old = json.loads(a.out.read_text())['results'] if a.out.exists() else {}
+        kept = {k: v for k, v in old.items() if k not in res and 'cpu_ratio' in v and isinstance(v['cpu_ratio'], dict)}
+        a.out.write_text(json.dumps(stored({k: {**kept, **res}[k] for k in SETTINGS if k in {**kept, **res}}), indent=1) + '\n')
     return 0 if all(r['weights_equal'] for r in res.values()) else 1
 
 if __name__ == '__main__': sys.exit(main())
