@@ -113,10 +113,10 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3')):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
-        for algo, env, variant in SUITES[suite]:
+        for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
@@ -177,6 +177,7 @@ if __name__ == '__main__':
     p.add_argument('--speed', choices=['sac', 'td3'], help='time CPU milliseconds per step of both libraries on Pendulum-v1 instead')
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     p.add_argument('--libs', nargs='+', choices=['ours', 'sb3'], default=['ours', 'sb3'], help='the libraries to run (the replay variants run ours only)')
+    p.add_argument('--envs', nargs='+', help="the suite's runs on these environments only (default: all of them)")
     p.add_argument('--steps', type=int, default=20_000)
     p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
@@ -192,4 +193,4 @@ if __name__ == '__main__':
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs)
