@@ -13,6 +13,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite pendulum --seeds 0 1 2 3 4                 # SAC and TD3, 20,000 steps
     python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
     python bench/continuous_bench.py --suite mujoco_td3 --seeds 0 1 2 --steps 20000     # TD3 on them
+    python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
@@ -188,7 +189,7 @@ if __name__ == '__main__':
         text = compare(recs) + ('\n' + a.note if a.note else '')
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants --seeds ... --steps ...; '
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] --seeds ... --steps ...; '
                                                     'python bench/continuous_bench.py --speed sac|td3 --steps 500; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
