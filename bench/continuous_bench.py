@@ -13,6 +13,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite pendulum --seeds 0 1 2 3 4                 # SAC and TD3, 20,000 steps
     python bench/continuous_bench.py --suite mujoco --seeds 0 1 2 --steps 20000         # SAC on HalfCheetah-v5, Hopper-v5
     python bench/continuous_bench.py --suite mujoco_td3 --seeds 0 1 2 --steps 20000     # TD3 on them
+    python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
@@ -113,10 +114,10 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3')):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
-        for algo, env, variant in SUITES[suite]:
+        for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
@@ -177,6 +178,7 @@ if __name__ == '__main__':
     p.add_argument('--speed', choices=['sac', 'td3'], help='time CPU milliseconds per step of both libraries on Pendulum-v1 instead')
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     p.add_argument('--libs', nargs='+', choices=['ours', 'sb3'], default=['ours', 'sb3'], help='the libraries to run (the replay variants run ours only)')
+    p.add_argument('--envs', nargs='+', help="the suite's runs on these environments only (default: all of them)")
     p.add_argument('--steps', type=int, default=20_000)
     p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
@@ -187,9 +189,9 @@ if __name__ == '__main__':
         text = compare(recs) + ('\n' + a.note if a.note else '')
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants --seeds ... --steps ...; '
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] --seeds ... --steps ...; '
                                                     'python bench/continuous_bench.py --speed sac|td3 --steps 500; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs)

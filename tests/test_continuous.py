@@ -1,9 +1,9 @@
 "SAC and TD3: short deterministic runs (bit-for-bit from a seed, finite losses, TD errors written back, exact resume) and a slow learning test."
-import json, math
+import copy, json, math
 from pathlib import Path
 import numpy as np, pytest, torch, gymnasium as gym
 from fastai.callback.core import Callback, CancelFitException
-from fastrl_replay.agents.sac import sac_learner, evaluate_actor, ActorCriticTrainer
+from fastrl_replay.agents.sac import sac_learner, evaluate_actor, ActorCriticTrainer, polyak
 from fastrl_replay.agents.td3 import td3_learner
 from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
@@ -64,10 +64,40 @@ def test_importance_weights_reach_the_loss(algo):
     from fastrl_replay.callback import ReplayBatch
     b = ReplayBatch.of(rows, idxs)
     loss = learn.loss_func
-    loss.schedule(False)
     assert float(loss(learn.model(b), b).detach()) > 0
     b['weight'] = torch.zeros(b.bs(), 1)
     assert float(loss(learn.model(b), b).detach()) == 0.
+
+
+class Replay(Callback):
+    "Keep a copy of the networks and the optimizer, the batch and torch's generator before the critics' step of batch `at`, and the networks after it"
+    order = -3  # after the replay callback has swapped in the sampled batch, before the trainer
+    def __init__(self, at): self.at, self.i = at, 0
+    def before_batch(self):
+        self.i += 1
+        if self.i == self.at:
+            self.net, self.optim = copy.deepcopy((self.learn.model, self.learn.opt.opt))
+            self.replayed, self.rng = self.learn.yb[0], torch.get_rng_state()
+    def after_batch(self):
+        if self.i == self.at: self.after = copy.deepcopy(self.learn.model.state_dict())
+
+
+@pytest.mark.parametrize('algo,at', [('sac', 1), ('td3', 2), ('td3', 3)])
+def test_the_actor_steps_after_the_critics(algo, at):
+    "One training step taken by hand in the paper's order: the critics' step, then (TD3: on even steps) the actor's against the updated critics, then the targets"
+    r = Replay(at)  # counts the trained batches: the replay callback cancels the others before this one sees them
+    fit(algo, epochs=1, steps_per_epoch=80, cbs=[r])
+    m, opt, b = r.net, r.optim, r.replayed
+    before = copy.deepcopy(m.state_dict())
+    loss = BUILD[algo]('Pendulum-v1', seed=0, model=m, **SMALL).loss_func
+    torch.set_rng_state(r.rng)
+    opt.zero_grad(); loss(m(b), b).backward(); opt.step()
+    if algo == 'sac' or at % 2 == 0:
+        opt.zero_grad(); loss.actor_loss(b).backward(); opt.step()
+        for online, target in m.target_pairs(): polyak(online, target, 0.005)
+    for k, w in m.state_dict().items(): assert torch.equal(r.after[k], w), k
+    moved = [k for k in r.after if k.startswith('actor.') and not torch.equal(r.after[k], before[k])]
+    assert bool(moved) == (algo == 'sac' or at % 2 == 0)
 
 
 class StopAt(Callback):

@@ -167,14 +167,13 @@ def _critic_loss(td:torch.Tensor, b:Mapping, half:bool) -> torch.Tensor:
 
 # %% ../../nbs/10d_agents.sac.ipynb #bf7a7009
 class ActorCriticLoss:
-    "What the actor-critic losses share: each call trains the critics, and the actor too on the calls `schedule` says"
-    train_actor = True  # the next call trains the actor (and SAC's entropy coefficient) too
-    def schedule(self, train_actor:bool):
-        "Whether the next call trains the actor too, or the critics only"
-        self.train_actor = train_actor
+    "What the actor-critic losses share: called on a batch, the critics' loss; `actor_loss` of the same batch, the actor's, taken after the critics' step"
+    def actor_loss(self, b:Mapping) -> torch.Tensor:
+        "The actor's loss on batch `b` against the critics as they are now"
+        raise NotImplementedError
 
 class SACLoss(ActorCriticLoss):
-    "SAC's loss on a replayed batch: the critics' TD loss (reported to the batch), the actor's and the entropy coefficient's, summed"
+    "SAC's losses on a replayed batch: the critics' TD loss (reported to the batch); then the actor's and the entropy coefficient's, summed"
     def __init__(self, model:SACModel): self.model = model
 
     def td_targets(self, b:Mapping) -> torch.Tensor:
@@ -185,38 +184,49 @@ class SACLoss(ActorCriticLoss):
             return _bootstrap(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0] - m.entropy.alpha * logp2)
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-        "The summed loss; `pred` is the model's twin Q-values of the batch"
+        "The critics' loss; `pred` is the model's twin Q-values of the batch"
+        return _critic_loss(pred - self.td_targets(b), b, half=True)
+
+    def actor_loss(self, b:Mapping) -> torch.Tensor:
+        "E[alpha log pi - min Q] of actions the policy draws at the batch's states, plus alpha's loss of their log-probabilities"
         m = self.model
-        if self.train_actor: a_pi, logp = m.actor.sample(b['state'])
-        alpha = m.entropy.alpha  # before this step changes it
-        loss = _critic_loss(pred - self.td_targets(b), b, half=True)
-        if not self.train_actor: return loss
+        a_pi, logp = m.actor.sample(b['state'])
         with frozen(m.critic): q_pi = m.critic(b['state'], a_pi).min(1, keepdim=True)[0]
-        return loss + (alpha * logp - q_pi).mean() + m.entropy.loss(logp)
+        return (m.entropy.alpha * logp - q_pi).mean() + m.entropy.loss(logp)
+
 
 # %% ../../nbs/10d_agents.sac.ipynb #250f7247
 class ActorCriticTrainer(Callback):
-    "Counts optimizer steps, tells the loss on which the actor trains (every `policy_delay`-th) and Polyak-averages the target networks"
+    "After each critics' step, the actor's step (every `policy_delay`-th) against the updated critics, then the target networks' Polyak averaging"
     order = -4  # after the replay callback has swapped in the sampled batch
-    def __init__(self, loss, # A loss with `schedule(train_actor)` and a `model` with `target_pairs()`
+    def __init__(self, loss:ActorCriticLoss, # The losses, whose `model` has `target_pairs()`
                  tau:float=0.005, # Polyak factor of the target networks' updates
                  target_every:int=1, # Optimizer steps between the target networks' updates
-                 policy_delay:int=1): # Optimizer steps between the actor's (the critics train at each)
+                 policy_delay:int=1): # Critic steps between the actor's (the critics train at each)
         self.loss, self.tau, self.target_every, self.policy_delay, self.n_updates = loss, tau, target_every, policy_delay, 0
 
     def before_fit(self): self.pairs = self.loss.model.target_pairs()
-    def before_batch(self): self.loss.schedule((self.n_updates + 1) % self.policy_delay == 0)
 
     def after_step(self):
         self.n_updates += 1
+        if self.n_updates % self.policy_delay == 0: self.step_actor()
         if self.n_updates % self.target_every == 0:
             for online, target in self.pairs: polyak(online, target, self.tau)
+
+    def step_actor(self):
+        "One step of the optimizer on the actor's loss of the batch the critics just trained on (the learner's `before_step` callbacks, as gradient clipping, see it too)"
+        opt = self.learn.opt
+        opt.zero_grad()  # the critics' gradients are spent
+        self.loss.actor_loss(self.learn.yb[0]).backward()
+        self.learn('before_step')
+        opt.step()
 
     def state_dict(self) -> dict:
         "The count of optimizer steps (the target networks are the model's)"
         return dict(n_updates=self.n_updates)
 
     def load_state_dict(self, state:dict): self.n_updates = state['n_updates']
+
 
 # %% ../../nbs/10d_agents.sac.ipynb #3837eb41
 class ActorAgent(SteppedAgent):

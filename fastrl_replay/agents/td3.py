@@ -51,7 +51,7 @@ class TD3Model(nn.Module):
 
 # %% ../../nbs/10e_agents.td3.ipynb #380cb0e2
 class TD3Loss(ActorCriticLoss):
-    "TD3's loss on a replayed batch: the critics' TD loss against smoothed target actions (reported to the batch), plus the actor's on its steps"
+    "TD3's losses on a replayed batch: the critics' TD loss against smoothed target actions (reported to the batch); the actor's, -Q1 of its action"
     def __init__(self, model:TD3Model, # The networks
                  target_noise:float=0.2, # Standard deviation of the noise added to the target actor's actions
                  noise_clip:float=0.5): # That noise is clipped to plus or minus this
@@ -66,12 +66,13 @@ class TD3Loss(ActorCriticLoss):
             return _bootstrap(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0])
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-        "The summed loss; `pred` is the model's twin Q-values of the batch"
+        "The critics' loss; `pred` is the model's twin Q-values of the batch"
+        return _critic_loss(pred - self.td_targets(b), b, half=False)
+
+    def actor_loss(self, b:Mapping) -> torch.Tensor:
+        "-Q1 of the actor's actions at the batch's states, a gradient to the actor only"
         m = self.model
-        loss = _critic_loss(pred - self.td_targets(b), b, half=False)
-        if not self.train_actor: return loss
-        with frozen(m.critic): q = m.critic.first(b['state'], m.actor(b['state']))
-        return loss - q.mean()
+        with frozen(m.critic): return -m.critic.first(b['state'], m.actor(b['state'])).mean()
 
 # %% ../../nbs/10e_agents.td3.ipynb #a801dced
 @dataclass
