@@ -1,6 +1,6 @@
 "Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
 import zlib
-import json, os, random, re, shutil, signal, tempfile, time
+import copy, json, math, os, random, re, shutil, signal, tempfile, time
 from pathlib import Path
 import numpy as np, pytest, torch
 from fastrl_replay.memory.core import ExperienceReplayException, Replay, UniformSampler
@@ -747,3 +747,47 @@ def test_a_kind_cannot_import_a_module_outside_the_library(tmp_path):
         man = json.loads(f.read_text()); man['settings']['storage']['kind'] = kind; write_manifest(tmp_path/'m', man)
         with pytest.raises(CheckpointError, match='is not a known Storage class'): load_memory(tmp_path/'m')
     assert find_kind('antigravity.Fly') is None and 'antigravity' not in __import__('sys').modules
+
+
+@pytest.fixture(params=['from the page cache', 'from the disk'])
+def read_path(request, monkeypatch):
+    "Loads made to take one of their two ways of reading a large array (told by whether its file is in the page cache), with the direct reads counted"
+    from fastrl_replay.memory import persist
+    monkeypatch.setattr(persist, '_cached', lambda fd, start, n: request.param == 'from the page cache')
+    direct, calls = persist._read_direct, []
+    monkeypatch.setattr(persist, '_read_direct', lambda *a: calls.append(1) or direct(*a))
+    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 19)  # the 1.2 MB block in three pieces
+    return request.param, calls
+
+
+def test_both_read_paths_restore_the_memory_exactly(tmp_path, read_path):
+    m = big_memory()
+    m.save(tmp_path/'ck')
+    twin = load_memory(tmp_path/'ck')
+    same(twin.state_dict(), m.state_dict())
+    assert len(read_path[1]) == (read_path[0] == 'from the disk' and direct_io_works(tmp_path))
+
+
+@pytest.mark.parametrize('where', [4096 + 5, 4096 + 700_000, -3])  # the first piece, a later one, the last partial page
+def test_both_read_paths_refuse_a_flipped_bit_and_leave_the_memory_as_it_was(tmp_path, read_path, where):
+    m, into = big_memory(), big_memory(rows=25_000)
+    into + {'obs': torch.ones(10, 8), 'action': torch.zeros(10, 1, dtype=torch.long), 'done': torch.zeros(10, 1, dtype=torch.bool)}
+    before = copy.deepcopy(into.state_dict())
+    m.save(tmp_path/'ck')
+    man, e = rows_entry(tmp_path/'ck')
+    f = tmp_path/'ck'/e['file']
+    raw = bytearray(f.read_bytes()); raw[where] ^= 1; f.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=f"{re.escape(e['file'])}: checksum \\d+ does not match the manifest's {e['crc32']}"): load_into(into, tmp_path/'ck')
+    same(into.state_dict(), before)
+
+
+def test_both_read_paths_refuse_a_file_cut_short_while_it_is_read(tmp_path, read_path, monkeypatch):
+    from fastrl_replay.memory import persist
+    big_memory().save(tmp_path/'ck')
+    man, e = rows_entry(tmp_path/'ck')
+    f, allocate = tmp_path/'ck'/e['file'], persist.page_aligned_zeros
+    def cut_then_allocate(shape, *a, **k):  # the file loses its end after its size was checked, before it is read
+        if math.prod(shape) * np.dtype(a[0] if a else k.get('dtype', np.uint8)).itemsize >= 1 << 20: os.truncate(f, f.stat().st_size - 10_000)
+        return allocate(shape, *a, **k)
+    monkeypatch.setattr(persist, 'page_aligned_zeros', cut_then_allocate)
+    with pytest.raises(CheckpointError, match=f"{re.escape(e['file'])}: not a whole .npy array: the file ended early"): load_memory(tmp_path/'ck')

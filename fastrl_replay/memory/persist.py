@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
-import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, threading, uuid
+import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, sys, threading, uuid
 try: from isal.isal_zlib import crc32  # ISA-L: the same CRC-32 as zlib's, several times faster
 except ImportError: from zlib import crc32
 from collections.abc import Callable
@@ -196,7 +196,7 @@ def _write_direct(path:Path, a:np.ndarray) -> int|None:
         crc.result()
 
 def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, int]:
-    "The array of `shape` and `dtype` in `.npy` file `f` open at `fd`, read into page-aligned memory (directly where it was written so), and its CRC-32; `CheckpointError` naming `f` unless the file is that array, checked before anything is allocated"
+    "The array of `shape` and `dtype` in `.npy` file `f` open at `fd`, read into page-aligned memory, and its CRC-32; `CheckpointError` naming `f` unless the file is that array, checked before anything is allocated"
     with open(fd, 'rb', closefd=False) as o:
         try:
             major, _ = np.lib.format.read_magic(o)
@@ -208,36 +208,47 @@ def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, i
         start, nbytes, size = o.tell(), math.prod(shape) * dtype.itemsize, os.fstat(fd).st_size
         if size != start + nbytes: raise CheckpointError(f'{f}: not a whole .npy array: the file holds {size - start} bytes of values, its header declares {nbytes}')
         a = page_aligned_zeros(shape, dtype, huge=False)  # small pages, found faster than huge ones
-        data = memoryview(a.reshape(-1).view(np.uint8))
-        done, value = _read_direct(fd, start, data) if start % PAGE == 0 and _direct(a) else (0, 0)
-        crc = _Crc(value)
-        try:
-            o.seek(start + done)
-            for s in range(done, len(data), PIECE):
-                if o.readinto(data[s:s + PIECE]) != len(data[s:s + PIECE]): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
-                crc.add(data[s:s + PIECE])
-        finally: value = crc.result()
+        crc = _read_values(o, memoryview(a.reshape(-1).view(np.uint8)), f)
     use_huge_pages(a)
-    return a, value
+    return a, crc
 
-MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 22  # Linux 5.14's madvise that faults a range of pages in at once; direct reads of 4 MB
+MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 22  # Linux 5.14's madvise that faults a range of pages in at once; reads of 4 MB
 try: _madvise = ctypes.CDLL(None, use_errno=True).madvise  # ctypes lets go of the GIL during the call
 except (OSError, AttributeError): _madvise = None
 
 def _fault_in(address:int, n:int):
-    "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the copy that fills them faults them in"
+    "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the read that fills them faults them in"
     if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
 
-def _read_direct(fd:int, start:int, data:memoryview) -> tuple[int, int]:
-    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread) and from there, checksummed while in the cache, copied into `data`, whose pages another thread faults in ahead; how many bytes were read and their CRC-32"
+def _read_values(o:io.BufferedReader, data:memoryview, f:str) -> int:
+    "Fill `data` from file `o`'s position in pieces of `READ_PIECE`, each read straight into place and checksummed as it lands, while a thread faults in the pages of the pieces ahead (for 1 MB or more): directly from the disk where the file is not in the page cache, else through it; the CRC-32"
+    fd, start, n = o.fileno(), o.tell(), len(data)
+    ahead = ThreadPoolExecutor(1) if n >= DIRECT_MIN else None
+    address = np.frombuffer(data, np.uint8).ctypes.data if ahead else 0
+    faulted = [ahead.submit(_fault_in, address + s, min(READ_PIECE, n - s)) for s in range(0, n, READ_PIECE)] if ahead else []
+    wait = lambda s: faulted and faulted[s // READ_PIECE].result()
+    try:
+        direct = start % PAGE == 0 and _direct(np.frombuffer(data, np.uint8)) and not _cached(fd, start, n)
+        done, crc = _read_direct(fd, start, data, wait) if direct else (0, 0)
+        o.seek(start + done)
+        for s in range(done, n, READ_PIECE):
+            wait(s)
+            piece = data[s:min(n, (s // READ_PIECE + 1) * READ_PIECE)]
+            if o.readinto(piece) != len(piece): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
+            crc = crc32(piece, crc)
+    finally:
+        if ahead: ahead.shutdown(cancel_futures=True)
+    return crc
+
+def _read_direct(fd:int, start:int, data:memoryview, wait:Callable) -> tuple[int, int]:
+    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread), checksummed there while in the cache and copied into `data` once `wait(s)` returns for the piece at `s`; how many bytes were read and their CRC-32"
     body, done, crc = len(data) // PAGE * PAGE, 0, 0
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
     except OSError: return 0, 0
-    n, dest = min(READ_PIECE, body), np.frombuffer(data, np.uint8)
-    bufs, reads, faults = [memoryview(page_aligned_zeros((n,))) for _ in range(2)], ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    n, dest, reads = min(READ_PIECE, body), np.frombuffer(data, np.uint8), ThreadPoolExecutor(1)
+    bufs = [memoryview(page_aligned_zeros((n,))) for _ in range(2)]
     read = lambda s: os.preadv(fd, [bufs[s // n % 2][:min(n, body - s)]], start + s)
-    faulted = [faults.submit(_fault_in, dest.ctypes.data + s, min(n, body - s)) for s in range(0, body, n)]
     try:
         ahead = reads.submit(read, 0)
         for s in range(0, body, n):
@@ -245,14 +256,26 @@ def _read_direct(fd:int, start:int, data:memoryview) -> tuple[int, int]:
             if got == want and s + n < body: ahead = reads.submit(read, s + n)  # into the other buffer, while this one is used
             piece = bufs[s // n % 2][:got]
             crc = crc32(piece, crc)
-            faulted[s // n].result()
+            wait(s)
             dest[s:s + got] = np.frombuffer(piece, np.uint8)
             done += got
-            if got != want: break  # a short read: the rest goes through the page cache
+            if got != want: break  # a short read: the rest through the page cache
     except OSError as e:
         if e.errno != errno.EINVAL: raise
-    finally: reads.shutdown(); faults.shutdown(cancel_futures=True); fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    finally: reads.shutdown(); fcntl.fcntl(fd, fcntl.F_SETFL, flags)
     return done, crc
+
+CACHESTAT = 451  # Linux 6.5's system call counting the pages of a file range in the page cache, the same number on every architecture
+try: _syscall = ctypes.CDLL(None, use_errno=True).syscall
+except (OSError, AttributeError): _syscall = None
+
+def _cached(fd:int, start:int, n:int) -> bool:
+    "Whether the `n` bytes from byte `start` of the file open at `fd` are all in the page cache (False where the kernel cannot tell)"
+    if _syscall is None or not sys.platform.startswith('linux'): return False
+    span, stat = (ctypes.c_uint64 * 2)(start, n), (ctypes.c_uint64 * 5)()  # struct cachestat_range, struct cachestat (nr_cache first)
+    if _syscall(ctypes.c_long(CACHESTAT), ctypes.c_int(fd), span, stat, ctypes.c_uint(0)) != 0: return False
+    return stat[0] >= (start + n - 1) // PAGE - start // PAGE + 1
+
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
 def open_inside(root:int, rel, where:str) -> int:
