@@ -161,7 +161,7 @@ _NO_GENERATIONS = np.empty(0, np.int64)  # what the compiled guard is given when
 
 def as_generations(generations, n:int, device) -> torch.Tensor:
     "`generations` (a tensor, array or list of ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise `ExperienceReplayException` otherwise"
-    g = generations if isinstance(generations, torch.Tensor) else torch.as_tensor(np.asarray(generations).reshape(-1) if len(generations) else np.zeros(0, np.int64))
+    g = generations if isinstance(generations, torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
     if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool or tuple(g.shape) != (n,):
         raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them out; '
                                         f'got shape {tuple(g.shape)} {dtype_name(g.dtype)}')
