@@ -16,6 +16,7 @@ from fastrl_replay.test_utils import synth_transitions
 MEMORIES = {
     'uniform': lambda: ExperienceReplay(bs=8, max_sz=4, warmup_sz=1, seed=0),
     'prioritized': lambda: PrioritizedExperienceReplay(bs=8, max_sz=4, warmup_sz=1, seed=0),
+    'prioritized-torch-tree': lambda: PrioritizedExperienceReplay(bs=8, max_sz=4, warmup_sz=1, seed=0, tree_backend='torch'),  # the tensor path a GPU tree takes
     'laber': lambda: LaBERExperienceReplay(bs=8, max_sz=4, warmup_sz=1, seed=0, m=2, score=lambda b: b['reward'][:, 0].abs() + 1),
 }
 
@@ -35,7 +36,7 @@ def test_a_late_update_to_a_row_handed_out_again_is_dropped(kind):
     assert m.sampler.n_stale == 8 and m.td_errors.tolist() == [0.] * 4
     m.update_td(torch.full((8,), 5.), ib, gb)
     assert m.sampler.n_stale == 8 and m.td_errors.tolist() == [5. if i in rows_of(ib) else 0. for i in range(4)]
-    if kind == 'prioritized':
+    if kind.startswith('prioritized'):
         p = m.sampler.get_priority(torch.arange(4)).tolist()
         assert p == pytest.approx([(5 + 1e-6) ** 0.6 if i in rows_of(ib) else 1. for i in range(4)])
 

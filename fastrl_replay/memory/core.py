@@ -521,7 +521,9 @@ class Replay:
                   idxs, # n storage indices, as `sample` returned them
                   generations=None): # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
         "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them); rows overwritten since they were handed out keep theirs"
-        with self.lock: self.sampler.update_td(td_errors, idxs, generations)
+        with self.lock:
+            if generations is None: self.sampler.update_td(td_errors, idxs)  # a sampler of its own may take no generations
+            else: self.sampler.update_td(td_errors, idxs, generations)
 
     def __getitem__(self, idx) -> Replay:
         "A new memory of the same kind holding the rows `idx` selects, in storage order"
