@@ -18,14 +18,15 @@ __all__ = ['ReplayBatch', 'ExperienceReplayCallback']
 
 # %% ../nbs/09_callback.ipynb #9c0a000a
 class ReplayBatch(BD):
-    "Rows sampled from a replay memory with the `idxs` the memory gave them; the loss reports their TD errors with `set_td_error`"
+    "Rows sampled from a replay memory with the `idxs` (and write `generations`) the memory gave them; the loss reports their TD errors with `set_td_error`"
     @classmethod
     def of(cls, rows:BD, # The sampled rows
-           idxs # What the memory's `sample` returned with them, for its `update_td`
+           idxs, # What the memory's `sample` returned with them, for its `update_td`
+           generations=None # The rows' write generations, when the memory hands them out: its `update_td` skips rows written since
           ) -> ReplayBatch:
         "`rows` sampled at `idxs`, their TD errors not reported yet"
         res = cls._new(rows)
-        res.idxs, res.new_td_error = idxs, None
+        res.idxs, res.generations, res.new_td_error = idxs, generations, None
         return res
 
     @property
@@ -57,6 +58,7 @@ class ExperienceReplayCallback(Callback):
             raise ExperienceReplayException('memory must be a replay memory, e.g. ExperienceReplay(...); got a '
                                             f'{type(memory).__name__}: to start with transitions, add them to the memory')
         self.memory, self.fresh, self.batch, self._lossed, self._model_checked = memory, None, None, False, False
+        self._generations = getattr(memory, 'hands_generations', False) is True  # declared by the memory: `sample` hands out write generations
 
     def memories(self) -> dict:
         "The replay memories this callback trains on, by name: what a checkpoint saves with the run"
@@ -75,9 +77,9 @@ class ExperienceReplayCallback(Callback):
                                             f'transitions, with no targets; got {len(self.xb)} inputs and {len(self.yb)} targets')
         self.fresh, self.batch, self._lossed = self.xb[0], None, False
         self.memory + self.fresh
-        try: rows, idxs = self.memory.sample()
+        try: rows, idxs, *gens = self.memory.sample(generations=True) if self._generations else self.memory.sample()
         except WarmupNotReached: raise CancelBatchException() from None
-        self.batch = ReplayBatch.of(rows.to(next(iter(self.fresh.values())).device), idxs)
+        self.batch = ReplayBatch.of(rows.to(next(iter(self.fresh.values())).device), idxs, *gens)
         if not self._model_checked: self._check_model()
         self.learn.xb = self.learn.yb = (self.batch,)
 
@@ -90,7 +92,8 @@ class ExperienceReplayCallback(Callback):
         if b.new_td_error is None:
             raise ExperienceReplayException('the loss reported no TD errors: call `batch.set_td_error(td)` in the loss (its second '
                                             'argument is the ReplayBatch), with one TD error per row, so the memory can update them')
-        self.memory.update_td(b.new_td_error, b.idxs)
+        if b.generations is None: self.memory.update_td(b.new_td_error, b.idxs)
+        else: self.memory.update_td(b.new_td_error, b.idxs, b.generations)
 
     def _check_model(self):
         "Raise, saying what to do, unless the model maps the sampled batch to one row per transition (run without gradients, in eval mode)"

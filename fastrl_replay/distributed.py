@@ -18,7 +18,7 @@ from fastai.callback.core import Callback
 from .core import BD
 from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
 from .memory.checks import batch_of, td_vector
-from .memory.core import Replay
+from .memory.core import Replay, as_generations
 from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
 from .memory.sumtree import per_weights
 from .memory.persist import load_memory
@@ -117,18 +117,23 @@ class ReplayShard:
         return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
                     restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
     def sample(self, k:int, updates:list=()) -> dict:
-        "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, raw priorities and the stats after the draw"
+        "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, write generations, raw priorities and the stats after the draw"
         for u in updates: self.update_td(*u)
-        batch, rows = self.memory.sample(k)
+        batch, rows, gens = self.memory.sample(k, generations=True)
         p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
         cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
-        return dict(batch=cols, rows=rows.numpy(), p=p, stats=self.stats())
-    def update_td(self, td:np.ndarray, rows:np.ndarray, incarnation:int) -> int:
-        "Write TD errors at `rows` if they were sampled from this incarnation; the number dropped"
+        return dict(batch=cols, rows=rows.numpy(), generations=gens.cpu().numpy(), p=p, stats=self.stats())
+    def update_td(self,
+                  td:np.ndarray, # TD errors
+                  rows:np.ndarray, # The rows they belong to
+                  incarnation:int, # The incarnation the rows were sampled from
+                  generations:np.ndarray|None=None) -> int: # The rows' write generations, as `sample` gave them (None: the hand-out marks guard)
+        "Write TD errors at `rows` if they were sampled from this incarnation (and, with `generations`, not written since); the number dropped for the incarnation"
         if incarnation != self.incarnation:
             self.n_dropped += len(rows)
             return len(rows)
-        self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)))
+        g = None if generations is None else torch.from_numpy(np.ascontiguousarray(generations))
+        self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)), g)
         return 0
     def apply(self, fn:Callable):
         "`fn(memory)`, run where the memory is"
@@ -191,6 +196,7 @@ def _as_arrays(batch) -> dict:
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
     makes_n_step = False  # the collectors fold the n-step returns before they write
+    hands_generations = True  # `sample(generations=True)` hands out each row's write generation in its shard, and `update_td` takes them back
     def __init__(self,
                  make_memory:Callable, # Called with a shard's index, returns its memory (any `Replay`; its `warmup_sz` is ignored)
                  n_shards:int=2, # Shards
@@ -265,8 +271,8 @@ class RayReplay:
     def _send_stash(self, j:int):
         "Send the TD updates waiting for shard `j` on their own"
         self._td_refs += [call(self.shards[j], 'update_td', *u) for u in self._take_stash(j)]
-    def _collect(self, req:dict) -> tuple[BD, torch.Tensor]:
-        "The batch a request asked for: columns joined over shards, global keys, global importance weights"
+    def _collect(self, req:dict) -> tuple[BD, torch.Tensor, torch.Tensor]:
+        "The batch a request asked for: columns joined over shards, global keys, the rows' write generations, global importance weights"
         outs = fetch([f for _, f in req['parts']])
         for o in outs: self._note(o['stats'])
         keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _), o in zip(req['parts'], outs)])
@@ -277,9 +283,12 @@ class RayReplay:
             w = per_weights(p, self.current_beta, self.weight_norm, p_min=u['min'], n_rows=u['n'], total=u['total'])
             batch['weight'] = torch.from_numpy(w.astype(np.float32))[:, None]
         self.n_samples += 1
-        return BD._new(batch), torch.from_numpy(keys)
-    def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]:
-        "A batch of `bs` rows drawn over all shards as one memory would draw them, and their keys; prefetched when `prefetch` > 0"
+        return BD._new(batch), torch.from_numpy(keys), torch.from_numpy(np.concatenate([o['generations'] for o in outs]))
+    def sample(self,
+               bs:int|None=None, # Rows to draw (default: `self.bs`)
+               generations:bool=False # Also return the rows' write generations, for `update_td`
+              ) -> tuple[BD, torch.Tensor]:
+        "A batch of `bs` rows drawn over all shards as one memory would draw them, and their keys (and write generations); prefetched when `prefetch` > 0"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
         while self._pending and self._pending[0]['bs'] != bs: self._pending.popleft()
@@ -298,15 +307,18 @@ class RayReplay:
         try:
             while len(self._pending) < self.prefetch: self._pending.append(self._request(bs))
         except WarmupNotReached: pass  # a restarted shard brought fewer rows back: this batch stands, the next waits
-        return out
+        return out if generations else out[:2]
     def update_td(self,
                    td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-                   keys): # n keys, as `sample` returned them
-        "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from"
+                   keys, # n keys, as `sample` returned them
+                   generations=None): # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+        "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from (and its write generation)"
         k = to_numpy(keys)
         td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
+        gens = None if generations is None else as_generations(generations, len(k), 'cpu').numpy()
         shard, inc, rows = decode_keys(k)
-        parts = [(j, (td[m], rows[m], g)) for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
+        parts = [(j, (td[m], rows[m], g) if gens is None else (td[m], rows[m], g, gens[m]))
+                 for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
         if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard
             for j, u in parts:
                 self._td_stash[j].append(u)

@@ -319,7 +319,7 @@ def test_a_run_checkpoint_cannot_reach_outside(tmp_path):
     mem + {'x': torch.arange(6.)[:, None]}
     ck = write_checkpoint(tmp_path/'ck', dict(step=1), {'er': mem})
     assert sorted(p.relative_to(ck).as_posix() for p in ck.rglob('*') if p.is_file()) == [
-        'checkpoint.json', 'checkpoint.json.crc32', 'memory/er/arrays/0.npy', 'memory/er/arrays/1.npy', 'memory/er/arrays/2.npy', 'memory/er/arrays/3.npy', 'memory/er/manifest.json', 'memory/er/manifest.json.crc32']
+        'checkpoint.json', 'checkpoint.json.crc32', 'memory/er/arrays/0.npy', 'memory/er/arrays/1.npy', 'memory/er/arrays/2.npy', 'memory/er/arrays/3.npy', 'memory/er/arrays/4.npy', 'memory/er/manifest.json', 'memory/er/manifest.json.crc32']
     assert read_checkpoint(ck) == dict(step=1, memories={'er': ck/'memory'/'er'})
     other = write_checkpoint(tmp_path/'other', dict(step=2), {'er': mem + {'x': torch.ones(2, 1)}})
     shutil.rmtree(ck/'memory'/'er'); (ck/'memory'/'er').symlink_to(other/'memory'/'er')  # a memory from elsewhere

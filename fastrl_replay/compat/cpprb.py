@@ -38,7 +38,9 @@ class NumpySampler(Sampler):
         return np.random.mtrand._rand if self._rs is None else self._rs
 
     def draw(self, n:int) -> torch.Tensor:
-        return torch.from_numpy(self.rng.randint(0, len(self.storage), n).astype(np.int64, copy=False))
+        idxs = torch.from_numpy(self.rng.randint(0, len(self.storage), n).astype(np.int64, copy=False))
+        self.stamp(idxs)
+        return idxs
 
     def settings(self) -> dict: return dict(numpy_seed=self.numpy_seed)
 
@@ -348,24 +350,28 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.replay.sampler.set_priority(rows, self._leaf(p).astype(np.float64))
     def sample(self,
                batch_size:int, # Transitions to draw
-               beta:float=0.4): # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
-        "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
+               beta:float=0.4, # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
+               generations:bool=False): # Also give the rows' write generations as `generations`, for `update_priorities`
+        "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes` (and `generations` if asked)"
         check_number('beta', beta)
         self._check_stored()
         self.replay.sampler.beta = float(beta)
-        batch, idxs = self.replay.sample(batch_size)
+        batch, idxs, gens = self.replay.sample(batch_size, generations=True)
         res = self._out(batch)
         res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
+        if generations: res['generations'] = gens.numpy()
         if self.check_for_update: self.replay.sampler.stamp_all()  # cpprb's guard: any row written after this sample is stale
         return res
     def update_priorities(self,
                           indexes, # Indexes, as `sample` returned them
-                          priorities): # One priority p >= 0 per index
-        "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`)"
+                          priorities, # One priority p >= 0 per index
+                          generations=None): # Their write generations, as `sample(generations=True)` gave them: rows written since that sample keep theirs
+        "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`; with `generations`, since theirs)"
         i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
         p = self._checked_priorities(priorities, len(i))
-        keep = self.replay.sampler.fresh(i).numpy() if self.check_for_update else slice(None)  # cpprb's guard is the sampler's staleness mark
-        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=self.check_for_update)  # stale rows skipped, counted in n_stale
+        guard = self.check_for_update or generations is not None
+        keep = self.replay.sampler.fresh(i, generations).numpy() if guard else slice(None)  # cpprb's guard is the sampler's staleness mark
+        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=guard, generations=generations)  # stale rows skipped, counted in n_stale
         if len(p[keep]): self._max_p = max(self._max_p, p[keep].max())
     def get_max_priority(self) -> float:
         "The largest priority given so far (1 at first): what a transition added without one gets"

@@ -137,9 +137,12 @@ class ReAgentRing:
     def valid_mask(self) -> np.ndarray:
         "For every index, whether it is a valid transition now"
         return self._valid_at(np.arange(self.replay_capacity))
-    def sample_index_batch(self, batch_size:int) -> torch.Tensor:
-        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor"
-        return self._draw(batch_size)
+    def sample_index_batch(self,
+                           batch_size:int, # Indices to draw
+                           generations:bool=False): # Also return the rows' write generations, for `update_td` and `set_priority`
+        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor (and, with `generations`, their write generations)"
+        idx = self._draw(batch_size)
+        return (idx, self.sampler.generations(idx)) if generations else idx
     def sample_all_valid_transitions(self):
         "Every valid transition, in index order"
         rows = np.flatnonzero(self.valid_mask())
@@ -334,12 +337,13 @@ class PaddedReplay(ReAgentRing, Replay):
         return rows
     def set_priority(self,
                      indices, # Indices of written rows, `(n,)` or `(n, 1)`
-                     priorities): # One finite priority >= 0 per index
+                     priorities, # One finite priority >= 0 per index
+                     generations=None): # Their write generations, as `sample_index_batch(generations=True)` gave them (None: the hand-out marks guard)
         "Set the priorities of `indices` as given: sampling is proportional to them"
         self._check_prioritized('set_priority')
         rows = self._rows(indices)
         if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
-        self.sampler.set_priority(rows, priorities, fresh_only=True)  # rows overwritten since they were handed out keep theirs
+        self.sampler.set_priority(rows, priorities, fresh_only=True, generations=generations)  # rows overwritten since they were handed out keep theirs
     def get_priority(self, indices) -> np.ndarray:
         "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
         self._check_prioritized('get_priority')
@@ -682,9 +686,12 @@ class OutOfGraphReplayBuffer(PaddedReplay):
                    **{n: st.extra[n][rows] for n in st.extra_names})
         if self.prioritized: out['sampling_probabilities'] = self.get_priority(rows)
         return _batch_type(tuple(out))(**out)
-    def sample_index_batch(self, batch_size:int) -> list:
-        "`batch_size` valid indices, drawn uniformly (or by priority): a list of ints"
-        return self._draw(batch_size).tolist()
+    def sample_index_batch(self,
+                           batch_size:int, # Indices to draw
+                           generations:bool=False): # Also return the rows' write generations, for `set_priority`
+        "`batch_size` valid indices, drawn uniformly (or by priority): a list of ints (and, with `generations`, a list of their write generations)"
+        idx = self._draw(batch_size)
+        return (idx.tolist(), self.sampler.generations(idx).tolist()) if generations else idx.tolist()
     def sample_transition_batch(self,
                                 batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
                                 indices=None): # Indices to build instead; each must be a valid transition

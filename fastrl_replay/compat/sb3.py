@@ -56,7 +56,9 @@ class SlotSampler(NumpySampler):
 
     def draw(self, n:int) -> torch.Tensor:
         s = self.slots(n)
-        return torch.from_numpy((s * self.n_envs + self.envs(len(s))).astype(np.int64, copy=False))
+        idxs = torch.from_numpy((s * self.n_envs + self.envs(len(s))).astype(np.int64, copy=False))
+        self.stamp(idxs)
+        return idxs
 
 register_kind(SlotSampler)  # checkpoints may name it
 
@@ -267,9 +269,10 @@ _NUMBER_DTYPES = frozenset(np.dtype(t) for t in '?' + np.typecodes['AllInteger']
 
 # %% ../../nbs/13b_compat.sb3.ipynb #f0f9a1e6
 class PrioritizedReplayBufferSamples(ReplayBufferSamples):
-    "SB3's `ReplayBufferSamples` with `weights`, the importance weights (batch_size, 1), and `indexes`, the rows drawn, for `update_td`"
+    "SB3's `ReplayBufferSamples` with `weights`, the importance weights (batch_size, 1), and `indexes` and `generations`, the rows drawn and their write generations, for `update_td`"
     weights: torch.Tensor
     indexes: torch.Tensor
+    generations: torch.Tensor
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     "SB3's `ReplayBuffer` sampled in proportion to priorities from TD errors, with importance weights and the rows drawn"
@@ -298,15 +301,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                env:VecNormalize|None=None # Normalizes observations and rewards, if given
               ) -> PrioritizedReplayBufferSamples:
         "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes`"
-        batch, idxs = self._drawn(batch_size)
+        batch, idxs, gens = self._nonempty().sample(batch_size, generations=True)
         res = PrioritizedReplayBufferSamples(*self._samples(batch, env))
-        res.weights, res.indexes = self.to_torch(batch['weight'].numpy()), idxs
+        res.weights, res.indexes, res.generations = self.to_torch(batch['weight'].numpy()), idxs, gens
         return res
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list, on any device
-                  indexes): # The rows, as `sample` returned them
+                  indexes, # The rows, as `sample` returned them
+                  generations=None): # Their write generations, as `sample` returned them (None: the hand-out marks guard)
         "Set the priorities of rows `indexes` to (|td_errors| + eps)^alpha (rows overwritten since they were sampled keep theirs)"
-        self.replay.update_td(td_errors, indexes)
+        self.replay.update_td(td_errors, indexes, generations)
     def reset(self):
         "Remove every transition; the sampler's generator goes on"
         s = self._new_sampler()
@@ -338,7 +342,7 @@ class PrioritizedDQN(DQN):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
-            if weights is not None: self.replay_buffer.update_td((q - target).detach()[:, 0], data.indexes)  # change 2: the TD errors back
+            if weights is not None: self.replay_buffer.update_td((q - target).detach()[:, 0], data.indexes, data.generations)  # change 2: the TD errors back
         self._n_updates += gradient_steps
         self.logger.record('train/n_updates', self._n_updates, exclude='tensorboard')
         self.logger.record('train/loss', np.mean(losses))

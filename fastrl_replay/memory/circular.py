@@ -86,10 +86,14 @@ class FrameReplay(Replay):
     def valid_mask(self) -> np.ndarray:
         "For every row, whether it starts a transition that can be built exactly from what is stored now"
         with self.lock: return self.storage.valid(np.arange(self.max_sz))
-    def draw(self, bs:int) -> torch.Tensor:
-        "`bs` indices of valid transitions, drawn uniformly (or by priority): a 1-d int64 tensor"
+    def draw(self,
+             bs:int, # Indices to draw
+             generations:bool=False): # Also return their write generations, for `update_td` and `set_priority`
+        "`bs` indices of valid transitions, drawn uniformly (or by priority): a 1-d int64 tensor (and, with `generations`, their write generations)"
         check_positive(bs, 'bs')
-        with self.lock: return self.sampler.draw(bs)
+        with self.lock:
+            idx = self.sampler.draw(bs)
+            return (idx, self.sampler.generations(idx)) if generations else idx
     def gather(self, idxs) -> BD:
         "The transitions at storage indices `idxs` (each valid), as a `BD` with their `indices` (and, prioritized, their `weight`)"
         with self.lock:
@@ -101,10 +105,13 @@ class FrameReplay(Replay):
         return b
     def _check_prioritized(self, what:str):
         if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized memory; this {type(self).__name__} samples uniformly')
-    def set_priority(self, idxs, priorities):
+    def set_priority(self,
+                     idxs, # Storage indices
+                     priorities, # One finite priority >= 0 per index
+                     generations=None): # Their write generations, as `draw` or `sample` handed them out: rows written since keep theirs
         "Set the priorities of `idxs` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
         self._check_prioritized('set_priority')
-        with self.lock: self.sampler.set_priority(idxs, priorities)
+        with self.lock: self.sampler.set_priority(idxs, priorities, generations=generations)
     def get_priority(self, idxs) -> torch.Tensor:
         "The sampling priorities of `idxs`: 0 for an index that is not a valid transition"
         self._check_prioritized('get_priority')

@@ -17,13 +17,13 @@ from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransi
                                   new_generator, as_device, dtype_name)
 from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating,
                                          check_values_in)
-from .kernels import td_arrays, put_in_order, rows_written
+from .kernels import td_arrays, put_in_order, rows_written, fresh_rows
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
-__all__ = ['KINDS', 'MOVED_KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer', 'Sampler',
-           'handed_marks', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition', 'ExperienceReplayException',
-           'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['KINDS', 'MOVED_KINDS', 'NEW', 'OUT', 'STALE', 'kind_name', 'own_kind', 'find_kind', 'Storage', 'Writer',
+           'as_generations', 'Sampler', 'handed_marks', 'UniformSampler', 'ReplayMemory', 'Replay', 'as_transition',
+           'ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']
 
 # %% ../../nbs/06_memory.core.ipynb #960ca4dc
 KINDS = {}  # kind name: class, for each memory, storage and sampler class a checkpoint may name
@@ -157,6 +157,16 @@ def _overwritten(marks):
     if isinstance(marks, np.ndarray): np.minimum(marks, STALE, out=marks)
     else: marks.clamp_(max=STALE)
 
+_NO_GENERATIONS = np.empty(0, np.int64)  # what the compiled guard is given when an update brings no generations
+
+def as_generations(generations, n:int, device) -> torch.Tensor:
+    "`generations` (a tensor, array or list of ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise `ExperienceReplayException` otherwise"
+    g = generations if isinstance(generations, torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
+    if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool or tuple(g.shape) != (n,):
+        raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them out; '
+                                        f'got shape {tuple(g.shape)} {dtype_name(g.dtype)}')
+    return g.to(device, torch.int64)
+
 class Sampler:
     "Picks the rows of a sample from a storage, with its own generator: what `Replay` asks of a sampler"
     reserved = {}  # columns `sample` adds to a batch, with why
@@ -174,7 +184,7 @@ class Sampler:
         return storage.device
 
     def attach(self, storage:Storage):
-        "Use `storage`: make the generator where the draws happen and keep the per-row state: the TD errors and the hand-out marks"
+        "Use `storage`: make the generator where the draws happen and keep the per-row state: the TD errors, the write generations and the hand-out marks"
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
@@ -184,7 +194,9 @@ class Sampler:
         dev = self.generator.device  # the marks live where the draws are made
         self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE
         self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
+        self.written = torch.zeros(storage.max_sz, dtype=torch.int64, device=dev)  # each row's write generation: how many times its slot was written
         self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None, None)
+        self._written_np = self.written.numpy() if dev.type == 'cpu' else None
 
     @property
     def td_errors(self) -> torch.Tensor:
@@ -192,20 +204,21 @@ class Sampler:
         return self._td
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0, and those handed out before are stale"
+        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0, their write generations go up by one, and those handed out before are stale"
         td, end = self._td_host if self._td_host is not None else self._td, start + n
         marks = self._handed_np if self._handed_np is not None else self.handed
         if n == 1 and marks is self._handed_np:  # one step: no slices
             td[start] = 0
+            self._written_np[start] += 1
             if marks[start]: marks[start] = STALE
         elif marks is self._handed_np and td is self._td_host:  # on the host: one compiled pass over each run of rows
-            m = len(td)
-            rows_written(td, marks, start, min(end, m), STALE)
-            if end > m: rows_written(td, marks, 0, end - m, STALE)
-        elif end <= len(td): td[start:end] = 0; _overwritten(marks[start:end])
+            m, w = len(td), self._written_np
+            rows_written(td, marks, w, start, min(end, m), STALE)
+            if end > m: rows_written(td, marks, w, 0, end - m, STALE)
         else:
-            td[start:] = 0; td[:end - len(td)] = 0
-            _overwritten(marks[start:]); _overwritten(marks[:end - len(td)])
+            w, m = self.written, len(td)
+            for a, b in ((start, min(end, m)), (0, max(end - m, 0))):
+                if b > a: td[a:b] = 0; w[a:b] += 1; _overwritten(marks[a:b])
 
     def stamp(self, idxs:torch.Tensor):
         "Mark rows `idxs` (on the generator's device) as handed out now: an update for them counts until they are overwritten. Every `draw` calls it"
@@ -216,9 +229,24 @@ class Sampler:
         "Mark every row as handed out now, as if a sample had drawn them all: from here on, an update for a row counts until the row is overwritten"
         self.handed.fill_(OUT)
 
-    def fresh(self, idxs) -> torch.Tensor:
-        "For each of storage rows `idxs`, whether it still holds the transition it held when it was last handed out (or was never handed out)"
-        return self.handed[as_idxs(idxs, self.storage.max_sz, self.handed.device)] != STALE
+    def generations(self, idxs:torch.Tensor) -> torch.Tensor:
+        "The write generations of storage rows `idxs` (checked), a copy: handed out with a sample, they tell its rows apart from later rows written to the same slots"
+        return self.written[idxs.to(self.written.device)]
+
+    def fresh(self,
+              idxs, # Storage rows
+              generations=None # The rows' write generations when they were handed out (`generations`); None: the hand-out marks decide
+             ) -> torch.Tensor:
+        "For each of storage rows `idxs`, whether it still holds the transition it held when it was handed out: the same write generation, or (no generations given) not overwritten since it was last handed out"
+        i = as_idxs(idxs, self.storage.max_sz, self.handed.device)
+        if generations is None: return self.handed[i] != STALE
+        return self.written[i] == as_generations(generations, len(i), self.written.device)
+
+    def fresh_host(self, idxs:np.ndarray, generations=None) -> tuple[np.ndarray, int]:
+        "`fresh` for checked host indices `idxs` of a sampler whose marks live on the host, in one compiled pass: the mask and how many rows are stale"
+        g = _NO_GENERATIONS if generations is None else as_generations(generations, len(idxs), 'cpu').numpy()
+        ok = np.empty(len(idxs), np.bool_)
+        return ok, fresh_rows(idxs, self._handed_np, STALE, self._written_np, g, ok)
 
     @property
     def n_stale(self) -> int:
@@ -238,19 +266,22 @@ class Sampler:
         idxs = self.draw(bs)
         return self.storage.gather(idxs), idxs
 
-    def update_td(self, td_errors, idxs):
-        "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows overwritten since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
+    def update_td(self,
+                  td_errors, # (n,) or (n, 1) TD errors
+                  idxs, # n storage rows
+                  generations=None): # The rows' write generations, as the sample handed them out (None: the hand-out marks guard)
+        "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows written since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
         n, dev = len(self.storage), self._td.device
         if self._td_host is not None and self._handed_np is not None:
             arrays = td_arrays(n, dev, td_errors, idxs)
             if arrays is not None:
                 i, td = arrays
-                ok = self._handed_np[i] != STALE
-                if not ok.all(): self._stale_np += len(i) - int(ok.sum()); i, td = i[ok], td[ok]
+                ok, bad = self.fresh_host(i, generations)
+                if bad: self._stale_np += bad; i, td = i[ok], td[ok]
                 return put_in_order(self._td_host, i, td)
         idxs, td = td_rows(n, dev, td_errors, idxs)
         if len(idxs):
-            ok = (self.handed[idxs.to(self.handed.device)] != STALE).to(dev)
+            ok = self.fresh(idxs.to(self.handed.device), generations).to(dev)
             self._n_stale += (~ok).sum().to(self._n_stale.device)
             idxs, td = last_wins(idxs, torch.where(ok, td, self._td[idxs]))  # a stale row is written its own value: no host synchronization
             self._td[idxs] = td
@@ -276,7 +307,7 @@ class Sampler:
 
     def state_dict(self) -> dict:
         return {'kind': type(self).__name__, 'generator': self.generator.get_state(), 'td': self._td.clone(),
-                'handed': self.handed.clone(), 'n_stale': self.n_stale}
+                'handed': self.handed.clone(), 'written': self.written.clone(), 'n_stale': self.n_stale}
     def check_state(self, state:dict):
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
@@ -297,16 +328,24 @@ class Sampler:
                                                 f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
             if k == 'handed' and not bool(((torch.as_tensor(a) >= NEW) & (torch.as_tensor(a) <= STALE)).all()):
                 raise ExperienceReplayException(f'the state holds hand-out marks outside {NEW}..{STALE}')
+        w = state.get('written')  # a checkpoint from before write generations has none: they start at 0
+        if w is not None and (not isinstance(w, (torch.Tensor, np.ndarray)) or tuple(w.shape) != tuple(self.written.shape)
+                              or torch.as_tensor(w).dtype != torch.int64 or bool((torch.as_tensor(w) < 0).any())):
+            raise ExperienceReplayException(f'the state holds write generations of shape {tuple(getattr(w, "shape", ()))} '
+                                            f'{getattr(w, "dtype", type(w).__name__)}, this sampler keeps ({len(self.written)},) int64 >= 0')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
         self._load_td(state)
     def _load_td(self, state:dict):
-        "The TD errors and hand-out marks of a checked state (none: every row's TD error 0, and no row handed out)"
+        "The TD errors, hand-out marks and write generations of a checked state (none: every row's TD error 0, no row handed out, generations 0)"
         td = state.get('td')
         if td is None: self._td.zero_()
         else: self._td.copy_(torch.as_tensor(td))
         self.handed.copy_(handed_marks(state, len(self.handed)))
+        w = state.get('written')
+        if w is None: self.written.zero_()
+        else: self.written.copy_(torch.as_tensor(w))
         self._n_stale.fill_(int(state.get('n_stale', 0)))
 
 _NEVER = torch.iinfo(torch.int64).max  # the hand-out time of a row never handed out, in states that kept clocks
@@ -354,6 +393,8 @@ class ReplayMemory(Protocol):
     def __add__(self, batch): "Add a batch of transitions in place and return the memory"
     def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]: "A batch and its storage indices; `WarmupNotReached` during warm-up"
     def update_td(self, td_errors, idxs): "Write TD errors back to the sampled rows"
+    # A memory that declares `hands_generations = True` also takes `sample(bs, generations=True)`, which returns the rows' write
+    # generations third, and `update_td(td_errors, idxs, generations)`, which skips rows written since: the callback then uses them
     def __len__(self) -> int: "Rows stored"
     def state_dict(self) -> dict: "Everything needed to restore the memory"
     def load_state_dict(self, state:dict): "Restore what `state_dict` returned"
@@ -459,22 +500,30 @@ class Replay:
         raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
                                         '(so `0 + er` and `sum([er, ...])` are not)')
 
+    hands_generations = True  # `sample(generations=True)` hands out the rows' write generations, and `update_td` takes them back
+
     def sample(self,
-               bs:int|None=None # Rows to draw (default: `self.bs`)
+               bs:int|None=None, # Rows to draw (default: `self.bs`)
+               generations:bool=False # Also return the rows' write generations, for `update_td`
               ) -> tuple[BD, torch.Tensor]:
-        "A batch of `bs` rows drawn by the sampler, and their storage indices"
+        "A batch of `bs` rows drawn by the sampler, and their storage indices (and, with `generations`, each row's write generation)"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
         with self.lock:
             if len(self) < max(self.warmup_sz, 1):
                 raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
-            return self.sampler.sample(bs)
+            if not generations: return self.sampler.sample(bs)
+            batch, idxs = self.sampler.sample(bs)
+            return batch, idxs, self.sampler.generations(idxs)
 
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-                  idxs): # n storage indices, as `sample` returned them
-        "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them)"
-        with self.lock: self.sampler.update_td(td_errors, idxs)
+                  idxs, # n storage indices, as `sample` returned them
+                  generations=None): # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+        "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them); rows overwritten since they were handed out keep theirs"
+        with self.lock:
+            if generations is None: self.sampler.update_td(td_errors, idxs)  # a sampler of its own may take no generations
+            else: self.sampler.update_td(td_errors, idxs, generations)
 
     def __getitem__(self, idx) -> Replay:
         "A new memory of the same kind holding the rows `idx` selects, in storage order"

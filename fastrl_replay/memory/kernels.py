@@ -28,11 +28,21 @@ def put_in_order(col, idxs, vals):
     for j in range(idxs.shape[0]): col[idxs[j]] = vals[j]
 
 @numba.njit(cache=True, nogil=True)
-def rows_written(td, marks, start, end, stale):
-    "Rows `start` to `end` were just written: zero their TD errors, and mark `stale` those whose hand-out mark is set, in one pass"
+def rows_written(td, marks, written, start, end, stale):
+    "Rows `start` to `end` were just written: zero their TD errors, count one more write of each (its generation), and mark `stale` those whose hand-out mark is set, in one pass"
     for j in range(start, end):
         td[j] = 0
+        written[j] += 1
         if marks[j]: marks[j] = stale
+
+@numba.njit(cache=True, nogil=True)
+def fresh_rows(idxs, marks, stale, written, generations, fresh):
+    "Into `fresh`: whether row `idxs[j]` still holds what was handed out: its write generation is `generations[j]` when generations are given (non-empty), else its mark is not `stale`; return how many are not"
+    n_stale, by_gen = 0, generations.shape[0] > 0
+    for j in range(idxs.shape[0]):
+        fresh[j] = written[idxs[j]] == generations[j] if by_gen else marks[idxs[j]] != stale
+        if not fresh[j]: n_stale += 1
+    return n_stale
 
 def td_arrays(n_rows:int, device, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
     "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give (float32, on the memory's `device`) and fit a memory of `n_rows` rows; else None"

@@ -13,8 +13,8 @@ from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
 from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
-from .kernels import td_arrays, put_in_order
-from .core import Sampler, forward_attrs, Replay, STALE
+from .kernels import td_arrays, put_in_order, fresh_rows
+from .core import Sampler, forward_attrs, Replay, STALE, as_generations, _NO_GENERATIONS
 from .experience_replay import ExperienceReplay, ColumnStorage, SamplerReplay
 from .sumtree import SumTree, WEIGHT_NORMS
 
@@ -30,17 +30,15 @@ def _nb_stamp(idxs, handed, counts):
         counts[idxs[j]] += 1
 
 @numba.njit(cache=True, nogil=True)
-def _nb_priorities(td_col, write_col, handed, idxs, td, eps, alpha, fresh, pri):
-    "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row was not overwritten since handed out (its TD error written if `write_col`); return (stale count, largest fresh priority)"
-    stale, top = 0, 0.
+def _nb_priorities(td_col, write_col, handed, written, generations, idxs, td, eps, alpha, fresh, pri):
+    "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row still holds what was handed out (`fresh_rows`; its TD error written if `write_col`); return (stale count, largest fresh priority)"
+    stale, top = fresh_rows(idxs, handed, 2, written, generations, fresh), 0.  # 2: STALE
     for j in range(idxs.shape[0]):
         i = idxs[j]
-        fresh[j] = handed[i] != 2  # not STALE
         pri[j] = (abs(np.float64(td[j])) + eps) ** alpha
         if fresh[j]:
             if write_col: td_col[i] = td[j]
             top = max(top, pri[j])
-        else: stale += 1
     return stale, top
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #0ca7bb28
@@ -190,19 +188,21 @@ class PrioritizedSampler(Sampler):
 
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
-                  idxs): # n storage indices, as `sample` returned them
+                  idxs, # n storage indices, as `sample` returned them
+                  generations=None): # n write generations, as the sample handed them out (None: the hand-out marks guard)
         "Write TD errors and priorities (|δ| + eps) ** alpha at rows `idxs`, except rows overwritten since they were sampled"
-        if not self._host: return self._update_tensors(td_errors, idxs)
+        if not self._host: return self._update_tensors(td_errors, idxs, generations)
         t, n_rows, dev = self.tree, len(self.storage), self._td.device
         arrays = td_arrays(n_rows, dev, td_errors, idxs)  # what `sample` returns and a loss computes: checked in one pass
         if arrays is None:
             i, td = td_rows(n_rows, dev, td_errors, idxs)  # anything else, or bad input: the checks that raise the precise error
             arrays = i.cpu().numpy(), td.cpu().numpy()
         i, td = arrays
+        g = _NO_GENERATIONS if generations is None else as_generations(generations, len(i), 'cpu').numpy()
         if not len(i): return
         col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
         stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
-                                    self._handed_np, i, td, self.eps, self.alpha, fresh, pri)
+                                    self._handed_np, self._written_np, g, i, td, self.eps, self.alpha, fresh, pri)
         rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority
         if self._gated: put_in_order(self.base_priority, rows, pri); self._pending.append(rows)
         else: t.set(rows, pri, check=False)
@@ -212,13 +212,14 @@ class PrioritizedSampler(Sampler):
             rows, vals = last_wins(torch.from_numpy(i[fresh]), torch.from_numpy(td[fresh]))
             self._td[rows.to(dev)] = vals.to(dev)
 
-    def _update_tensors(self, td_errors, idxs):
+    def _update_tensors(self, td_errors, idxs, generations=None):
         "`update_td` with the tree on a GPU: tensor operations, no host synchronization after the input checks"
         dev = self._td.device
         idxs, td = td_rows(len(self.storage), dev, td_errors, idxs)
+        g = None if generations is None else as_generations(generations, len(idxs), self.tree_device)
         if not len(idxs): return
         idxs = idxs.to(self.tree_device)
-        fresh = self.handed[idxs] != STALE
+        fresh = self.handed[idxs] != STALE if g is None else self.written[idxs] == g
         self._n_stale += (~fresh).sum()
         new = td.double().abs().add_(self.eps).pow_(self.alpha).to(self.tree_device)
         torch.maximum(self._max_priority, torch.where(fresh, new, 0.).max(), out=self._max_priority)
@@ -238,16 +239,17 @@ class PrioritizedSampler(Sampler):
     def set_priority(self,
                      idxs, # Storage indices of rows in the memory
                      priorities, # One finite priority >= 0 per index: sampling is proportional to it
-                     fresh_only:bool=False): # Skip rows overwritten since they were handed out (counted in `n_stale`), as priorities computed from a sample must
-        "Set the priorities of rows `idxs` directly (no exponent; the staleness check only with `fresh_only`)"
+                     fresh_only:bool=False, # Skip rows overwritten since they were handed out (counted in `n_stale`), as priorities computed from a sample must
+                     generations=None): # The rows' write generations, as the sample handed them out: skip rows written since (implies `fresh_only`)
+        "Set the priorities of rows `idxs` directly (no exponent; the staleness check only with `fresh_only` or `generations`)"
         idxs = as_idxs(idxs, len(self.storage), self.tree_device)
         p = priority_tensor(priorities, self.tree_device).reshape(-1)
         if p.shape != idxs.shape:
             raise ExperienceReplayException(f'expected one priority per index, got {len(p)} for {len(idxs)} indices')
         ok = (p >= 0) & (p < np.inf)
         if not bool(ok.all()): raise ExperienceReplayException(f'values must be finite and >= 0, got {p[~ok][:5].tolist()}')
-        if fresh_only:
-            ok = self.handed[idxs] != STALE
+        if fresh_only or generations is not None:
+            ok = self.fresh(idxs, generations)
             self._n_stale += (~ok).sum()
             idxs, p = idxs[ok], p[ok]
         if not len(idxs): return
