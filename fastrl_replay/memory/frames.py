@@ -484,7 +484,7 @@ class CompressedFrameStorage(FrameStorage):
                  block:int=8, # Consecutive rows compressed together
                  level:int=3, # zstd compression level, 1 to 22
                  dictionary_frames:int=2048, # Frames stored before a zstd dictionary is trained on them; 0, or more than `max_sz`: no dictionary
-                 dictionary_size:int=65536, # Bytes of that dictionary, at least 256
+                 dictionary_size:int=32768, # Bytes of that dictionary, at least 256
                  **kwargs): # `FrameStorage`'s settings (its arrays stay in RAM: no `storage_dir`)
         check_positive(block, 'block'); check_nonneg(dictionary_frames, 'dictionary_frames')
         if not is_int(level) or not 1 <= level <= 22: raise ExperienceReplayException(f'level must be an int from 1 to 22, got {level!r}')
@@ -505,7 +505,7 @@ class CompressedFrameStorage(FrameStorage):
         "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
         self.n_blocks = -(-self.max_sz // self.block)
         self.blocks = [b''] * self.n_blocks  # b'': never closed, all zeros
-        self.open_block = 0  # the block of the cursor's row, kept decoded in `stage` while it is written
+        self._open(0)  # the block of the cursor's row, kept decoded in `stage` while it is written
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
         self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
         self._use_dictionary(b'', trained=not 0 < self.dictionary_frames <= self.max_sz)
@@ -533,18 +533,24 @@ class CompressedFrameStorage(FrameStorage):
         # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
         return bytes(memoryview(self._cctx.compress(frames)))
 
+    def _open(self, b:int):
+        "Make block `b` the open one, the cursor's: its first and last rows"
+        self.open_block, self._first = b, b * self.block
+        self._last = self._first + self.block_rows(b) - 1
+
     def _put_frame(self, i:int, frame:np.ndarray):
         "Write a frame into the open block; compress the block when its last row is written, and open the next"
-        j = i - self.open_block * self.block
-        self.stage[j] = frame
-        if j == self.block_rows(self.open_block) - 1:
-            b, n = self.open_block, j + 1
-            self.blocks[b] = self._compress(self.stage[:n])
-            if not self.trained and self.add_count + 1 >= self.dictionary_frames: self._train()
-            self.open_block = (b + 1) % self.n_blocks
-            n = self.block_rows(self.open_block)
-            if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
-            else: self.stage[:n] = 0
+        self.stage[i - self._first] = frame
+        if i == self._last: self._close_block()
+
+    def _close_block(self):
+        "Compress the open block (and train the dictionary once its frames are enough); open the next, decoded into `stage`"
+        self.blocks[self.open_block] = self._compress(self.stage[:self._last - self._first + 1])
+        if not self.trained and self.add_count + 1 >= self.dictionary_frames: self._train()
+        self._open((self.open_block + 1) % self.n_blocks)
+        n = self._last - self._first + 1
+        if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
+        else: self.stage[:n] = 0
 
     def _train(self):
         "Train a zstd dictionary on the stored frames (one sample per closed block) and compress every closed block again with it"
@@ -635,5 +641,6 @@ class CompressedFrameStorage(FrameStorage):
         f = state['frames']
         blob, off = f['blob'], f['offsets']
         self.blocks = [blob[off[b]:off[b + 1]].tobytes() for b in range(self.n_blocks)]
-        self.open_block, self.stage = int(f['open_block']), np.array(f['stage'], self.obs_dtype)
+        self._open(int(f['open_block']))
+        self.stage = np.array(f['stage'], self.obs_dtype)
         self._use_dictionary(*self._state_dictionary(f))
