@@ -8,7 +8,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
-import math
+import ctypes, math
 import numpy as np, torch, zstandard as zstd
 from fastcore.meta import delegates
 from ..core import BD
@@ -474,6 +474,9 @@ class FrameStorage(Storage):
 own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoints written when the class lived in memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
+try: _malloc_trim = ctypes.CDLL(None).malloc_trim  # glibc's: gives the free pages inside the C heap back to the system
+except (OSError, AttributeError, TypeError): _malloc_trim = None  # another C library: freed memory stays with the process
+
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
 class CompressedFrameStorage(FrameStorage):
     "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows, with a dictionary trained on its first frames: lossless, a few bytes per frame"
@@ -559,6 +562,9 @@ class CompressedFrameStorage(FrameStorage):
         except zstd.ZstdError: d = b''  # too few or too alike frames to train on: the blocks stay without a dictionary
         self._use_dictionary(d, trained=True)
         if d: self.blocks = [self._compress(f) if f else b'' for f in frames]
+        del frames
+        # the decoded frames were megabytes of the C heap below blocks that stay: freed, they would stay resident unless given back
+        if _malloc_trim is not None: _malloc_trim(0)
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
         "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, all in one call of zstd"
