@@ -702,3 +702,24 @@ def test_dopamine_assertions_are_the_library_exception_and_an_assertion_error():
         with pytest.raises(exc, match='observation_shape must be a tuple, got 84'): OutOfGraphReplayBuffer(84, 2, 10, 2)
     with pytest.raises(PeerAssertionError, match='has not been added'): ob.get_range(np.zeros(10), 0, 1)
     assert invalid_range(cursor=0, replay_capacity=10, stack_size=4, update_horizon=1).tolist() == [9, 0, 1, 2, 3]
+
+def test_sum_tree_as_dopamines_rainbow_uses_it():
+    "A Rainbow-style loop: each step added at `sum_tree.max_recorded_priority`, priorities set from a sample; the sum tree reads and sets the buffer's priorities, and its draws follow the buffer's seed"
+    def run(seed):
+        b = OutOfGraphPrioritizedReplayBuffer((2,), 1, 32, 4, seed=seed)
+        for t in range(12):
+            b.add(np.full(2, t, np.uint8), t % 2, 1., t == 11, priority=b.sum_tree.max_recorded_priority)
+            if t >= 4:
+                idx = np.array(b.sample_index_batch(4), np.int32)
+                b.set_priority(idx, (idx + 1.) / 4)
+        return b
+    b = run(3)
+    st, pri = b.sum_tree, b.get_priority(np.arange(12, dtype=np.int32))
+    assert [st.get(i) for i in range(12)] == pytest.approx(pri.tolist()) and st.max_recorded_priority == max(1., float(pri.max()))
+    assert st.total_priority() == pytest.approx(float(pri[b.valid_mask()[:12]].sum()))
+    st.set(5, 9.)
+    assert b.get_priority(np.array([5], np.int32))[0] == 9. and st.max_recorded_priority == 9.
+    assert run(3).sum_tree.stratified_sample(6) == run(3).sum_tree.stratified_sample(6)
+    assert st.nodes[0][0] == pytest.approx(st.total_priority()) and not st.nodes[-1].flags.writeable
+    with pytest.raises(ExperienceReplayException, match='out of range'): st.set(20, 1.)  # a row not written yet
+    assert not hasattr(OutOfGraphReplayBuffer((2,), 1, 32, 4), 'sum_tree')

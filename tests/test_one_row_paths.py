@@ -59,3 +59,70 @@ def test_a_copy_writes_its_own_rows():
         assert other.sample(4)[0]['state'].shape == (4, 4)
     assert er.memory['state'][:, 0].tolist() == [0., 1., 2.] and len(er) == 3 and er.pointer == 3
     assert er.storage.column('state')[3].tolist() == [0., 0., 0., 0.]  # the row after them untouched
+
+def test_tensors_the_guard_does_not_pass_take_the_checks_and_store_their_values():
+    "A tensor that requires grad, a Parameter, an inference tensor, one tensor in two columns, a 1x1 row of a strided tensor: written by `try_add` all the same, with their values"
+    er = ExperienceReplay(bs=2, max_sz=4, warmup_sz=1, seed=0)
+    er + {'a': torch.zeros(1, 2), 'b': torch.zeros(1, 1), 'c': torch.zeros(1, 1)}
+    st, w = er.storage, torch.tensor([[1., 2.]], requires_grad=True)
+    with torch.inference_mode(): inf = torch.tensor([[5., 6.]])
+    one = torch.tensor([[7.]])
+    rows = [{'a': w, 'b': torch.tensor([[1.]]), 'c': torch.tensor([[2.]])},
+            {'a': torch.nn.Parameter(torch.tensor([[3., 4.]])), 'b': one, 'c': one},
+            {'a': inf, 'b': torch.arange(6.).reshape(2, 3)[:1, 1:2], 'c': torch.tensor([[8.]])}]
+    assert [st.try_add(r) for r in rows] == [1, 2, 3]
+    m = er.memory
+    assert m['a'].tolist() == [[0., 0.], [1., 2.], [3., 4.], [5., 6.]] and m['b'][:, 0].tolist() == [0., 1., 7., 1.] and m['c'][:, 0].tolist() == [0., 2., 7., 8.]
+    assert w.requires_grad and w.grad is None and len(er) == 4
+    with torch.inference_mode(): assert st.try_add({'a': torch.tensor([[9., 9.]]), 'b': one, 'c': one}) == 0  # inside inference mode too
+
+def test_negated_integers_and_conjugated_complex_numbers_store_their_values():
+    "A negative view of integers is stored negated (`try_add` once copied its bytes unnegated); a conjugate view into a complex column, conjugated"
+    er = filled([row(0)])
+    neg = torch._neg_view(torch.tensor([[2]]))
+    assert neg.is_neg() and neg.tolist() == [[-2]]
+    assert er.storage.try_add({**row(1), 'action': neg}) == -1
+    er + {**row(1), 'action': neg}
+    assert er.memory['action'][:, 0].tolist() == [0, -2]
+    z = ExperienceReplay(bs=2, max_sz=4, warmup_sz=1, seed=0)
+    z + {'z': torch.tensor([[1 + 2j]]), 'a': torch.tensor([[1.]])}
+    z + {'z': torch.tensor([[3 + 4j]]).conj(), 'a': torch.tensor([[2.]])}
+    assert z.memory['z'][:, 0].tolist() == [1 + 2j, 3 - 4j] and z.memory['a'][:, 0].tolist() == [1., 2.]
+
+def test_the_guard_passes_only_what_the_checks_pass():
+    "`_tensor_guard` passes exactly the plain tensors of the columns; every tensor the checks refuse it refuses too"
+    from fastrl_replay.memory.experience_replay import _tensor_guard, _passes_nothing
+    er = filled([row(0)])
+    g = _tensor_guard(er.storage._cols)
+    assert g is not _passes_nothing and g(*row(3).values())
+    with torch.inference_mode(): inf = torch.zeros(1, 4)
+    refused = {'grad': torch.zeros(1, 4, requires_grad=True), 'negative': torch._neg_view(torch.zeros(1, 4)),
+               'strided': torch.zeros(1, 8)[:, ::2], 'float64': torch.zeros(1, 4, dtype=torch.float64), 'shape': torch.zeros(1, 5),
+               'batch of 2': torch.zeros(2, 4), 'subclass': torch.nn.Parameter(torch.zeros(1, 4)), 'inference': inf,
+               'array': np.zeros((1, 4), np.float32), 'meta': torch.zeros(1, 4, device='meta')}
+    assert [k for k, v in refused.items() if g(*{**row(3), 'state': v}.values())] == []
+    assert g(*{**row(3), 'state': torch.zeros(4, 1).T}.values())  # (1, 4) with strides (1, 1): contiguous
+    assert not g(*{**row(3), 'action': torch.tensor([[1]], dtype=torch.int32)}.values()) and not g(*{**row(3), 'done': torch.tensor([[1]])}.values())
+
+def test_refused_dtypes_change_nothing():
+    er = filled([row(0), row(1)])
+    before = {k: v.clone() for k, v in er.memory.items()}
+    for b, msg in [({**row(2), 'state': torch.tensor([[1, 2, 3, 4]])}, "column 'state': dtype int64 cannot be stored as float32"),
+                   ({**row(2), 'done': torch.tensor([[1]])}, "column 'done': dtype int64 cannot be stored as bool")]:
+        assert er.storage.try_add(b) == -1
+        with pytest.raises(ExperienceReplayException, match=msg): er + b
+    assert len(er) == 2 and er.pointer == 2 and all(torch.equal(er.memory[k], v) for k, v in before.items())
+    er + {**row(2), 'action': torch.tensor([[2]], dtype=torch.int32)}  # a narrower integer is cast, as before
+    assert er.memory['action'][:, 0].tolist() == [0, 1, 2]
+
+
+def test_tensor_guard_in_use_on_the_pinned_torch(monkeypatch):
+    "On the torch release line the tests run with, one-row tensors are checked by torch's guard; on another line, by the checks alone"
+    from fastrl_replay.memory import experience_replay as xr
+    cols = [xr._Col('state', (4,), torch.float32, True), xr._Col('done', (), torch.bool, True)]
+    good, bad = (torch.zeros(1, 4), torch.zeros(1, dtype=torch.bool)), (torch.zeros(1, 4, dtype=torch.float64), torch.zeros(1, dtype=torch.bool))
+    guard = xr._tensor_guard(cols)
+    assert torch.__version__.startswith(xr.GUARDED_TORCH) and guard is not xr._passes_nothing
+    assert guard(*good) is True and guard(*bad) is False
+    monkeypatch.setattr(xr, 'GUARDED_TORCH', '1.0.')
+    assert xr._tensor_guard(cols) is xr._passes_nothing

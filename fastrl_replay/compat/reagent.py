@@ -24,7 +24,7 @@ from ..memory.sumtree import SumTree as LeafSumTree
 # %% auto #0
 __all__ = ['PaddedFrameStorage', 'ReAgentRing', 'CircularReplayBuffer', 'PaddedReplay', 'ReplayBuffer', 'PrioritizedReplayBuffer',
            'PeerAssertionError', 'invalid_range', 'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer',
-           'SumTree']
+           'SumTree', 'BufferSumTree']
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c9016029
 _PAD = '_padding'  # the extra element that marks padding steps
@@ -343,9 +343,16 @@ class PaddedReplay(ReAgentRing, Replay):
     def get_priority(self, indices) -> np.ndarray:
         "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
         self._check_prioritized('get_priority')
+        return self._priorities(indices).astype(np.float32)
+    def _priorities(self, indices) -> np.ndarray:
+        "The priorities of `indices` as set, float64"
         rows = self._rows(indices)
-        if self.storage is None: return np.zeros(len(rows), np.float32)
-        return self.sampler.base_priority[rows].astype(np.float32)
+        return np.zeros(len(rows)) if self.storage is None else self.sampler.base_priority[rows]
+    @property
+    def sum_tree(self) -> BufferSumTree:
+        "A prioritized buffer's priorities under Dopamine's `SumTree` interface, as Dopamine's and ReAgent's buffers keep them (`max_recorded_priority`, `set`, `get`, draws); a uniform buffer has none"
+        if not self.prioritized: raise AttributeError(f"a {type(self).__name__} samples uniformly: it has no 'sum_tree'")
+        return BufferSumTree(self)
     def _ready(self, what:str):
         if self.storage is None: raise ExperienceReplayException(f'{what}: the buffer has no columns yet (its first add types them)')
     def settings(self) -> dict:
@@ -746,22 +753,69 @@ class SumTree:
     def _find(self, fractions:list) -> list:
         "The leaves at `fractions` of the total mass"
         return self.tree.find(np.asarray(fractions, np.float64) * self.tree.total).tolist()
+    def _uniform(self, lo, hi) -> list:
+        "One uniform draw in each `[lo[i], hi[i])`: from `rng`, one after another, as Dopamine draws them"
+        return [self.rng.uniform(a, b) for a, b in zip(lo, hi)]
     def _check_mass(self):
-        if not self.tree.total > 0: raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
+        if not self.total_priority() > 0: raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
     def sample(self,
                query_value:float|None=None): # A fraction in [0, 1] of the total mass (default: a uniform draw)
         "The leaf whose slice of the cumulative sum holds `query_value` of the total: with a random one, a leaf drawn with probability value / total"
         self._check_mass()
         if query_value is not None and not 0 <= query_value <= 1: raise ExperienceReplayException(f'query_value must be in [0, 1], got {query_value!r}')
-        return self._find([self.rng.random() if query_value is None else query_value])[0]
+        return self._find(self._uniform([0.], [1.]) if query_value is None else [query_value])[0]
     def stratified_sample(self,
                           batch_size:int): # Leaves to draw: one in each of `batch_size` equal slices of the total mass
         "`batch_size` leaves, one drawn in each equal slice of the total mass, in increasing order"
         self._check_mass()
         check_positive(batch_size, 'batch_size')
         b = np.linspace(0., 1., batch_size + 1)
-        return self._find([self.rng.uniform(b[i], b[i + 1]) for i in range(batch_size)])
+        return self._find(self._uniform(b[:-1], b[1:]))
 
+
+# %% ../../nbs/13c_compat.reagent.ipynb #0755674b
+class BufferSumTree(SumTree):
+    "A prioritized buffer's priorities under Dopamine's `SumTree` interface: its `sum_tree`"
+    def __init__(self, buffer:PaddedReplay): self.buffer = buffer  # Reads and sets the priorities of this buffer, through its sampler
+    def __repr__(self): return f'{type(self).__name__}(capacity={self.buffer.replay_capacity}, total_priority={self.total_priority()})'
+    @property
+    def tree(self) -> LeafSumTree:
+        "The sampler's tree, up to date: the priorities of the valid transitions"
+        b = self.buffer
+        b._ready('sum_tree')
+        b.sampler.totals()  # brings the tree up to date with the steps and priorities since the last draw
+        return b.sampler.tree
+    @property
+    def max_recorded_priority(self) -> float:
+        "The priority a step added without one gets: the largest priority set so far (1 before any)"
+        return 1. if self.buffer.storage is None else self.buffer.sampler.max_priority
+    @property
+    def nodes(self) -> list:
+        "The levels of the sampler's tree, root first: read-only views"
+        sums = self.tree.sum_tree.numpy()
+        levels = [sums[1 << d:2 << d] for d in range(self.tree.depth + 1)]
+        for level in levels: level.flags.writeable = False
+        return levels
+    def total_priority(self) -> float:
+        "The sum of the valid transitions' priorities: the mass draws are made from"
+        return 0. if self.buffer.storage is None else self.tree.total
+    _total_priority = total_priority
+    def set(self,
+            node_index:int, # A written row
+            value:float): # Its priority, finite and >= 0
+        "Set one row's priority as given, and raise `max_recorded_priority` to it if it is larger"
+        if not is_int(node_index): raise ExperienceReplayException(f'node_index must be an int, got {node_index!r}')
+        b = self.buffer
+        b._ready('sum_tree.set')
+        b.sampler.set_priority(b._rows([node_index]), [value])
+    def get(self, node_index:int) -> float:
+        "One row's priority as set: 0 for padding and for rows never written"
+        if not is_int(node_index): raise ExperienceReplayException(f'node_index must be an int, got {node_index!r}')
+        return float(self.buffer._priorities([node_index])[0])
+    def _uniform(self, lo, hi) -> list:
+        "One uniform draw in each `[lo[i], hi[i])`, from the buffer's generator"
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        return (lo + (hi - lo) * torch.rand(len(lo), dtype=torch.float64, generator=self.buffer.sampler.generator).numpy()).tolist()
 
 # %% ../../nbs/13c_compat.reagent.ipynb #ec2abd48
 for _c in (PaddedFrameStorage, ReplayBuffer, PrioritizedReplayBuffer, OutOfGraphReplayBuffer, OutOfGraphPrioritizedReplayBuffer):

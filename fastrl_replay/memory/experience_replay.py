@@ -512,11 +512,11 @@ def _maker(src:str):
         f = _MAKERS[src] = ns['make']
     return f
 
-_TRY_ADD = """def make(s, keys, max_sz, put_row_bytes, plan, keep, {params}):
+_TRY_ADD = """def make(s, keys, max_sz, put_row_bytes, plan, keep, guard, {params}):
     def try_add(b, _keep=keep):
         try:
             {vs}, = b.values()
-            if not ({checks}
+            if not ((guard({vs}) or ({checks}))
                     and tuple(b) == keys): return -1
             srcs = ({ptrs},)
         except Exception: return -1  # not a mapping of tensors: `add` checks it
@@ -544,12 +544,25 @@ _TRY_ADD_ROW = """def make(s, keys, max_sz, {params}):
     return try_add_row"""
 
 def _tensor_check(i:int, c:_Col) -> str:
-    "What `try_add` asks of tensor `v{i}` for column `c`: exactly its dtype and shape (with a batch dimension of 1), on the CPU, not a negated view (for floats: a real view of complex numbers can be one), contiguous (for more than one number)"
+    "What `try_add` asks of tensor `v{i}` for column `c`: exactly its dtype and shape (with a batch dimension of 1), on the CPU, not a negated view, contiguous (for more than one number)"
     v = f'v{i}'
-    res = f'{v}.dtype is d{i} and {v}.shape == s{i} and {v}.is_cpu'
-    if c.dtype.is_floating_point: res += f' and not {v}.is_neg()'
+    res = f'{v}.dtype is d{i} and {v}.shape == s{i} and {v}.is_cpu and not {v}.is_neg()'
     if math.prod(c.shape) > 1: res += f' and {v}.is_contiguous()'
     return res
+
+GUARDED_TORCH = '2.14.'  # the torch release line whose `TensorGuards` constructor the tests exercise
+
+def _tensor_guard(cols:list[_Col]) -> Callable:
+    "One call checking a one-row batch's tensors in column order, in C++: torch's guard of compiled graphs (`TensorGuards`), which passes plain CPU tensors outside autograd, without a negated or conjugate view, of exactly each column's dtype and shape with a batch dimension of 1, contiguous; a tensor it does not pass gets `_tensor_check`'s checks"
+    if not torch.__version__.startswith(GUARDED_TORCH): return _passes_nothing  # a private API: used only on the torch it was tested with
+    try: from torch._C._dynamo.guards import TensorGuards
+    except ImportError: return _passes_nothing  # a torch without it: the checks alone
+    with torch.inference_mode(False):  # the guard compares dispatch keys, which inference mode changes
+        ex = [torch.empty((1, *c.shape), dtype=c.dtype) for c in cols]
+        strides = [[None if n == 1 or 0 in e.shape else s for n, s in zip(e.shape, e.stride())] for e in ex]  # any stride along a dimension of one value
+        return TensorGuards(*ex, dynamic_dims_sizes=[list(e.shape) for e in ex], dynamic_dims_strides=strides).check
+
+def _passes_nothing(*vs) -> bool: return False
 
 def _value_check(i:int, c:_Col) -> str:
     "What `try_add_row` asks of value `v{i}` for column `c`: an array of exactly its dtype and shape; for single numbers, its NumPy scalar or a Python number of its kind (an int in its range)"
@@ -571,7 +584,7 @@ def _compiled_try_add(st) -> Callable|None:
                           ptrs=', '.join(f'v{i}.data_ptr()' for i in range(n)), wrote=_wrote(st))
     plan = np.array([[c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes] for c in cols], np.int64)
     put = put_row_bytes.compile((nb_types.int64, nb_types.int64, nb_types.UniTuple(nb_types.int64, n)))  # its compiled entry: called without numba's dispatch on argument types
-    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, put, plan.ctypes.data, (plan, *[c.np for c in cols]),
+    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, put, plan.ctypes.data, (plan, *[c.np for c in cols]), _tensor_guard(cols),
                        *[x for c in cols for x in (c.dtype, torch.Size((1, *c.shape)))])
 
 def _compiled_try_add_row(st) -> Callable:

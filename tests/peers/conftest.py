@@ -33,8 +33,6 @@ EXPECTED_FAILURES.update({
     'reagent/test_circular_replay_buffer_test.py::ReplayBufferTest::testSampleTransitionBatchExtra': _TERMINAL_NEXT,
     'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testAddWithAndWithoutPriority':
         'expects add without a priority to raise; here it defaults to the largest priority, as ReAgent documents',
-    'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory':
-        "reads the private `sum_tree`; get_priority gives the same values (0 for padding)",
     'reagent/test_prioritized_replay_buffer_test.py::PrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices':
         'expects an int index and int64 arrays to be refused; here any integer sequence is taken',
 })
@@ -55,7 +53,6 @@ EXPECTED_FAILURES.update({
     f'{_D}OutOfGraphReplayBufferTest::testPartialLoadFails': _PRIVATE.format('_store'),
     **{f'{_D}OutOfGraphReplayBufferTest::{t}': _PRIVATE.format('_checkpoint_duration') for t in (
         'testSave', 'testSaveNonNDArrayAttributes', 'testSaveWithKeepEvery')},
-    f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testDummyScreensAddedToNewMemory': _PRIVATE.format('sum_tree'),
     f'{_D}OutOfGraphReplayBufferTest::testEpisodeEndIndicesAreCorrectlySaved': "expects save to write an episode_end_indices_ckpt file, which the adapter's checkpoint does not",
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testGetPriorityWithInvalidIndices': _ASSERTS,
     f'{_D}OutOfGraphReplayBufferTest::testIsTransitionValid': 'expects the terminal step just before the cursor (index 5) to be invalid, as Dopamine keeps the update_horizon rows before the cursor out; here a terminal transition is valid once its step is added (documented)',
