@@ -21,7 +21,7 @@ GAMES = ['Pong', 'Breakout', 'MsPacman']
 LIBS = ['ours-compressed', 'ours', 'torchrl-compressed', 'sb3-extra-igzip0', 'sb3-optimize', 'torchrl']
 SMALL = 20_000  # transitions for the uncompressed peers, whose full size would not fit beside the other jobs
 TORCHRL_COMPRESSED = 50_000  # TorchRL's compressed storage adds about a thousand per second here: 50,000 of them
-BLOCK = int(os.environ.get('ATARI_BENCH_BLOCK', 16))  # rows per compressed block of this library's compressed storage
+BLOCK = int(os.environ.get('ATARI_BENCH_BLOCK', 8))  # rows per compressed block of this library's compressed storage
 CKPT_ITEMS = 1_000  # its checkpoint (torch.save of the state dict) takes about 40 ms per transition: timed on 1,000
 STACK = 4
 
@@ -98,6 +98,7 @@ def measure(game:str, lib:str, n:int) -> dict:
             sp.added(row, 1)
         res['adds_per_s'] = cap / (time.perf_counter() - t)
         res['held_bytes'] = st.nbytes()
+        if lib == 'ours-compressed': res['dictionary_bytes'] = len(st.dictionary)
         sample = lambda: mem.sample(32)
         def save(d): mem.save(d)
     else:
@@ -156,7 +157,7 @@ def measure(game:str, lib:str, n:int) -> dict:
     finally: shutil.rmtree(d)
     return res
 
-NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 16)',
+NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 8, trained dictionary)',
          'ours-compressed-32': '`CompressedFrameStorage(block=32)`', 'ours-compressed-8': '`CompressedFrameStorage(block=8)`', 'ours': '`FrameStorage` (this library, uncompressed)',
          'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (zstd 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
          'sb3-optimize': 'SB3 2.9.2 `optimize_memory_usage`', 'torchrl': 'TorchRL 0.14.1 `LazyTensorStorage`'}

@@ -3,6 +3,7 @@ refusing a bad or foreign state whole. The storage × sampler suite (`test_stora
 runs it against the reference models with every sampler; here what is its own."""
 import copy
 import numpy as np, pytest, torch, zstandard as zstd
+from hypothesis import given, settings, strategies as st, HealthCheck
 from fastrl_replay.memory.core import Replay, UniformSampler, ExperienceReplayException
 from fastrl_replay.memory.prioritized import PrioritizedSampler
 from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
@@ -88,15 +89,24 @@ def damaged(state, what):
     elif what == 'blob of floats': f['blob'] = f['blob'].astype(np.float32)
     elif what == 'other block size': f['block'] = 5
     elif what == 'no frames': del s['frames']
+    elif what == 'flipped dictionary': f['dictionary'] = f['dictionary'] ^ 1  # no longer the dictionary the blocks were written with
+    elif what == 'dictionary untrained': f['trained'] = False
+    elif what == 'dictionary of ints': f['dictionary'] = f['dictionary'].astype(np.int64)
+    elif what == 'dictionary dropped': del f['dictionary']
     return s
 
 DAMAGE = ['flipped byte', 'offsets backwards', 'offsets past the blob', 'block of other frames', 'open block elsewhere',
           'stage of another shape', 'blob of floats', 'other block size', 'no frames']
 
-@pytest.mark.parametrize('what', DAMAGE)
+DICT_DAMAGE = ['flipped dictionary', 'dictionary untrained', 'dictionary of ints', 'dictionary dropped']
+
+@pytest.mark.parametrize('what', DAMAGE + DICT_DAMAGE)
 def test_a_damaged_state_is_refused_and_changes_nothing(what):
-    src = fill(CompressedFrameStorage(SHAPE, 40, block=6, stack_size=4, n_steps=3), 97)
-    dst = fill(CompressedFrameStorage(SHAPE, 40, block=6, stack_size=4, n_steps=3), 55, seed=2)
+    kw = dict(dictionary_frames=64, dictionary_size=512) if what in DICT_DAMAGE else {}
+    C = 80 if kw else 40
+    src = fill(CompressedFrameStorage(SHAPE, C, block=6, stack_size=4, n_steps=3, **kw), 97)
+    dst = fill(CompressedFrameStorage(SHAPE, C, block=6, stack_size=4, n_steps=3, **kw), 55, seed=2)
+    assert len(src.dictionary) == (512 if kw else 0)
     before = copy.deepcopy(dst.state_dict())
     with pytest.raises((ExperienceReplayException, KeyError, TypeError)) as e: dst.load_state_dict(damaged(src.state_dict(), what))
     assert e.type is ExperienceReplayException, e.value
@@ -122,10 +132,12 @@ def test_bad_steps_are_refused_and_change_nothing():
 
 def test_settings_are_checked():
     for kw, msg in ((dict(block=0), 'block'), (dict(level=23), 'level must be an int from 1 to 22'),
-                    (dict(storage_dir='/tmp/x'), 'keeps its compressed blocks in RAM')):
+                    (dict(storage_dir='/tmp/x'), 'keeps its compressed blocks in RAM'), (dict(dictionary_frames=-1), 'dictionary_frames'),
+                    (dict(dictionary_size=255), 'dictionary_size must be an int of at least 256 bytes'), (dict(dictionary_size=1e4), 'dictionary_size')):
         with pytest.raises(ExperienceReplayException, match=msg): CompressedFrameStorage(SHAPE, 10, **kw)
-    s = CompressedFrameStorage(SHAPE, 10, block=4, level=7, stack_size=2)
-    assert (s.settings()['block'], s.settings()['level'], 'storage_dir' in s.settings()) == (4, 7, False)
+    s = CompressedFrameStorage(SHAPE, 10, block=4, level=7, stack_size=2, dictionary_frames=9, dictionary_size=300)
+    assert ({k: s.settings()[k] for k in ('block', 'level', 'dictionary_frames', 'dictionary_size')}, 'storage_dir' in s.settings()) == (
+        dict(block=4, level=7, dictionary_frames=9, dictionary_size=300), False)
 
 @pytest.mark.parametrize('cls', [FrameStorage, CompressedFrameStorage])
 def test_plain_steps_are_stored_as_checked_steps_and_bad_ones_refused(cls):
@@ -147,3 +159,103 @@ def test_plain_steps_are_stored_as_checked_steps_and_bad_ones_refused(cls):
         step = dict(observation=fr[0], action=1, reward=1., terminal=False) | {k: v for k, v in b.items() if k in ('observation', 'action', 'reward', 'terminal')}
         with pytest.raises(ExperienceReplayException): plain.add_step(**step, **{k: v for k, v in b.items() if k in ('env_id', 'truncated')})
     assert_same_state(plain.state_dict(), before)
+
+# --- the zstd dictionary trained on the first frames ---------------------------------------------------------------------
+
+def with_dictionary(max_sz, block=8, frames=64, **kw):
+    "A plain storage and a compressed one that trains a dictionary of 1,024 bytes once `frames` frames are stored"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9, **kw)
+    return FrameStorage(SHAPE, max_sz, **kw), CompressedFrameStorage(SHAPE, max_sz, block=block, dictionary_frames=frames, dictionary_size=1024, **kw)
+
+def assert_same_frames_and_transitions(plain, packed):
+    rows = np.arange(plain.max_sz)
+    np.testing.assert_array_equal(packed.frames_at(rows), plain.obs)
+    valid = plain.valid(rows)
+    np.testing.assert_array_equal(packed.valid(rows), valid)
+    idx = torch.from_numpy(np.flatnonzero(valid))
+    assert_same_batch(packed.gather(idx), plain.gather(idx))
+
+def test_the_dictionary_is_trained_once_and_every_block_is_compressed_with_it():
+    "Before `dictionary_frames` frames the blocks need no dictionary; the block that reaches them trains one and compresses every closed block again with it"
+    plain, packed = with_dictionary(200)
+    fill(plain, 63); fill(packed, 63)
+    assert (packed.trained, packed.dictionary) == (False, b'')
+    assert len(zstd.ZstdDecompressor().decompress(packed.blocks[0])) == 8 * 30  # a block without a dictionary
+    assert_same_frames_and_transitions(plain, packed)
+    fill(plain, 1, seed=5); fill(packed, 1, seed=5)  # the 64th frame closes the 8th block
+    assert packed.trained and len(packed.dictionary) == 1024 and packed.open_block == 8
+    for b in packed.blocks[:8]:
+        with pytest.raises(zstd.ZstdError): zstd.ZstdDecompressor().decompress(b)  # each needs the dictionary now
+    assert_same_frames_and_transitions(plain, packed)
+    d = packed.dictionary
+    fill(plain, 333, seed=1); fill(packed, 333, seed=1)  # wraps
+    assert packed.dictionary == d
+    assert_same_frames_and_transitions(plain, packed)
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + packed.stage.nbytes + 1024
+
+def test_the_dictionary_makes_the_blocks_smaller():
+    "The same 500 steps of slowly changing frames: 2,506 bytes of blocks with the dictionary, 2,707 without"
+    sizes = []
+    for frames in (64, 0):
+        _, packed = with_dictionary(200, frames=frames)
+        fill(packed, 500)
+        sizes.append(sum(map(len, packed.blocks)))
+    assert sizes == [2506, 2707]
+
+@pytest.mark.parametrize('max_sz,frames', [(200, 16), (40, 41), (40, 0)])
+def test_no_dictionary_when_training_fails_or_is_not_wanted(max_sz, frames):
+    "Two blocks are too few samples to train on, a ring smaller than `dictionary_frames` never holds them, 0 asks for none: blocks without a dictionary, read exactly"
+    plain, packed = with_dictionary(max_sz, frames=frames)
+    fill(plain, 300); fill(packed, 300)
+    assert (packed.trained, packed.dictionary) == (True, b'')
+    assert_same_frames_and_transitions(plain, packed)
+
+@pytest.mark.parametrize('n', [40, 64, 97, 333])  # before the training, at it, after it, after a wrap
+def test_a_checkpoint_holds_the_dictionary_and_resumes_exactly(tmp_path, n):
+    "save and load_memory: the same dictionary, blocks and samples; from before the training, the restored memory trains the same dictionary"
+    m = memory(CompressedFrameStorage(SHAPE, 200, block=8, stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=64, dictionary_size=1024))
+    fill(m.storage, n)
+    m.sampler.added(0, len(m.storage))
+    m.save(tmp_path/'ckpt')
+    r = load_memory(tmp_path/'ckpt')
+    assert (r.storage.dictionary, r.storage.trained, r.storage.blocks) == (m.storage.dictionary, m.storage.trained, m.storage.blocks)
+    assert len(m.storage.dictionary) == (0 if n < 64 else 1024)
+    assert_same_state(r.state_dict(), m.state_dict())
+    for _ in range(3):
+        (b1, i1), (b2, i2) = m.sample(), r.sample()
+        assert torch.equal(i1, i2); assert_same_batch(b1, b2)
+    fill(m.storage, 150, seed=1); fill(r.storage, 150, seed=1)
+    assert len(r.storage.dictionary) == 1024
+    assert (r.storage.dictionary, r.storage.blocks) == (m.storage.dictionary, m.storage.blocks)
+    np.testing.assert_array_equal(r.storage.frames_at(np.arange(200)), m.storage.frames_at(np.arange(200)))
+
+def test_a_state_from_before_dictionaries_loads_and_trains_when_its_frames_are_enough():
+    "A state without 'dictionary' and 'trained' (written before the compressed tier had them) loads; its next block closed trains the dictionary"
+    plain, new = with_dictionary(200)
+    old = CompressedFrameStorage(SHAPE, 200, block=8, stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=0)
+    fill(plain, 120); fill(old, 120)
+    state = old.state_dict()
+    state['frames'] = {k: v for k, v in state['frames'].items() if k not in ('dictionary', 'trained')}
+    new.load_state_dict(state)
+    assert (new.trained, new.dictionary) == (False, b'')
+    assert_same_frames_and_transitions(plain, new)
+    fill(plain, 8, seed=1); fill(new, 8, seed=1)  # closes the block of rows 120-127
+    assert new.trained and len(new.dictionary) == 1024
+    assert_same_frames_and_transitions(plain, new)
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_sz=st.integers(1, 160), block=st.integers(1, 9), frames=st.sampled_from([0, 1, 24, 48, 96, 200]), n=st.integers(1, 400),
+       seed=st.integers(0, 2 ** 16))
+def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames, n, seed):
+    "Episodes ending (terminated or truncated), three interleaved environments, wraps, partial last blocks, training before, at or after a wrap, or failing: every frame and transition is the plain storage's"
+    kw = dict(stack_size=3, n_steps=2, gamma=0.5)
+    plain = FrameStorage(SHAPE, max_sz, **kw)
+    packed = CompressedFrameStorage(SHAPE, max_sz, block=block, dictionary_frames=frames, dictionary_size=512, **kw)
+    fr, steps = globals()['frames'](n + 1, seed), np.random.default_rng(seed).integers(0, 10, n).tolist()  # 0: terminated, 1: truncated
+    for s, e in enumerate(steps):
+        term, trunc = e == 0, e == 1
+        for m in (plain, packed): m.add_step(fr[s], e, float(e), term, truncated=trunc, next_observation=255 - fr[s] if trunc else None, env_id=e % 3)
+    closes = [s for s in range(len(steps)) if (s % max_sz) % block == block - 1 or s % max_sz == max_sz - 1]  # steps that close a block
+    assert packed.trained == (not 0 < frames <= max_sz or any(s + 1 >= frames for s in closes))
+    assert packed.trained or packed.dictionary == b''
+    assert_same_frames_and_transitions(plain, packed)

@@ -8,7 +8,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
-import math
+import ctypes, math
 import numpy as np, torch, zstandard as zstd
 from fastcore.meta import delegates
 from ..core import BD
@@ -474,37 +474,52 @@ class FrameStorage(Storage):
 own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoints written when the class lived in memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
+try: _malloc_trim = ctypes.CDLL(None).malloc_trim  # glibc's: gives the free pages inside the C heap back to the system
+except (OSError, AttributeError, TypeError): _malloc_trim = None  # another C library: freed memory stays with the process
+
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
 class CompressedFrameStorage(FrameStorage):
-    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows: lossless, a few bytes per frame"
+    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows, with a dictionary trained on its first frames: lossless, a few bytes per frame"
     array_names = [k for k in _FRAME_ARRAYS if k != 'obs']
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
-                 block:int=16, # Consecutive rows compressed together
+                 block:int=8, # Consecutive rows compressed together
                  level:int=3, # zstd compression level, 1 to 22
+                 dictionary_frames:int=2048, # Frames stored before a zstd dictionary is trained on them; 0, or more than `max_sz`: no dictionary
+                 dictionary_size:int=32768, # Bytes of that dictionary, at least 256
                  **kwargs): # `FrameStorage`'s settings (its arrays stay in RAM: no `storage_dir`)
-        check_positive(block, 'block')
+        check_positive(block, 'block'); check_nonneg(dictionary_frames, 'dictionary_frames')
         if not is_int(level) or not 1 <= level <= 22: raise ExperienceReplayException(f'level must be an int from 1 to 22, got {level!r}')
+        if not is_int(dictionary_size) or dictionary_size < 256:
+            raise ExperienceReplayException(f'dictionary_size must be an int of at least 256 bytes, got {dictionary_size!r}')
         for k in ('storage_dir', 'reuse_files'):
             if kwargs.get(k): raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
         self.block, self.level = int(block), int(level)
-        self._cctx = zstd.ZstdCompressor(level=self.level, write_checksum=True)  # a damaged block fails to decode
-        self._dctx = zstd.ZstdDecompressor()
+        self.dictionary_frames, self.dictionary_size = int(dictionary_frames), int(dictionary_size)
         super().__init__(observation_shape, max_sz, **kwargs)
 
     def settings(self) -> dict:
         s = super().settings()
         del s['storage_dir']
-        return {**s, 'block': self.block, 'level': self.level}
+        return {**s, 'block': self.block, 'level': self.level, 'dictionary_frames': self.dictionary_frames, 'dictionary_size': self.dictionary_size}
 
     def _allocate_frames(self, new):
         "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
         self.n_blocks = -(-self.max_sz // self.block)
         self.blocks = [b''] * self.n_blocks  # b'': never closed, all zeros
-        self.open_block = 0  # the block of the cursor's row, kept decoded in `stage` while it is written
+        self._open(0)  # the block of the cursor's row, kept decoded in `stage` while it is written
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
-        self._frame_bytes = 0
+        self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
+        self._use_dictionary(b'', trained=not 0 < self.dictionary_frames <= self.max_sz)
+
+    def _use_dictionary(self, dictionary:bytes, trained:bool):
+        "Compress and decode with `dictionary` (b'': none); `trained`: whether the dictionary's training is done (or not wanted)"
+        self.dictionary, self.trained = bytes(dictionary), bool(trained)
+        d = zstd.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+        # the checksum (4 bytes) makes a damaged block fail to decode; the dictionary is the storage's, so its id is left out of each block
+        self._cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=True, write_dict_id=False)
+        self._dctx = zstd.ZstdDecompressor(dict_data=d)
 
     def block_rows(self, b:int) -> int:
         "Rows in block `b` (the last one holds what is left of `max_sz`)"
@@ -514,54 +529,88 @@ class CompressedFrameStorage(FrameStorage):
         "Block `b`'s frames (zeros for a block never closed)"
         n = self.block_rows(b)
         if not self.blocks[b]: return np.zeros((n, *self.obs_shape), self.obs_dtype)
-        return np.frombuffer(self._dctx.decompress(self.blocks[b]), self.obs_dtype).reshape(n, *self.obs_shape)
+        return np.frombuffer(self._dctx.decompress(self.blocks[b]), self._rows_of)
+
+    def _compress(self, frames) -> bytes:
+        # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
+        # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
+        return bytes(memoryview(self._cctx.compress(frames)))
+
+    def _open(self, b:int):
+        "Make block `b` the open one, the cursor's: its first and last rows"
+        self.open_block, self._first = b, b * self.block
+        self._last = self._first + self.block_rows(b) - 1
 
     def _put_frame(self, i:int, frame:np.ndarray):
         "Write a frame into the open block; compress the block when its last row is written, and open the next"
-        j = i - self.open_block * self.block
-        self.stage[j] = frame
-        if j == self.block_rows(self.open_block) - 1:
-            b, n = self.open_block, j + 1
-            # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
-            # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
-            self.blocks[b] = bytes(memoryview(self._cctx.compress(self.stage[:n])))
-            self.open_block = (b + 1) % self.n_blocks
-            n = self.block_rows(self.open_block)
-            if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
-            else: self.stage[:n] = 0
+        self.stage[i - self._first] = frame
+        if i == self._last: self._close_block()
+
+    def _close_block(self):
+        "Compress the open block (and train the dictionary once its frames are enough); open the next, decoded into `stage`"
+        self.blocks[self.open_block] = self._compress(self.stage[:self._last - self._first + 1])
+        if not self.trained and self.add_count + 1 >= self.dictionary_frames: self._train()
+        self._open((self.open_block + 1) % self.n_blocks)
+        n = self._last - self._first + 1
+        if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
+        else: self.stage[:n] = 0
+
+    def _train(self):
+        "Train a zstd dictionary on the stored frames (one sample per closed block) and compress every closed block again with it"
+        frames = [self._dctx.decompress(b) if b else b'' for b in self.blocks]
+        try: d = zstd.train_dictionary(self.dictionary_size, [f for f in frames if f], k=min(1024, self.dictionary_size), d=8, level=self.level).as_bytes()
+        except zstd.ZstdError: d = b''  # too few or too alike frames to train on: the blocks stay without a dictionary
+        self._use_dictionary(d, trained=True)
+        if d: self.blocks = [self._compress(f) if f else b'' for f in frames]
+        del frames
+        # the decoded frames were megabytes of the C heap below blocks that stay: freed, they would stay resident unless given back
+        if _malloc_trim is not None: _malloc_trim(0)
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
         "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, all in one call of zstd"
         rows = np.asarray(rows)
         flat = rows.reshape(-1)
         out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
-        b = flat // self.block
-        blocks, inv = np.unique(b, return_inverse=True)
-        order = np.argsort(inv, kind='stable')
-        cuts = np.searchsorted(inv[order], np.arange(len(blocks) + 1))
-        us = blocks.tolist()
-        packed = [self.blocks[u] for u in us if u != self.open_block and self.blocks[u]]
+        if not len(flat): return out.reshape(*rows.shape, *self.obs_shape)
+        order = np.argsort(flat, kind='stable')
+        srt = flat[order]  # rows in order, so each block's rows are one run
+        blk = srt // self.block
+        starts = np.flatnonzero(np.concatenate(([True], blk[1:] != blk[:-1])))
+        stops = np.append(starts[1:], len(srt)).tolist()
+        us, local = blk[starts].tolist(), srt - blk * self.block
+        ob, blocks, frames = self.open_block, self.blocks, np.empty_like(out)
+        packed = [blocks[u] for u in us if u != ob and blocks[u]]
         decoded = iter(self._dctx.multi_decompress_to_buffer(packed) if packed else ())  # in C, without a Python call per block
-        for k, u in enumerate(us):
-            sel = order[cuts[k]:cuts[k + 1]]
-            if u == self.open_block: src = self.stage
-            elif self.blocks[u]: src = np.frombuffer(next(decoded), self.obs_dtype).reshape(-1, *self.obs_shape)
+        for u, a, z in zip(us, starts.tolist(), stops):
+            if u == ob: src = self.stage
+            elif blocks[u]: src = np.frombuffer(next(decoded), self._rows_of)
             else:  # never closed: zeros
-                out[sel] = 0
+                frames[a:z] = 0
                 continue
-            out[sel] = src[flat[sel] - u * self.block]
+            np.take(src, local[a:z], axis=0, out=frames[a:z], mode='clip')  # rows within the block: no bound check needed
+        out[order] = frames
         return out.reshape(*rows.shape, *self.obs_shape)
 
     def nbytes(self) -> int:
-        "Bytes of memory the storage holds: compressed blocks, the open block, per-step arrays and final observations"
-        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes
+        "Bytes of memory the storage holds: compressed blocks, the open block, the dictionary, per-step arrays and final observations"
+        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary)
 
     def state_dict(self) -> dict:
-        "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets) and the open block"
+        "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets), the open block and the dictionary"
         sizes = np.fromiter(map(len, self.blocks), np.int64, self.n_blocks)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         blob = np.frombuffer(b''.join(self.blocks), np.uint8)
-        return {**super().state_dict(), 'frames': dict(block=self.block, blob=blob, offsets=offsets, open_block=self.open_block, stage=self.stage)}
+        return {**super().state_dict(), 'frames': dict(block=self.block, blob=blob, offsets=offsets, open_block=self.open_block, stage=self.stage,
+                                                       dictionary=np.frombuffer(self.dictionary, np.uint8), trained=self.trained)}
+
+    def _state_dictionary(self, f:dict) -> tuple[bytes, bool]:
+        "The dictionary and training flag a state's frames hold; a state from before dictionaries has none, and trains when its frames are enough"
+        if 'dictionary' not in f and 'trained' not in f: return b'', not 0 < self.dictionary_frames <= self.max_sz
+        d, t = f.get('dictionary'), f.get('trained')
+        if not isinstance(d, np.ndarray) or d.dtype != np.uint8 or d.ndim != 1 or not isinstance(t, (bool, np.bool_)) or (len(d) and not t):
+            raise ExperienceReplayException(f"frames 'dictionary' and 'trained': expected a 1-d uint8 array and a bool (True when the array is not empty), "
+                                            f"got {getattr(d, 'shape', None)} {getattr(d, 'dtype', type(d).__name__)} and {t!r}")
+        return d.tobytes(), bool(t)
 
     def check_state(self, state:dict):
         "Raise unless `state` fits this storage and every block decodes to its rows' frames; change nothing"
@@ -580,13 +629,16 @@ class CompressedFrameStorage(FrameStorage):
         ob = f.get('open_block')
         if not is_int(ob) or ob != (int(state['add_count']) % self.max_sz) // self.block:
             raise ExperienceReplayException(f"frames 'open_block': expected the cursor's block {(int(state['add_count']) % self.max_sz) // self.block}, got {ob!r}")
+        d = self._state_dictionary(f)[0]
+        try: dctx = zstd.ZstdDecompressor(dict_data=zstd.ZstdCompressionDict(d) if d else None)
+        except zstd.ZstdError as e: raise ExperienceReplayException(f"frames 'dictionary': not a zstd dictionary: {e}") from None
         frame = self.stage[0].nbytes
         for b in range(self.n_blocks):
             if off[b] == off[b + 1]: continue
             n, data = self.block_rows(b) * frame, blob[off[b]:off[b + 1]].tobytes()
             try:
                 if zstd.frame_content_size(data) != n: raise zstd.ZstdError(f'it holds {zstd.frame_content_size(data)} bytes, expected {n}')
-                if len(self._dctx.decompress(data)) != n: raise zstd.ZstdError(f'its frames do not make {n} bytes')
+                if len(dctx.decompress(data)) != n: raise zstd.ZstdError(f'its frames do not make {n} bytes')
             except zstd.ZstdError as e: raise ExperienceReplayException(f'frames: block {b} does not decode: {e}') from None
 
     def load_state_dict(self, state:dict, assign:bool=False):
@@ -595,4 +647,6 @@ class CompressedFrameStorage(FrameStorage):
         f = state['frames']
         blob, off = f['blob'], f['offsets']
         self.blocks = [blob[off[b]:off[b + 1]].tobytes() for b in range(self.n_blocks)]
-        self.open_block, self.stage = int(f['open_block']), np.array(f['stage'], self.obs_dtype)
+        self._open(int(f['open_block']))
+        self.stage = np.array(f['stage'], self.obs_dtype)
+        self._use_dictionary(*self._state_dictionary(f))
