@@ -31,11 +31,11 @@ __all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'ReplaySh
 
 # %% ../nbs/14_distributed.ipynb #f6f69888
 def shard_for(writer:int, # The writer: a collector's index, or 0 for the client's own `+`
-              batch_no:int, # How many batches this writer has written before
-              n_shards:int # Shards in the memory
+              sent:list[int] # Rows this writer has sent to each shard so far
              ) -> int:
-    "The shard a writer's batch goes to: `(writer + batch_no) mod n_shards`"
-    return (writer + batch_no) % n_shards
+    "The shard a writer's next batch goes to: the one it has sent the fewest rows, ties to the first from `writer` on in the cycle"
+    n = len(sent)
+    return min(range(n), key=lambda j: (sent[j], (j - writer) % n))
 
 def apex_epsilons(n:int, # Collectors
                   eps:float=0.4, # Base exploration
@@ -227,7 +227,7 @@ class RayReplay:
             self.shards = [actor.remote(*a, threads=1) for a in args]  # small networks run fastest on one thread
         self.generator = torch.Generator().manual_seed(draw_seed(seed))
         self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
-        self.n_samples, self.n_batches, self.n_retried, self.td_lost = 0, 0, 0, 0
+        self.n_samples, self.sent, self.n_retried, self.td_lost = 0, [0] * self.n_shards, 0, 0
 
     def __repr__(self):
         return f'{type(self).__name__}(n_shards={self.n_shards}, bs={self.bs}, max_sz={self.max_sz} per shard, prefetch={self.prefetch})'
@@ -248,8 +248,8 @@ class RayReplay:
         "Write the rows of `batch` to the shard the routing rule names (writer 0), and return the client"
         b = _as_arrays(batch)
         if not b or len(next(iter(b.values()))) == 0: return self
-        write_batch(self.shards, shard_for(0, self.n_batches, self.n_shards), b)
-        self.n_batches += 1
+        j, _ = write_batch(self.shards, shard_for(0, self.sent), b)
+        self.sent[j] += len(next(iter(b.values())))
         return self
     def _request(self, bs:int) -> dict:
         "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
@@ -351,7 +351,7 @@ class RayReplay:
         "Empty every shard and forget what was in flight"
         self.flush(); self._pending.clear()
         fetch([call(s, 'reset') for s in self.shards])
-        self._stats, self.n_samples, self.n_batches = [None] * self.n_shards, 0, 0
+        self._stats, self.n_samples, self.sent = [None] * self.n_shards, 0, [0] * self.n_shards
     def close(self):
         "Stop the shard actors; their checkpoints stay in `folder` if it was given, a temporary folder is removed"
         if not self.local:
@@ -382,16 +382,16 @@ class Collector:
         schedule = explore if explore is not None else dict(eps_start=epsilon, eps_end=epsilon, eps_steps=1)
         agent = EpsilonGreedy(self.model, n_actions, **schedule, seed=seed + 7919 * index)
         self.source = Source([GymLoop(env, agent=agent, n_steps=n_steps, seed=seed + 7919 * index, n_envs=n_envs), FirstLast(gamma)])
-        self.version, self.incarnation, self.seq, self.n_batches = -1, 0, 0, 0
+        self.version, self.incarnation, self.seq, self.sent = -1, 0, 0, [0] * len(shards)
         self.instance = uuid.uuid4().hex  # new in each process Ray starts for this collector
 
     def _write(self, rows:list, acks:dict):
         "Send `rows` as one batch to the shard the routing rule names, or to the next that answers; record the acknowledgement"
         b = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows), dtype=np.int64)[:, None]
-        j, (inc, n_added) = write_batch(self.shards, shard_for(self.index, self.n_batches, len(self.shards)), b)
+        j, (inc, n_added) = write_batch(self.shards, shard_for(self.index, self.sent), b)
         acks[j] = max(acks.get(j, 0), n_added)
-        self.seq += len(rows); self.n_batches += 1
+        self.seq += len(rows); self.sent[j] += len(b['tid'])
 
     def run(self, n:int, # Environment steps to take
             weights:dict|None=None, # The learner's weights as NumPy arrays (None: keep the current ones)

@@ -118,7 +118,7 @@ def test_td_errors_reach_the_owning_shard_and_stale_ones_are_dropped(per3):
 @pytest.fixture(scope='module')
 def fleet2():
     "2 collectors writing to 2 uniform shards, with the weights of a fixed network"
-    rr = RayReplay(lambda i: ExperienceReplay(bs=8, max_sz=20_000, warmup_sz=0, seed=i), 2, prefetch=0)
+    rr = RayReplay(lambda i: ExperienceReplay(bs=8, max_sz=200_000, warmup_sz=0, seed=i), 2, prefetch=0)  # room for all the other collector writes while Ray restarts one
     model = QNet(4, 2, (16,))
     fleet = CollectorFleet('CartPole-v1', partial(QNet, 4, 2, (16,)), 2, rr.shards, 2, chunk=100, write_bs=32, seed=3)
     fleet.publish(model)
