@@ -176,6 +176,9 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
                    eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
                    env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'],
                    memory_bytes_per_transition=None if 'ray' in s['learner'] else _bytes_per_transition(mem))  # shards on Ray: in their workers
+    if algo != 'dqn':  # the last epoch's smoothed losses of the critics (the recorder's train_loss) and of the actor
+        last = dict(zip([k for k in learn.recorder.metric_names if k not in ('epoch', 'time')], learn.recorder.values[-1] if learn.recorder.values else []))
+        metrics.update({k: None if last.get(c) is None else float(last[c]) for k, c in (('critic_loss', 'train_loss'), ('actor_loss', 'actor_loss'))})
     fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
     if fleet: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')

@@ -28,6 +28,9 @@ def same_run(a, b):
     for k in sa:
         for n in ('exp_avg', 'exp_avg_sq'): assert torch.equal(sa[k][n], sb[k][n]), (k, n)
     assert [float(l) for l in a.recorder.losses] == [float(l) for l in b.recorder.losses]
+    assert a.actor_critic_trainer.actor_loss == b.actor_critic_trainer.actor_loss and a.actor_critic_trainer.n_actor == b.actor_critic_trainer.n_actor
+    rows = lambda l: [[v if v is None else float(v) for v in row] for row in l.recorder.values]
+    assert rows(a) == rows(b)  # the actor_loss column too
     ma, mb = a.experience_replay.memory.memory, b.experience_replay.memory.memory
     for k in ma: assert torch.equal(ma[k], mb[k]), k
 
@@ -144,10 +147,37 @@ def test_cli_sac_run_checkpoints_and_resumes_to_the_same_model(tmp_path):
            {k: v for k, v in ck.items() if k not in ('wall_s', 'env_steps_per_s', 'report')}
     m = json.loads((Path(ck['report']).parent/'metrics.json').read_text())
     assert m['algo'] == 'sac' and m['env'] == 'Pendulum-v1' and m['env_steps'] == 300 and len(m['eval_returns']) == 20
+    assert math.isfinite(m['critic_loss']) and math.isfinite(m['actor_loss']) and m['critic_loss'] > 0
     run = Path(ck['report']).parent
     assert json.loads((run/'run.json').read_text())['algo'] == 'sac'
     again = resume_train(run, quiet=True)  # finished: nothing left to train, the same evaluation
     assert again['eval_returns'] == ck['eval_returns']
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_the_actor_loss_is_recorded(algo):
+    "The recorder's table has the critics' loss (train_loss) and the actor's (actor_loss): the trainer's debiased moving average of the actor's steps"
+    steps, actor = [], []
+    class Spy(Callback):
+        order = -3  # after the trainer has taken the actor's step
+        def after_step(self):
+            t = self.learn.actor_critic_trainer
+            if t.n_actor > len(actor): actor.append(t.actor_loss)
+    learn = fit(algo, epochs=1, steps_per_epoch=100, cbs=[Spy()])
+    t = learn.actor_critic_trainer
+    assert learn.recorder.metric_names[1:5] == ['train_loss', 'return', 'episodes', 'actor_loss']
+    assert t.n_actor == len(actor) == (37 if algo == 'sac' else 18)  # 37 critic steps after a warm-up of 64; TD3's actor at every second
+    assert float(learn.recorder.values[-1][3]) == t.actor_loss == actor[-1]
+    assert all(math.isfinite(a) for a in actor) and len(set(actor)) == len(actor)
+
+
+def test_matmul_precision_is_a_setting_of_the_fit():
+    "bfloat16 products are asked for, not taken: 'highest' (float32) by default; 'medium' is reproducible from a seed and torch's setting comes back after the fit"
+    assert torch.get_float32_matmul_precision() == 'highest'
+    a, b = (fit('td3', epochs=1, steps_per_epoch=100, net=dict(hidden=(32, 32), matmul_precision='medium')) for _ in range(2))
+    same_run(a, b)
+    assert torch.get_float32_matmul_precision() == 'highest'
+    with pytest.raises(ValueError, match="matmul_precision"): td3_learner(net=dict(matmul_precision='bf16'))
 
 
 def test_vector_env_and_ready_memory():

@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np, torch, gymnasium as gym
 from torch import nn
 from fastai.callback.core import Callback
-from fastai.learner import CastToTensor
+from fastai.learner import CastToTensor, Metric
 from fastai.optimizer import OptimWrapper
 from fastai.callback.training import GradientClip
 from ..callback import ExperienceReplayCallback, ReplayBatch
@@ -28,8 +28,8 @@ from .dqn import settings, replay_memory, replay_warmup, memory_settings, loop_m
 # %% auto #0
 __all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
            'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel', 'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer',
-           'ActorAgent', 'evaluate_actor', 'box_spaces', 'grouped', 'ActorCriticSettings', 'EntropySettings',
-           'SACExploreSettings', 'actor_critic_learner', 'sac_learner', 'sac_defaults']
+           'ActorLoss', 'ActorAgent', 'evaluate_actor', 'box_spaces', 'grouped', 'ActorCriticSettings',
+           'EntropySettings', 'SACExploreSettings', 'actor_critic_learner', 'sac_learner', 'sac_defaults']
 
 # %% ../../nbs/10d_agents.sac.ipynb #d04305eb
 def mlp(sizes:tuple, # Layer sizes, input first, output last
@@ -202,10 +202,23 @@ class ActorCriticTrainer(Callback):
     def __init__(self, loss:ActorCriticLoss, # The losses, whose `model` has `target_pairs()`
                  tau:float=0.005, # Polyak factor of the target networks' updates
                  target_every:int=1, # Optimizer steps between the target networks' updates
-                 policy_delay:int=1): # Critic steps between the actor's (the critics train at each)
+                 policy_delay:int=1, # Critic steps between the actor's (the critics train at each)
+                 matmul_precision:str='highest', # torch's float32 matmul precision while fitting: 'highest' (float32) or 'medium' (bfloat16 products where the CPU has them)
+                 beta:float=0.98): # Smoothing of the recorded actor loss, as the recorder smooths the critics'
+        if matmul_precision not in ('highest', 'high', 'medium'):
+            raise ValueError(f"matmul_precision is torch's: 'highest', 'high' or 'medium'; got {matmul_precision!r}")
         self.loss, self.tau, self.target_every, self.policy_delay, self.n_updates = loss, tau, target_every, policy_delay, 0
+        self.matmul_precision, self.beta, self.precision_before = matmul_precision, beta, None
+        self.smooth, self.n_actor = torch.zeros(()), 0  # the actor losses' exponential moving average, and how many it holds
 
-    def before_fit(self): self.pairs = self.loss.model.target_pairs()
+    def before_fit(self):
+        self.pairs = self.loss.model.target_pairs()
+        self.precision_before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.matmul_precision)
+
+    def after_fit(self):
+        if self.precision_before is not None: torch.set_float32_matmul_precision(self.precision_before)
+        self.precision_before = None
 
     def after_step(self):
         self.n_updates += 1
@@ -217,15 +230,33 @@ class ActorCriticTrainer(Callback):
         "One step of the optimizer on the actor's loss of the batch the critics just trained on (the learner's `before_step` callbacks, as gradient clipping, see it too)"
         opt = self.learn.opt
         opt.zero_grad()  # the critics' gradients are spent
-        self.loss.actor_loss(self.learn.yb[0]).backward()
+        loss = self.loss.actor_loss(self.learn.yb[0])
+        loss.backward()
         self.learn('before_step')
         opt.step()
+        self.smooth, self.n_actor = torch.lerp(loss.detach(), self.smooth, self.beta), self.n_actor + 1
+
+    @property
+    def actor_loss(self) -> float|None:
+        "The actor's loss, smoothed over its last steps as the recorder smooths the critics' (None before the first)"
+        return float(self.smooth / (1 - self.beta ** self.n_actor)) if self.n_actor else None
 
     def state_dict(self) -> dict:
-        "The count of optimizer steps (the target networks are the model's)"
-        return dict(n_updates=self.n_updates)
+        "The count of optimizer steps and the smoothed actor loss (the target networks are the model's)"
+        return dict(n_updates=self.n_updates, actor_loss=float(self.smooth), n_actor=self.n_actor)
 
-    def load_state_dict(self, state:dict): self.n_updates = state['n_updates']
+    def load_state_dict(self, state:dict):
+        self.n_updates, self.smooth, self.n_actor = state['n_updates'], torch.tensor(state['actor_loss']), state['n_actor']
+
+class ActorLoss(Metric):
+    "The trainer's smoothed actor loss at the end of each epoch: a column of the recorder's table beside the critics' `train_loss`"
+    def __init__(self, trainer:ActorCriticTrainer): self.trainer = trainer
+    def reset(self): pass
+    def accumulate(self, learn): pass
+    @property
+    def value(self): return self.trainer.actor_loss
+    @property
+    def name(self): return 'actor_loss'
 
 
 # %% ../../nbs/10d_agents.sac.ipynb #3837eb41
@@ -287,6 +318,8 @@ class ActorCriticSettings:
     hidden:tuple = (256, 256) # Hidden layer sizes of the actor and of each critic
     tau:float = 0.005 # Polyak factor of the target networks' updates
     target_every:int = 1 # Optimizer steps between the target networks' updates
+    matmul_precision:str = 'highest' # torch's float32 matmul precision while fitting: 'highest' (float32), or 'medium' for bfloat16 products where the CPU has them (faster, less precise)
+
 
 # %% ../../nbs/10d_agents.sac.ipynb #fac7690a
 @dataclass
@@ -338,7 +371,7 @@ def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium envir
     if memory is None: memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed))
     adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters
     clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
-    learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=loop_metrics()[:2],
+    learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=[*loop_metrics()[:2], ActorLoss(trainer)],
                         cbs=[ExperienceReplayCallback(memory), trainer, NoValidation(), TorchThreads(1), *clip, *cbs])
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)
@@ -357,7 +390,7 @@ def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium 
     def parts(n_obs:int, act_sp:gym.spaces.Box):
         m = model if model is not None else SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
         loss = SACLoss(m)
-        return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every)
+        return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every, matmul_precision=net.matmul_precision)
     return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10d_agents.sac.ipynb #1bdaf708

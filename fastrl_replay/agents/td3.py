@@ -103,7 +103,7 @@ def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium 
     def parts(n_obs:int, act_sp:gym.spaces.Box):
         m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise)
         loss = TD3Loss(m, td3.target_noise, td3.noise_clip)
-        return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay)
+        return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay, net.matmul_precision)
     return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10e_agents.td3.ipynb #e381d89a
