@@ -16,6 +16,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
+    python bench/continuous_bench.py --speed td3 --steps 500 --matmul-precision medium   # ours with bfloat16 products (off by default), on a line of its own
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
@@ -86,14 +87,15 @@ def run_sb3(algo, env, seed, steps, variant='uniform'):
     wall, cpu = time.perf_counter() - t, cpu_s() - c
     return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
 
-def speed(algo, n, out):
-    "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up and compiles"
+def speed(algo, n, out, matmul_precision='highest'):
+    "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up; ours with `matmul_precision` (SB3's always in float32)"
     from stable_baselines3 import SAC, TD3
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     torch.set_num_threads(1)
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
+    if matmul_precision != 'highest': d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)  # ours only, off by default
     learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
@@ -104,7 +106,7 @@ def speed(algo, n, out):
     m.learn(n)
     c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c
     rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2), sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2),
-               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), date=time.strftime('%Y-%m-%d %H:%M'))
+               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, date=time.strftime('%Y-%m-%d %H:%M'))
     with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
     print(rec, flush=True)
 
@@ -130,12 +132,18 @@ def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
     latest = {}  # a run repeated (same library, algorithm, environment, steps, replay and seed) counts once: its latest record
-    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'))] = r
+    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), r.get('matmul_precision', 'highest'))] = r
     recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
-    for r in (r for r in recs if r.get('kind') == 'speed'):
-        lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
-                  f"torch on {r['torch_threads']} thread): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
+    speeds = sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r.get('matmul_precision', 'highest') != 'highest', r['algo']))
+    for r in speeds:
+        if r.get('matmul_precision', 'highest') == 'highest':
+            lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
+                      f"torch on {r['torch_threads']} thread): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
+        else:  # a reduced-precision setting of ours against SB3's float32: its own line, never the comparison above
+            lines += [f"Not like for like: {r['algo'].upper()} on {r['env']}, ours with `matmul_precision='{r['matmul_precision']}'` (off by default: torch computes the float32 "
+                      f"matrix products in bfloat16 through oneDNN on this CPU's AVX512-BF16; a different, less precise run than float32's) {r['ours_cpu_ms_per_step']} ms a step, "
+                      f"SB3 in float32 {r['sb3_cpu_ms_per_step']} ms, {r['ratio']:.2f}x.", '']
     recs = runs
     keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
     for algo, env, steps in keys:
@@ -183,6 +191,8 @@ if __name__ == '__main__':
     p.add_argument('--out', type=Path, default=OUT, help='JSON-lines file the runs are appended to')
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
     p.add_argument('--note', default='', help='text added to the stored section')
+    p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
+                   help="with --speed: ours with this matmul_precision ('medium': float32 products in bfloat16, off by default; SB3 stays in float32)")
     a = p.parse_args()
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
@@ -193,5 +203,5 @@ if __name__ == '__main__':
                                                     'python bench/continuous_bench.py --speed sac|td3 --steps 500; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
-    elif a.speed: speed(a.speed, a.steps, a.out)
+    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
     else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs)
