@@ -170,13 +170,21 @@ def compare(recs):
                       f'({len(b)} seeds).{tests} Median speed: ours {sa:.1f}, SB3 {sb:.1f} environment steps/s, **{sa / sb:.2f}x**; '
                       f'per CPU second {ca:.1f} against {cb:.1f}, {ca / cb:.2f}x.', '']
     var = [r for r in recs if r['variant'] != 'uniform']
-    for env, steps in sorted({(r['env'], r['steps']) for r in var}):
-        lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '', '| replay | seeds | greedy returns | mean |', '|---|---:|---|---:|']
-        for v in ('uniform', 'per', 'nstep3'):
-            rr = sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['steps'], r['variant']) == ('ours', 'sac', env, steps, v)], key=lambda r: r['seed'])
+    nominal = lambda r: round(r['steps'], -2)  # n-step folding runs a step or two past the budget (20,002 for 20,000)
+    for env, steps in sorted({(r['env'], nominal(r)) for r in var}):
+        lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '',
+                  '| replay | seeds | greedy returns | mean | against uniform (Welch) |', '|---|---:|---|---:|---|']
+        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant']) == ('ours', 'sac', env, v) and nominal(r) == steps], key=lambda r: r['seed'])
+                for v in ('uniform', 'per', 'nstep3')}
+        base = [r['greedy_mean'] for r in rows['uniform']]
+        for v, rr in rows.items():
             if not rr: continue
-            rets = ', '.join(f"{r['greedy_mean']:.1f}" for r in rr)
-            lines.append(f"| {v} | {', '.join(str(r['seed']) for r in rr)} | {rets} | {np.mean([r['greedy_mean'] for r in rr]):.1f} |")
+            rets = [r['greedy_mean'] for r in rr]
+            test = ''
+            if v != 'uniform' and len(rets) > 1 and len(base) > 1:
+                t = stats.ttest_ind(rets, base, equal_var=False)
+                test = f't = {t.statistic:.2f}, p = {t.pvalue:.3f}'
+            lines.append(f"| {v} | {', '.join(str(r['seed']) for r in rr)} | {', '.join(f'{x:.1f}' for x in rets)} | {np.mean(rets):.1f} | {test} |")
         lines.append('')
     return '\n'.join(lines)
 
@@ -200,7 +208,7 @@ if __name__ == '__main__':
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
                                             command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] --seeds ... --steps ...; '
-                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500; '
+                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--matmul-precision medium]; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
