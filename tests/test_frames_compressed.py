@@ -139,8 +139,7 @@ def test_settings_are_checked():
     s = CompressedFrameStorage(SHAPE, 10, block=4, part=3, level=7, stack_size=2, dictionary_frames=9, dictionary_size=300)
     assert ({k: s.settings()[k] for k in ('block', 'part', 'level', 'dictionary_frames', 'dictionary_size')}, 'storage_dir' in s.settings()) == (
         dict(block=4, part=3, level=7, dictionary_frames=9, dictionary_size=300), False)
-    # by default a part of 4 rows where 4 frames make 4 KiB or more, else the whole block: a zstd block's headers and tables cost about 16 bytes
-    assert [CompressedFrameStorage(shape, 10, block=8).part for shape in (SHAPE, (32, 31), (32, 32), (84, 84))] == [8, 8, 4, 4]
+    assert [CompressedFrameStorage(SHAPE, 10, block=b).part for b in (1, 8)] == [1, 8]  # by default one zstd block a block
 
 @pytest.mark.parametrize('cls', [FrameStorage, CompressedFrameStorage])
 def test_plain_steps_are_stored_as_checked_steps_and_bad_ones_refused(cls):
@@ -265,7 +264,7 @@ def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames
 
 # --- reads: the compiled decoder (libzstd) up to the part of the last row needed, and whole blocks where libzstd is missing -----
 
-BIG = (32, 40)  # frames of 1,280 bytes: parts of 4 rows by default
+BIG = (32, 40)  # frames of 1,280 bytes
 
 def big_frames(n, seed=0):
     "Frames of `BIG` that change a little from step to step"
@@ -296,15 +295,15 @@ def zstd_blocks(frame:bytes) -> int:
     assert pos + 4 * p.has_checksum == len(frame)
     return n
 
-@pytest.mark.parametrize('max_sz,block,part,n', [(100, 8, None, 90), (100, 8, None, 333), (61, 8, 3, 200), (100, 8, 8, 250), (37, 5, 2, 120)])
+@pytest.mark.parametrize('max_sz,block,part,n', [(100, 8, 4, 90), (100, 8, 4, 333), (61, 8, 3, 200), (100, 8, None, 250), (37, 5, 2, 120)])
 def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
-    "Frames of 1,280 bytes, blocks ending a zstd block every `part` rows (4 by default), a dictionary trained at frame 64: every frame and transition is the plain storage's"
+    "Frames of 1,280 bytes, blocks ending a zstd block every `part` rows (the whole block by default), a dictionary trained at frame 64: every frame and transition is the plain storage's"
     kw = dict(stack_size=4, n_steps=3, gamma=0.9)
     plain = FrameStorage(BIG, max_sz, **kw)
     packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
     fill_big([plain, packed], n)
     p = packed.part
-    assert p == (4 if part is None else part)
+    assert p == (block if part is None else part)
     closed = [b for b in range(packed.n_blocks) if packed.blocks[b]]
     assert [zstd_blocks(packed.blocks[b]) for b in closed] == [-(-packed.block_rows(b) // p) for b in closed]
     assert_same_frames_and_transitions(plain, packed)
@@ -314,9 +313,9 @@ def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
         np.testing.assert_array_equal(packed.frames_at(rows), plain.obs[rows])
 
 def test_blocks_written_whole_read_exactly_in_a_storage_writing_parts():
-    "A state whose blocks are one zstd block each (`part=block`, as every block was before parts) loads into a storage writing parts of 4 rows; old and new blocks read exactly"
+    "A state whose blocks are one zstd block each (the default, as every block was before parts) loads into a storage writing parts of 4 rows; old and new blocks read exactly"
     kw = dict(stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=64, dictionary_size=1024)
-    plain, whole, parts = FrameStorage(BIG, 96, stack_size=4, n_steps=3, gamma=0.9), CompressedFrameStorage(BIG, 96, part=8, **kw), CompressedFrameStorage(BIG, 96, **kw)
+    plain, whole, parts = FrameStorage(BIG, 96, stack_size=4, n_steps=3, gamma=0.9), CompressedFrameStorage(BIG, 96, **kw), CompressedFrameStorage(BIG, 96, part=4, **kw)
     fill_big([plain, whole], 150)
     assert {zstd_blocks(b) for b in whole.blocks} == {1}
     parts.load_state_dict(whole.state_dict())

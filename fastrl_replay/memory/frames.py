@@ -579,7 +579,7 @@ class CompressedFrameStorage(FrameStorage):
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
                  block:int=8, # Consecutive rows compressed together
-                 part:int|None=None, # Rows per zstd block inside a block, so a read decodes a block only up to the part holding the last row it needs; None: 4 for frames of at least 1 KiB, else `block`
+                 part:int|None=None, # Rows per zstd block inside a block, so a read decodes a block only up to the part holding the last row it needs; None: `block`, one zstd block
                  level:int=3, # zstd compression level, 1 to 22
                  dictionary_frames:int=2048, # Frames stored before a zstd dictionary is trained on them; 0, or more than `max_sz`: no dictionary
                  dictionary_size:int=32768, # Bytes of that dictionary, at least 256
@@ -594,8 +594,7 @@ class CompressedFrameStorage(FrameStorage):
         self.block, self.level = int(block), int(level)
         self.dictionary_frames, self.dictionary_size = int(dictionary_frames), int(dictionary_size)
         super().__init__(observation_shape, max_sz, **kwargs)
-        # a zstd block costs about 16 bytes of headers and tables: worth it where 4 frames are many kilobytes to decode
-        self.part = int(part) if part is not None else 4 if self._scratch.shape[1] >= 1024 else self.block
+        self.part = self.block if part is None else int(part)
 
     def settings(self) -> dict:
         s = super().settings()
