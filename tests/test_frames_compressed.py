@@ -49,11 +49,11 @@ def test_every_row_and_transition_equals_the_plain_storage(max_sz, block, n):
     assert_same_batch(packed.gather(idx), plain.gather(idx))
 
 def test_memory_is_the_compressed_blocks():
-    "nbytes: the per-step arrays, the open block, a decoded block, the compressed blocks and where they are; far below the plain storage for slowly changing frames"
+    "nbytes: the per-step arrays, the open block, a decoded block, the compressed blocks; far below the plain storage for slowly changing frames"
     plain, packed = pair(512, 32)
     fill(plain, 512); fill(packed, 512)
     blocks = sum(len(b) for b in packed.blocks)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + 2 * packed.stage.nbytes + 16 * 16  # 16 blocks: an address and a size each
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + 2 * packed.stage.nbytes  # the open block and a decoded one
     assert blocks < plain.obs.nbytes / 3  # frames of 30 bytes changing in 3 a step: 3,968 bytes for 15,360
 
 def memory(storage, seed=0): return Replay(storage, PrioritizedSampler(alpha=0.6, seed=seed), bs=8, warmup_sz=8)
@@ -193,7 +193,7 @@ def test_the_dictionary_is_trained_once_and_every_block_is_compressed_with_it():
     fill(plain, 333, seed=1); fill(packed, 333, seed=1)  # wraps
     assert packed.dictionary == d
     assert_same_frames_and_transitions(plain, packed)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + 25 * 16 + 1024
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + 1024
 
 def test_the_dictionary_makes_the_blocks_smaller():
     "The same 500 steps of slowly changing frames: 2,506 bytes of blocks with the dictionary, 2,707 without"

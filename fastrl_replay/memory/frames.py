@@ -497,7 +497,9 @@ def _load_libzstd():
         return lib, fns
     return None
 
-_LIBZSTD = _load_libzstd()
+_BYTES_DATA = bytes.__basicsize__ - 1  # where a bytes object's bytes start, from its address (`id`) in CPython
+_LIBZSTD = _load_libzstd() if ctypes.string_at(id(b'frames') + _BYTES_DATA, 6) == b'frames' else None
+
 
 class _ZstdReader:
     "A libzstd decoding context and the dictionary digested for it (0: none), for the compiled reads; freed with this object"
@@ -511,8 +513,6 @@ class _ZstdReader:
 def _free_reader(lib, dctx:int, ddict:int):
     if dctx: lib.ZSTD_freeDCtx(dctx)
     if ddict: lib.ZSTD_freeDDict(ddict)
-
-def _bytes_address(b:bytes) -> int: return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0  # where a bytes object keeps its bytes
 
 def _c_call(builder, args, kinds):
     "Call the C function at the int64 address `args[0]` with `args[1:]`: pointers where `kinds` has 'p', size_t where 'n'"
@@ -538,33 +538,35 @@ def _zstd_continue(typingctx, f, dctx, dst, capacity, src, n):
     return sig, lambda context, builder, sig, a: _c_call(builder, a, 'ppnpn')
 
 @numba.njit(cache=True)
-def _read_rows(rows, block, part, max_sz, open_block, stage, addr, size, fns, dctx, ddict, scratch, out) -> int:
-    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode"
+def _read_rows(rows, block, part, max_sz, open_block, stage, blocks, addr, size, fns, dctx, ddict, scratch, out) -> int:
+    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode. `blocks`: the blocks of `rows` in order, each once, its bytes at `addr` and of `size` (0: never closed)"
     n, fb = rows.shape[0], out.shape[1]
     for j in range(n):
         if rows[j] < 0 or rows[j] >= max_sz: return -2
     order = np.argsort(rows, kind='mergesort')
-    j = 0
+    j, u = 0, -1
     while j < n:
         b = rows[order[j]] // block
+        u += 1
+        if blocks[u] != b: return b
         e = j + 1
         while e < n and rows[order[e]] // block == b: e += 1
         src = stage
-        if b != open_block and size[b] > 0:  # decode the parts up to the one holding the block's last needed row
+        if b != open_block and size[u] > 0:  # decode the parts up to the one holding the block's last needed row
             want = min((rows[order[e - 1]] - b * block) // part * part + part, min(block, max_sz - b * block)) * fb
             if _zstd_begin(fns[0], dctx, ddict) < 0: return b
             pos, got = 0, 0
             while got < want:
                 nx = _zstd_next(fns[1], dctx)
-                if nx <= 0 or pos + nx > size[b]: return b
-                r = _zstd_continue(fns[2], dctx, scratch.ctypes.data + got, scratch.size - got, addr[b] + pos, nx)
+                if nx <= 0 or pos + nx > size[u]: return b
+                r = _zstd_continue(fns[2], dctx, scratch.ctypes.data + got, scratch.size - got, addr[u] + pos, nx)
                 if r < 0: return b  # a zstd error code
                 pos, got = pos + nx, got + r
             src = scratch
         for q in range(j, e):
             i = order[q]
             k = rows[i] - b * block
-            if b != open_block and size[b] == 0:
+            if b != open_block and size[u] == 0:
                 for x in range(fb): out[i, x] = 0
             else:
                 for x in range(fb): out[i, x] = src[k, x]
@@ -605,7 +607,6 @@ class CompressedFrameStorage(FrameStorage):
         "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
         self.n_blocks = -(-self.max_sz // self.block)
         self.blocks = [b''] * self.n_blocks  # b'': never closed, all zeros
-        self.block_at = np.zeros((2, self.n_blocks), np.int64)  # where each block's bytes are and how many, for the compiled reads
         self._open(0)  # the block of the cursor's row, kept decoded in `stage` while it is written
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
         self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
@@ -631,11 +632,6 @@ class CompressedFrameStorage(FrameStorage):
         if not self.blocks[b]: return np.zeros((n, *self.obs_shape), self.obs_dtype)
         return np.frombuffer(self._dctx.decompress(self.blocks[b]), self._rows_of)
 
-    def _set_block(self, b:int, data:bytes):
-        "Block `b` is now `data` (b'': never closed)"
-        self.blocks[b] = data
-        self.block_at[:, b] = _bytes_address(data), len(data)
-
     def _compress(self, frames) -> bytes:
         "The rows `frames` (an array or their bytes) as one zstd frame, with a zstd block ending after every `part` rows"
         data = np.frombuffer(frames, np.uint8) if isinstance(frames, bytes) else frames.reshape(-1).view(np.uint8)
@@ -660,7 +656,7 @@ class CompressedFrameStorage(FrameStorage):
 
     def _close_block(self):
         "Compress the open block (and train the dictionary once its frames are enough); open the next, decoded into `stage`"
-        self._set_block(self.open_block, self._compress(self.stage[:self._last - self._first + 1]))
+        self.blocks[self.open_block] = self._compress(self.stage[:self._last - self._first + 1])
         if not self.trained and self.add_count + 1 >= self.dictionary_frames: self._train()
         self._open((self.open_block + 1) % self.n_blocks)
         n = self._last - self._first + 1
@@ -673,8 +669,7 @@ class CompressedFrameStorage(FrameStorage):
         try: d = zstd.train_dictionary(self.dictionary_size, [f for f in frames if f], k=min(1024, self.dictionary_size), d=8, level=self.level).as_bytes()
         except zstd.ZstdError: d = b''  # too few or too alike frames to train on: the blocks stay without a dictionary
         self._use_dictionary(d, trained=True)
-        if d:
-            for b, f in enumerate(frames): self._set_block(b, self._compress(f) if f else b'')
+        if d: self.blocks = [self._compress(f) if f else b'' for f in frames]
         del frames
         # the decoded frames were megabytes of the C heap below blocks that stay: freed, they would stay resident unless given back
         if _malloc_trim is not None: _malloc_trim(0)
@@ -687,9 +682,15 @@ class CompressedFrameStorage(FrameStorage):
         fb, r = self._scratch.shape[1], self._reader
         if not len(flat) or not fb: return out.reshape(*rows.shape, *self.obs_shape)  # nothing to read
         if r is not None:
-            res = _read_rows(flat.astype(np.int64, copy=False), self.block, self.part, self.max_sz, self.open_block, self.stage.reshape(-1).view(np.uint8).reshape(-1, fb),
-                             self.block_at[0], self.block_at[1], r.fns, r.dctx, r.ddict, self._scratch, out.reshape(-1).view(np.uint8).reshape(len(flat), fb))
-            if res == -2: raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
+            flat = flat.astype(np.int64, copy=False)
+            if flat.min() < 0 or flat.max() >= self.max_sz:
+                raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
+            us = np.unique(flat // self.block)
+            packed = [self.blocks[u] for u in us.tolist()]
+            addr = np.fromiter(map(id, packed), np.int64, len(packed)) + _BYTES_DATA  # the bytes objects stay in `blocks` while they are read
+            res = _read_rows(flat, self.block, self.part, self.max_sz, self.open_block, self.stage.reshape(-1).view(np.uint8).reshape(-1, fb), us,
+                             addr, np.fromiter(map(len, packed), np.int64, len(packed)), r.fns, r.dctx, r.ddict, self._scratch,
+                             out.reshape(-1).view(np.uint8).reshape(len(flat), fb))
             if res >= 0: raise ExperienceReplayException(f'frames: block {res} does not decode')
             return out.reshape(*rows.shape, *self.obs_shape)
         # without libzstd: whole blocks, all in one zstd call
@@ -713,8 +714,8 @@ class CompressedFrameStorage(FrameStorage):
         return out.reshape(*rows.shape, *self.obs_shape)
 
     def nbytes(self) -> int:
-        "Bytes of memory the storage holds: compressed blocks and where they are, the open block, a decoded block, the dictionary, per-step arrays and final observations"
-        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + self.block_at.nbytes + self._scratch.nbytes
+        "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block, the dictionary, per-step arrays and final observations"
+        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + self._scratch.nbytes
 
     def state_dict(self) -> dict:
         "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets), the open block and the dictionary"
@@ -767,7 +768,7 @@ class CompressedFrameStorage(FrameStorage):
         super().load_state_dict(state, assign)  # checks the whole state first
         f = state['frames']
         blob, off = f['blob'], f['offsets']
-        for b in range(self.n_blocks): self._set_block(b, blob[off[b]:off[b + 1]].tobytes())
+        self.blocks = [blob[off[b]:off[b + 1]].tobytes() for b in range(self.n_blocks)]
         self._open(int(f['open_block']))
         self.stage = np.array(f['stage'], self.obs_dtype)
         self._use_dictionary(*self._state_dictionary(f))
