@@ -338,8 +338,12 @@ def test_reads_without_libzstd_decode_whole_blocks_exactly(monkeypatch, shape):
     assert packed.trained and len(packed.dictionary) == 1024
     assert_same_frames_and_transitions(plain, packed)
 
-def test_rows_out_of_range_are_refused():
+@pytest.mark.parametrize('libzstd', [True, False])
+def test_rows_out_of_range_are_refused(monkeypatch, libzstd):
+    import fastrl_replay.memory.frames as frames_module
+    if not libzstd: monkeypatch.setattr(frames_module, '_LIBZSTD', None)
     _, packed = pair(40, 8)
+    assert (packed._reader is not None) == libzstd
     fill(packed, 50)
     for rows in ([0, 40], [-1, 3], [[5, 100]]):
         with pytest.raises(ExperienceReplayException, match='expected row indices from 0 to 39'): packed.frames_at(np.array(rows))

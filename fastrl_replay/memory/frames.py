@@ -680,11 +680,12 @@ class CompressedFrameStorage(FrameStorage):
         flat = rows.reshape(-1)
         out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
         fb, r = self._scratch.shape[1], self._reader
-        if not len(flat) or not fb: return out.reshape(*rows.shape, *self.obs_shape)  # nothing to read
+        if not len(flat): return out.reshape(*rows.shape, *self.obs_shape)
+        if flat.min() < 0 or flat.max() >= self.max_sz:
+            raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
+        if not fb: return out.reshape(*rows.shape, *self.obs_shape)  # frames of no bytes: nothing to read
         if r is not None:
             flat = flat.astype(np.int64, copy=False)
-            if flat.min() < 0 or flat.max() >= self.max_sz:
-                raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
             us = np.unique(flat // self.block)
             packed = [self.blocks[u] for u in us.tolist()]
             addr = np.fromiter(map(id, packed), np.int64, len(packed)) + _BYTES_DATA  # the bytes objects stay in `blocks` while they are read
