@@ -312,17 +312,20 @@ def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
         rows = rng.integers(0, max_sz, (7, 5))
         np.testing.assert_array_equal(packed.frames_at(rows), plain.obs[rows])
 
-def test_blocks_written_whole_read_exactly_in_a_storage_writing_parts():
-    "A state whose blocks are one zstd block each (the default, as every block was before parts) loads into a storage writing parts of 4 rows; old and new blocks read exactly"
-    kw = dict(stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=64, dictionary_size=1024)
-    plain, whole, parts = FrameStorage(BIG, 96, stack_size=4, n_steps=3, gamma=0.9), CompressedFrameStorage(BIG, 96, **kw), CompressedFrameStorage(BIG, 96, part=4, **kw)
-    fill_big([plain, whole], 150)
-    assert {zstd_blocks(b) for b in whole.blocks} == {1}
+@pytest.mark.parametrize('block', [8, 16])
+def test_blocks_written_whole_read_exactly_in_a_storage_writing_parts(block):
+    "A state whose blocks are one zstd block each (the default, as every block was before parts; blocks of 8 or 16, with a dictionary) loads into a storage writing parts of 4 rows; old and new blocks read exactly"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=8 * block, dictionary_size=1024, block=block)  # trained on 8 blocks
+    C = 12 * block
+    plain, whole, parts = FrameStorage(BIG, C, stack_size=4, n_steps=3, gamma=0.9), CompressedFrameStorage(BIG, C, **kw), CompressedFrameStorage(BIG, C, part=4, **kw)
+    fill_big([plain, whole], C + C // 2)  # wraps: the cursor in block 6
+    assert {zstd_blocks(b) for b in whole.blocks} == {1} and whole.trained and len(whole.dictionary) == 1024
     parts.load_state_dict(whole.state_dict())
     assert (parts.part, parts.blocks) == (4, whole.blocks)
     assert_same_frames_and_transitions(plain, parts)
-    fill_big([plain, parts], 40, seed=1)  # 5 blocks written again, in parts
-    assert sorted(zstd_blocks(b) for b in parts.blocks) == [1] * 7 + [2] * 5
+    fill_big([plain, parts], 40, seed=1)  # 40 rows written again from block 6 on, in parts of 4 rows: 5 blocks of 8, or 2 of 16, closed
+    k = 40 // block
+    assert sorted(zstd_blocks(b) for b in parts.blocks) == [1] * (12 - k) + [block // 4] * k
     assert_same_frames_and_transitions(plain, parts)
 
 @pytest.mark.parametrize('shape', [SHAPE, BIG])
