@@ -30,7 +30,8 @@ is in the page cache: the peers' saves leave their files there, ours writes larg
 Then each library loads its checkpoint a second time from a cold page cache (`load_cold_s`): the loaded copy is dropped,
 the checkpoint's files are flushed (`os.sync`) and the kernel is told to drop their cached pages
 (`posix_fadvise(POSIX_FADV_DONTNEED)`, which needs no root), so the load reads the disk, as after a reboot or once other
-work has pushed the files out; `cold_cached` is the share of the files' pages the page cache still held (Linux's
+work has pushed the files out. It is the second load in that process, which may reuse the memory the first one freed
+(the first load, in a fresh process, finds new pages for all of it); `cold_cached` is the share of the files' pages the page cache still held (Linux's
 `cachestat`; None where the kernel cannot tell), which should be 0.
 For ours, the growth of the process's peak resident memory is reported too: while saving (no copy of the storage is made)
 and while loading (the new memory itself, plus the checkpoint's pages mapped while they are read).
