@@ -98,7 +98,7 @@ def measure(game:str, lib:str, n:int) -> dict:
             sp.added(row, 1)
         res['adds_per_s'] = cap / (time.perf_counter() - t)
         res['held_bytes'] = st.nbytes()
-        if lib == 'ours-compressed': res['dictionary_bytes'] = len(st.dictionary)
+        if lib == 'ours-compressed': res.update(part=st.part, dictionary_bytes=len(st.dictionary))
         sample = lambda: mem.sample(32)
         def save(d): mem.save(d)
     else:

@@ -27,6 +27,12 @@ minutes, so the frames case runs it once. Files go to a temporary directory on t
 page cache is flushed (`os.sync`) before each configuration starts, so none pays for the writes another left behind.
 Every library's checkpoint is read once (untimed) between its save and its timed load, so every load reads a file that
 is in the page cache: the peers' saves leave their files there, ours writes large arrays past it (O_DIRECT).
+Then each library loads its checkpoint a second time from a cold page cache (`load_cold_s`): the loaded copy is dropped,
+the checkpoint's files are flushed (`os.sync`) and the kernel is told to drop their cached pages
+(`posix_fadvise(POSIX_FADV_DONTNEED)`, which needs no root), so the load reads the disk, as after a reboot or once other
+work has pushed the files out. It is the second load in that process, which may reuse the memory the first one freed
+(the first load, in a fresh process, finds new pages for all of it); `cold_cached` is the share of the files' pages the page cache still held (Linux's
+`cachestat`; None where the kernel cannot tell), which should be 0.
 For ours, the growth of the process's peak resident memory is reported too: while saving (no copy of the storage is made)
 and while loading (the new memory itself, plus the checkpoint's pages mapped while they are read).
 Results go to bench/results/checkpoint_bench.json.
@@ -65,6 +71,34 @@ def warm(p: Path):
                 while o.read(1 << 20): pass  # 1 MB at a time: the process's peak memory stays as it was
 
 
+def files(p: Path) -> list: return [p] if p.is_file() else [f for f in sorted(p.rglob('*')) if f.is_file()]
+
+
+def cached_pages(f: Path):
+    "How many of file `f`'s pages the page cache holds (Linux 6.5's `cachestat`), or None where the kernel cannot tell"
+    import ctypes
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        span, stat = (ctypes.c_uint64 * 2)(0, 0), (ctypes.c_uint64 * 5)()  # the whole file; struct cachestat, nr_cache first
+        ok = ctypes.CDLL(None, use_errno=True).syscall(ctypes.c_long(451), ctypes.c_int(fd), span, stat, ctypes.c_uint(0)) == 0
+        return stat[0] if ok else None
+    finally: os.close(fd)
+
+
+def cold(p: Path):
+    "Push checkpoint `p` out of the page cache without root: flush it, then drop its files' clean pages; the share of its pages still cached"
+    import gc
+    gc.collect()  # the loaded copy's last references, so no page of the files stays mapped
+    os.sync()
+    for f in files(p):
+        fd = os.open(f, os.O_RDONLY)
+        try: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally: os.close(fd)
+    held = [cached_pages(f) for f in files(p)]
+    if any(h is None for h in held): return None
+    return sum(held) / max(1, sum(-(-f.stat().st_size // 4096) for f in files(p)))
+
+
 def size(p: Path) -> int: return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
 
 
@@ -85,9 +119,14 @@ def ours(case, d, per, durable=True):
     p0 = peak_rss(); t0 = time.perf_counter(); m.save(path, durable=durable); t1 = time.perf_counter(); p1 = peak_rss()
     warm(path); tw = time.perf_counter()
     twin = load_memory(path); t2 = time.perf_counter(); p2 = peak_rss()
-    assert len(twin) == N[case] and torch.equal(twin.sample()[1], m.sample()[1])
+    first = twin.sample()[1]
+    assert len(twin) == N[case] and torch.equal(first, m.sample()[1])
     PEAKS.update(save_peak_growth=p1 - p0, load_peak_growth=p2 - p1, stored=size(path))
-    return t1 - t0, t2 - tw, size(path)
+    del twin
+    PEAKS['cold_cached'] = cold(path)
+    t3 = time.perf_counter(); twin = load_memory(path); t4 = time.perf_counter()
+    assert len(twin) == N[case] and torch.equal(twin.sample()[1], first)
+    return t1 - t0, t2 - tw, t4 - t3, size(path)
 
 
 PEAKS = {}
@@ -115,7 +154,12 @@ def torchrl(case, d, per):
     warm(path)
     t2 = time.perf_counter(); rb2.loads(path); t3 = time.perf_counter()
     assert len(rb2) == n
-    return t1 - t0, t3 - t2, size(path)
+    del rb2
+    rb3 = make(); rb3.extend(td[:1])
+    PEAKS['cold_cached'] = cold(path)
+    t4 = time.perf_counter(); rb3.loads(path); t5 = time.perf_counter()
+    assert len(rb3) == n
+    return t1 - t0, t3 - t2, t5 - t4, size(path)
 
 
 def tianshou(case, d):
@@ -130,7 +174,11 @@ def tianshou(case, d):
     warm(path); tw = time.perf_counter()
     rb2 = ReplayBuffer.load_hdf5(str(path)); t2 = time.perf_counter()
     assert len(rb2) == n
-    return t1 - t0, t2 - tw, size(path)
+    del rb2
+    PEAKS['cold_cached'] = cold(path)
+    t3 = time.perf_counter(); rb2 = ReplayBuffer.load_hdf5(str(path)); t4 = time.perf_counter()
+    assert len(rb2) == n
+    return t1 - t0, t2 - tw, t4 - t3, size(path)
 
 
 def sb3(case, d):
@@ -150,7 +198,11 @@ def sb3(case, d):
     warm(path); tw = time.perf_counter()
     rb2 = load_from_pkl(path); t2 = time.perf_counter()
     assert rb2.full
-    return t1 - t0, t2 - tw, size(path)
+    del rb2
+    PEAKS['cold_cached'] = cold(path)
+    t3 = time.perf_counter(); rb2 = load_from_pkl(path); t4 = time.perf_counter()
+    assert rb2.full
+    return t1 - t0, t2 - tw, t4 - t3, size(path)
 
 
 def cpprb(case, d):
@@ -163,7 +215,11 @@ def cpprb(case, d):
     t0 = time.perf_counter(); rb.save_transitions(str(path)); t1 = time.perf_counter()
     rb2 = cpprb.ReplayBuffer(n, spec); warm(path); t2 = time.perf_counter(); rb2.load_transitions(str(path)); t3 = time.perf_counter()
     assert rb2.get_stored_size() == n
-    return t1 - t0, t3 - t2, size(path)
+    del rb2
+    rb2 = cpprb.ReplayBuffer(n, spec); PEAKS['cold_cached'] = cold(path)
+    t4 = time.perf_counter(); rb2.load_transitions(str(path)); t5 = time.perf_counter()
+    assert rb2.get_stored_size() == n
+    return t1 - t0, t3 - t2, t5 - t4, size(path)
 
 
 RUNNERS = {'ours': lambda c, d: ours(c, d, False), 'ours[no fsync]': lambda c, d: ours(c, d, False, durable=False),
@@ -177,10 +233,10 @@ def child(name, case, work):
     global WORK
     WORK = work
     warnings.filterwarnings('ignore')
-    try: save_s, load_s, nbytes = RUNNERS[name](case, data(case))
+    try: save_s, load_s, load_cold_s, nbytes = RUNNERS[name](case, data(case))
     except ImportError as e:
         print(json.dumps({'config': name, 'skipped': str(e)}), flush=True); return
-    print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'bytes': nbytes, **PEAKS}), flush=True)
+    print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'load_cold_s': load_cold_s, 'bytes': nbytes, **PEAKS}), flush=True)
 
 
 def run_case(case, rounds, configs, work):
@@ -200,21 +256,25 @@ def run_case(case, rounds, configs, work):
     table = {}
     for c, rows in res.items():
         rows = [x for x in rows if 'skipped' not in x]
-        if rows: table[c] = {k: statistics.median(x[k] for x in rows) for k in rows[0] if k != 'config'}
+        if rows: table[c] = {k: statistics.median(x[k] for x in rows) if all(x[k] is not None for x in rows) else None
+                             for k in rows[0] if k != 'config'}
     return table
 
 
 def report(case, table):
     print(f'\n{case}: {N[case]:,} transitions, median over rounds')
-    print('| library | save (s) | load (s) | on disk (MB) |\n|---|---:|---:|---:|')
-    for c, t in table.items(): print(f"| {c} | {t['save_s']:.3f} | {t['load_s']:.3f} | {t['bytes'] / 1e6:,.1f} |")
+    print('| library | save (s) | load (s) | load, cold cache (s) | on disk (MB) |\n|---|---:|---:|---:|---:|')
+    for c, t in table.items():
+        print(f"| {c} | {t['save_s']:.3f} | {t['load_s']:.3f} | {t['load_cold_s']:.3f} | {t['bytes'] / 1e6:,.1f} |")
+    held = {c: t['cold_cached'] for c, t in table.items() if t.get('cold_cached')}
+    if held: print(f'still in the page cache before the cold loads (share of pages): {held}')
     peers = {c: t for c, t in table.items() if c in PEERS}
     for mine, theirs in (('ours', PEERS_UNIFORM), ('ours[no fsync]', PEERS_UNIFORM), ('ours[per]', ('torchrl[per]',))):
         ps = {c: peers[c] for c in theirs if c in peers}
         if mine not in table or not ps: continue
-        for k in ('save_s', 'load_s'):
+        for k in ('save_s', 'load_s', 'load_cold_s'):
             best = min(ps, key=lambda c: ps[c][k])
-            print(f'{mine} {k[:-2]}: {ps[best][k] / table[mine][k]:.2f}x the fastest peer ({best})')
+            print(f"{mine} {k[:-2].replace('_', ' ')}: {ps[best][k] / table[mine][k]:.2f}x the fastest peer ({best})")
         if 'save_peak_growth' in table[mine]:
             t = table[mine]
             print(f"{mine}: peak resident memory grew by {t['save_peak_growth'] / 1e6:,.0f} MB while saving and "

@@ -49,11 +49,11 @@ def test_every_row_and_transition_equals_the_plain_storage(max_sz, block, n):
     assert_same_batch(packed.gather(idx), plain.gather(idx))
 
 def test_memory_is_the_compressed_blocks():
-    "nbytes: the per-step arrays, the open block and the compressed blocks; far below the plain storage for slowly changing frames"
+    "nbytes: the per-step arrays, the open block, a decoded block, the compressed blocks; far below the plain storage for slowly changing frames"
     plain, packed = pair(512, 32)
     fill(plain, 512); fill(packed, 512)
     blocks = sum(len(b) for b in packed.blocks)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + packed.stage.nbytes
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + 2 * packed.stage.nbytes  # the open block and a decoded one
     assert blocks < plain.obs.nbytes / 3  # frames of 30 bytes changing in 3 a step: 3,968 bytes for 15,360
 
 def memory(storage, seed=0): return Replay(storage, PrioritizedSampler(alpha=0.6, seed=seed), bs=8, warmup_sz=8)
@@ -133,11 +133,13 @@ def test_bad_steps_are_refused_and_change_nothing():
 def test_settings_are_checked():
     for kw, msg in ((dict(block=0), 'block'), (dict(level=23), 'level must be an int from 1 to 22'),
                     (dict(storage_dir='/tmp/x'), 'keeps its compressed blocks in RAM'), (dict(dictionary_frames=-1), 'dictionary_frames'),
-                    (dict(dictionary_size=255), 'dictionary_size must be an int of at least 256 bytes'), (dict(dictionary_size=1e4), 'dictionary_size')):
+                    (dict(dictionary_size=255), 'dictionary_size must be an int of at least 256 bytes'), (dict(dictionary_size=1e4), 'dictionary_size'),
+                    (dict(part=0), 'part'), (dict(part=2.5), 'part')):
         with pytest.raises(ExperienceReplayException, match=msg): CompressedFrameStorage(SHAPE, 10, **kw)
-    s = CompressedFrameStorage(SHAPE, 10, block=4, level=7, stack_size=2, dictionary_frames=9, dictionary_size=300)
-    assert ({k: s.settings()[k] for k in ('block', 'level', 'dictionary_frames', 'dictionary_size')}, 'storage_dir' in s.settings()) == (
-        dict(block=4, level=7, dictionary_frames=9, dictionary_size=300), False)
+    s = CompressedFrameStorage(SHAPE, 10, block=4, part=3, level=7, stack_size=2, dictionary_frames=9, dictionary_size=300)
+    assert ({k: s.settings()[k] for k in ('block', 'part', 'level', 'dictionary_frames', 'dictionary_size')}, 'storage_dir' in s.settings()) == (
+        dict(block=4, part=3, level=7, dictionary_frames=9, dictionary_size=300), False)
+    assert [CompressedFrameStorage(SHAPE, 10, block=b).part for b in (1, 8)] == [1, 8]  # by default one zstd block a block
 
 @pytest.mark.parametrize('cls', [FrameStorage, CompressedFrameStorage])
 def test_plain_steps_are_stored_as_checked_steps_and_bad_ones_refused(cls):
@@ -191,7 +193,7 @@ def test_the_dictionary_is_trained_once_and_every_block_is_compressed_with_it():
     fill(plain, 333, seed=1); fill(packed, 333, seed=1)  # wraps
     assert packed.dictionary == d
     assert_same_frames_and_transitions(plain, packed)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + packed.stage.nbytes + 1024
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + 1024
 
 def test_the_dictionary_makes_the_blocks_smaller():
     "The same 500 steps of slowly changing frames: 2,506 bytes of blocks with the dictionary, 2,707 without"
@@ -245,12 +247,12 @@ def test_a_state_from_before_dictionaries_loads_and_trains_when_its_frames_are_e
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(max_sz=st.integers(1, 160), block=st.integers(1, 9), frames=st.sampled_from([0, 1, 24, 48, 96, 200]), n=st.integers(1, 400),
-       seed=st.integers(0, 2 ** 16))
-def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames, n, seed):
-    "Episodes ending (terminated or truncated), three interleaved environments, wraps, partial last blocks, training before, at or after a wrap, or failing: every frame and transition is the plain storage's"
+       seed=st.integers(0, 2 ** 16), part=st.sampled_from([None, 1, 2, 3]))
+def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames, n, seed, part):
+    "Episodes ending (terminated or truncated), three interleaved environments, wraps, partial last blocks, parts of blocks, training before, at or after a wrap, or failing: every frame and transition is the plain storage's"
     kw = dict(stack_size=3, n_steps=2, gamma=0.5)
     plain = FrameStorage(SHAPE, max_sz, **kw)
-    packed = CompressedFrameStorage(SHAPE, max_sz, block=block, dictionary_frames=frames, dictionary_size=512, **kw)
+    packed = CompressedFrameStorage(SHAPE, max_sz, block=block, part=part, dictionary_frames=frames, dictionary_size=512, **kw)
     fr, steps = globals()['frames'](n + 1, seed), np.random.default_rng(seed).integers(0, 10, n).tolist()  # 0: terminated, 1: truncated
     for s, e in enumerate(steps):
         term, trunc = e == 0, e == 1
@@ -259,3 +261,92 @@ def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames
     assert packed.trained == (not 0 < frames <= max_sz or any(s + 1 >= frames for s in closes))
     assert packed.trained or packed.dictionary == b''
     assert_same_frames_and_transitions(plain, packed)
+
+# --- reads: the compiled decoder (libzstd) up to the part of the last row needed, and whole blocks where libzstd is missing -----
+
+BIG = (32, 40)  # frames of 1,280 bytes
+
+def big_frames(n, seed=0):
+    "Frames of `BIG` that change a little from step to step"
+    rng = np.random.default_rng(seed)
+    f = np.zeros((n, *BIG), np.uint8)
+    f[0] = rng.integers(0, 256, BIG)
+    for i in range(1, n):
+        f[i] = f[i - 1]
+        f[i].flat[rng.integers(0, f[i].size, 40)] = rng.integers(0, 256, 40)
+    return f
+
+def fill_big(storages, n, seed=0):
+    fr, rng = big_frames(n, seed), np.random.default_rng(seed)
+    for s in range(n):
+        end = rng.random()
+        for m in storages: m.add_step(fr[s], s % 4, float(s % 7), end < 0.1, truncated=0.1 < end < 0.2, next_observation=255 - fr[s] if 0.1 < end < 0.2 else None, env_id=s % 3)
+
+def zstd_blocks(frame:bytes) -> int:
+    "How many zstd blocks a zstd frame holds, read from their headers"
+    p = zstd.get_frame_parameters(frame)
+    pos = zstd.frame_header_size(frame)
+    n, last = 0, False
+    while not last:
+        h = int.from_bytes(frame[pos:pos + 3], 'little')
+        last, kind, size = h & 1, (h >> 1) & 3, h >> 3
+        pos += 3 + (1 if kind == 1 else size)
+        n += 1
+    assert pos + 4 * p.has_checksum == len(frame)
+    return n
+
+@pytest.mark.parametrize('max_sz,block,part,n', [(100, 8, 4, 90), (100, 8, 4, 333), (61, 8, 3, 200), (100, 8, None, 250), (37, 5, 2, 120)])
+def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
+    "Frames of 1,280 bytes, blocks ending a zstd block every `part` rows (the whole block by default), a dictionary trained at frame 64: every frame and transition is the plain storage's"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
+    plain = FrameStorage(BIG, max_sz, **kw)
+    packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
+    fill_big([plain, packed], n)
+    p = packed.part
+    assert p == (block if part is None else part)
+    closed = [b for b in range(packed.n_blocks) if packed.blocks[b]]
+    assert [zstd_blocks(packed.blocks[b]) for b in closed] == [-(-packed.block_rows(b) // p) for b in closed]
+    assert_same_frames_and_transitions(plain, packed)
+    rng = np.random.default_rng(n)
+    for _ in range(20):  # samples' shapes of rows: any rows, repeated, in any order
+        rows = rng.integers(0, max_sz, (7, 5))
+        np.testing.assert_array_equal(packed.frames_at(rows), plain.obs[rows])
+
+@pytest.mark.parametrize('block', [8, 16])
+def test_blocks_written_whole_read_exactly_in_a_storage_writing_parts(block):
+    "A state whose blocks are one zstd block each (the default, as every block was before parts; blocks of 8 or 16, with a dictionary) loads into a storage writing parts of 4 rows; old and new blocks read exactly"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9, dictionary_frames=8 * block, dictionary_size=1024, block=block)  # trained on 8 blocks
+    C = 12 * block
+    plain, whole, parts = FrameStorage(BIG, C, stack_size=4, n_steps=3, gamma=0.9), CompressedFrameStorage(BIG, C, **kw), CompressedFrameStorage(BIG, C, part=4, **kw)
+    fill_big([plain, whole], C + C // 2)  # wraps: the cursor in block 6
+    assert {zstd_blocks(b) for b in whole.blocks} == {1} and whole.trained and len(whole.dictionary) == 1024
+    parts.load_state_dict(whole.state_dict())
+    assert (parts.part, parts.blocks) == (4, whole.blocks)
+    assert_same_frames_and_transitions(plain, parts)
+    fill_big([plain, parts], 40, seed=1)  # 40 rows written again from block 6 on, in parts of 4 rows: 5 blocks of 8, or 2 of 16, closed
+    k = 40 // block
+    assert sorted(zstd_blocks(b) for b in parts.blocks) == [1] * (12 - k) + [block // 4] * k
+    assert_same_frames_and_transitions(plain, parts)
+
+@pytest.mark.parametrize('shape', [SHAPE, BIG])
+def test_reads_without_libzstd_decode_whole_blocks_exactly(monkeypatch, shape):
+    "Where the system's libzstd cannot be loaded, reads decode whole blocks with `zstandard`: the same frames and transitions"
+    import fastrl_replay.memory.frames as frames_module
+    monkeypatch.setattr(frames_module, '_LIBZSTD', None)
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
+    plain, packed = FrameStorage(shape, 90, **kw), CompressedFrameStorage(shape, 90, dictionary_frames=64, dictionary_size=1024, **kw)
+    assert packed._reader is None
+    if shape == SHAPE: fill(plain, 250); fill(packed, 250)
+    else: fill_big([plain, packed], 250)
+    assert packed.trained and len(packed.dictionary) == 1024
+    assert_same_frames_and_transitions(plain, packed)
+
+@pytest.mark.parametrize('libzstd', [True, False])
+def test_rows_out_of_range_are_refused(monkeypatch, libzstd):
+    import fastrl_replay.memory.frames as frames_module
+    if not libzstd: monkeypatch.setattr(frames_module, '_LIBZSTD', None)
+    _, packed = pair(40, 8)
+    assert (packed._reader is not None) == libzstd
+    fill(packed, 50)
+    for rows in ([0, 40], [-1, 3], [[5, 100]]):
+        with pytest.raises(ExperienceReplayException, match='expected row indices from 0 to 39'): packed.frames_at(np.array(rows))

@@ -1,6 +1,6 @@
 "Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
 import zlib
-import copy, json, math, os, random, re, shutil, signal, tempfile, time
+import copy, json, math, os, random, re, shutil, signal, tempfile, threading, time
 from pathlib import Path
 import numpy as np, pytest, torch
 from fastrl_replay.memory.core import ExperienceReplayException, Replay, UniformSampler
@@ -389,6 +389,25 @@ def test_direct_loads_in_pieces_with_the_pages_faulted_in_ahead_or_not(tmp_path,
     monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
     if advice == 'refused': monkeypatch.setattr(persist, 'MADV_POPULATE_WRITE', -1)  # advice no kernel takes: the reads fault their own pages
     twin = load_memory(tmp_path/'ck')
+    same(twin.state_dict(), m.state_dict())
+    assert torch.equal(twin.sample()[1], m.sample()[1])
+
+
+@pytest.mark.parametrize('threads', [1, 2])
+@pytest.mark.parametrize('cached', [True, False])
+def test_a_load_faults_in_each_piece_once_on_its_threads(tmp_path, monkeypatch, threads, cached):
+    from fastrl_replay.memory import persist
+    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB, the sampler's arrays under 1 MB
+    m.save(tmp_path/'ck')
+    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
+    monkeypatch.setattr(persist, 'FAULT_THREADS', threads)
+    monkeypatch.setattr(persist, '_cached', lambda *a: cached)  # read through the page cache, or directly where the file system allows
+    calls, fault = [], persist._fault_in
+    monkeypatch.setattr(persist, '_fault_in', lambda address, n: calls.append((address, n, threading.get_ident())) or fault(address, n))
+    twin = load_memory(tmp_path/'ck')
+    rows = twin.storage._rows
+    assert sorted((a - rows.ctypes.data, n) for a, n, _ in calls) == [(s, min(1 << 20, rows.nbytes - s)) for s in range(0, rows.nbytes, 1 << 20)]
+    assert 1 <= len({t for *_, t in calls}) <= threads and threading.get_ident() not in {t for *_, t in calls}
     same(twin.state_dict(), m.state_dict())
     assert torch.equal(twin.sample()[1], m.sample()[1])
 

@@ -57,11 +57,12 @@ class Pair:
         if self.storage == 'column':
             cls = dict(uniform=ExperienceReplay, prioritized=PrioritizedExperienceReplay, laber=LaBERExperienceReplay)[self.sampler]
             return cls(bs=bs, max_sz=max_sz, warmup_sz=warmup_sz, seed=seed, **kw)
-        if self.storage == 'zframe':  # frames in compressed blocks of 3 rows: blocks open, close and wrap within a few adds; a dictionary is
-            # tried once the ring is full, and its training fails on so few frames: the blocks go on without one
+        if self.storage == 'zframe':  # frames in compressed blocks of 3 rows, ending a zstd block after their first 2 (reads decode up to the
+            # part they need): blocks open, close and wrap within a few adds; a dictionary is tried once the ring is full, and its training
+            # fails on so few frames: the blocks go on without one
             sampler = dict(uniform=lambda: UniformSampler(seed=seed), prioritized=lambda: PrioritizedSampler(**kw, seed=seed),
                            laber=lambda: LaBERSampler(**kw, seed=seed))[self.sampler]()
-            return Replay(CompressedFrameStorage(OBS, max_sz, block=3, stack_size=stack, n_steps=n, gamma=gamma, observation_dtype=np.int32,
+            return Replay(CompressedFrameStorage(OBS, max_sz, block=3, part=2, stack_size=stack, n_steps=n, gamma=gamma, observation_dtype=np.int32,
                                                  padding=padding, dictionary_frames=max_sz, dictionary_size=256), sampler, bs, warmup_sz)
         if self.sampler == 'laber':
             return Replay(FrameStorage(OBS, max_sz, stack, n, gamma, observation_dtype=np.int32, padding=padding),

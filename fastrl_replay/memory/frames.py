@@ -8,8 +8,12 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
-import ctypes, math
-import numpy as np, torch, zstandard as zstd
+import ctypes, math, weakref
+import numpy as np, torch, zstandard as zstd, numba
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from llvmlite import ir
 from fastcore.meta import delegates
 from ..core import BD
 from ..errors import ExperienceReplayException, as_device, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
@@ -477,14 +481,107 @@ own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoi
 try: _malloc_trim = ctypes.CDLL(None).malloc_trim  # glibc's: gives the free pages inside the C heap back to the system
 except (OSError, AttributeError, TypeError): _malloc_trim = None  # another C library: freed memory stays with the process
 
+
+def _load_libzstd():
+    "The system's libzstd (1.4 or newer), whose decoder the compiled reads call directly; None where it cannot be loaded"
+    for name in ('libzstd.so.1', 'libzstd.so', 'libzstd.1.dylib', 'libzstd.dylib'):
+        try: lib = ctypes.CDLL(name)
+        except OSError: continue
+        try:
+            if lib.ZSTD_versionNumber() < 10400: continue
+            lib.ZSTD_createDCtx.restype = lib.ZSTD_createDDict.restype = ctypes.c_void_p
+            lib.ZSTD_createDDict.argtypes, lib.ZSTD_freeDCtx.argtypes, lib.ZSTD_freeDDict.argtypes = [ctypes.c_char_p, ctypes.c_size_t], [ctypes.c_void_p], [ctypes.c_void_p]
+            fns = np.array([ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in
+                            ('ZSTD_decompressBegin_usingDDict', 'ZSTD_nextSrcSizeToDecompress', 'ZSTD_decompressContinue')], np.int64)
+        except AttributeError: continue  # a library without the buffer-less decoder
+        return lib, fns
+    return None
+
+_BYTES_DATA = bytes.__basicsize__ - 1  # where a bytes object's bytes start, from its address (`id`) in CPython
+_LIBZSTD = _load_libzstd() if ctypes.string_at(id(b'frames') + _BYTES_DATA, 6) == b'frames' else None
+
+
+class _ZstdReader:
+    "A libzstd decoding context and the dictionary digested for it (0: none), for the compiled reads; freed with this object"
+    def __init__(self, dictionary:bytes):
+        lib, self.fns = _LIBZSTD
+        self.dctx = lib.ZSTD_createDCtx() or 0
+        self.ddict = (lib.ZSTD_createDDict(dictionary, len(dictionary)) or 0) if dictionary else 0
+        weakref.finalize(self, _free_reader, lib, self.dctx, self.ddict)
+        if not self.dctx or (dictionary and not self.ddict): raise MemoryError('libzstd could not allocate a decoding context')
+
+def _free_reader(lib, dctx:int, ddict:int):
+    if dctx: lib.ZSTD_freeDCtx(dctx)
+    if ddict: lib.ZSTD_freeDDict(ddict)
+
+def _c_call(builder, args, kinds):
+    "Call the C function at the int64 address `args[0]` with `args[1:]`: pointers where `kinds` has 'p', size_t where 'n'"
+    vp, i64 = cgutils.voidptr_t, ir.IntType(64)
+    types_ = [vp if k == 'p' else i64 for k in kinds]
+    fn = builder.inttoptr(args[0], ir.FunctionType(i64, types_).as_pointer())
+    return builder.call(fn, [builder.inttoptr(v, vp) if k == 'p' else v for v, k in zip(args[1:], kinds)])
+
+@intrinsic
+def _zstd_begin(typingctx, f, dctx, ddict):
+    "ZSTD_decompressBegin_usingDDict(dctx, ddict), its C function at address `f`"
+    return types.int64(types.int64, types.int64, types.int64), lambda context, builder, sig, a: _c_call(builder, a, 'pp')
+
+@intrinsic
+def _zstd_next(typingctx, f, dctx):
+    "ZSTD_nextSrcSizeToDecompress(dctx): the bytes of the block's source to give the decoder next"
+    return types.int64(types.int64, types.int64), lambda context, builder, sig, a: _c_call(builder, a, 'p')
+
+@intrinsic
+def _zstd_continue(typingctx, f, dctx, dst, capacity, src, n):
+    "ZSTD_decompressContinue(dctx, dst, capacity, src, n): the bytes written to `dst`, or a zstd error code (negative as an int64)"
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+    return sig, lambda context, builder, sig, a: _c_call(builder, a, 'ppnpn')
+
+@numba.njit(cache=True)
+def _read_rows(rows, block, part, max_sz, open_block, stage, blocks, addr, size, fns, dctx, ddict, scratch, out) -> int:
+    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode. `blocks`: the blocks of `rows` in order, each once, its bytes at `addr` and of `size` (0: never closed)"
+    n, fb = rows.shape[0], out.shape[1]
+    for j in range(n):
+        if rows[j] < 0 or rows[j] >= max_sz: return -2
+    order = np.argsort(rows, kind='mergesort')
+    j, u = 0, -1
+    while j < n:
+        b = rows[order[j]] // block
+        u += 1
+        if blocks[u] != b: return b
+        e = j + 1
+        while e < n and rows[order[e]] // block == b: e += 1
+        src = stage
+        if b != open_block and size[u] > 0:  # decode the parts up to the one holding the block's last needed row
+            want = min((rows[order[e - 1]] - b * block) // part * part + part, min(block, max_sz - b * block)) * fb
+            if _zstd_begin(fns[0], dctx, ddict) < 0: return b
+            pos, got = 0, 0
+            while got < want:
+                nx = _zstd_next(fns[1], dctx)
+                if nx <= 0 or pos + nx > size[u]: return b
+                r = _zstd_continue(fns[2], dctx, scratch.ctypes.data + got, scratch.size - got, addr[u] + pos, nx)
+                if r < 0: return b  # a zstd error code
+                pos, got = pos + nx, got + r
+            src = scratch
+        for q in range(j, e):
+            i = order[q]
+            k = rows[i] - b * block
+            if b != open_block and size[u] == 0:
+                for x in range(fb): out[i, x] = 0
+            else:
+                for x in range(fb): out[i, x] = src[k, x]
+        j = e
+    return -1
+
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
 class CompressedFrameStorage(FrameStorage):
-    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows, with a dictionary trained on its first frames: lossless, a few bytes per frame"
+    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows, with a dictionary trained on its first frames: lossless, a few bytes per frame, a block decoded only as far as a read needs"
     array_names = [k for k in _FRAME_ARRAYS if k != 'obs']
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
                  block:int=8, # Consecutive rows compressed together
+                 part:int|None=None, # Rows per zstd block inside a block, so a read decodes a block only up to the part holding the last row it needs; None: `block`, one zstd block
                  level:int=3, # zstd compression level, 1 to 22
                  dictionary_frames:int=2048, # Frames stored before a zstd dictionary is trained on them; 0, or more than `max_sz`: no dictionary
                  dictionary_size:int=32768, # Bytes of that dictionary, at least 256
@@ -495,14 +592,16 @@ class CompressedFrameStorage(FrameStorage):
             raise ExperienceReplayException(f'dictionary_size must be an int of at least 256 bytes, got {dictionary_size!r}')
         for k in ('storage_dir', 'reuse_files'):
             if kwargs.get(k): raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
+        if part is not None: check_positive(part, 'part')
         self.block, self.level = int(block), int(level)
         self.dictionary_frames, self.dictionary_size = int(dictionary_frames), int(dictionary_size)
         super().__init__(observation_shape, max_sz, **kwargs)
+        self.part = self.block if part is None else int(part)
 
     def settings(self) -> dict:
         s = super().settings()
         del s['storage_dir']
-        return {**s, 'block': self.block, 'level': self.level, 'dictionary_frames': self.dictionary_frames, 'dictionary_size': self.dictionary_size}
+        return {**s, 'block': self.block, 'part': self.part, 'level': self.level, 'dictionary_frames': self.dictionary_frames, 'dictionary_size': self.dictionary_size}
 
     def _allocate_frames(self, new):
         "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
@@ -511,6 +610,7 @@ class CompressedFrameStorage(FrameStorage):
         self._open(0)  # the block of the cursor's row, kept decoded in `stage` while it is written
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
         self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
+        self._scratch = np.empty((len(self.stage), self.stage[0].nbytes if len(self.stage) else 0), np.uint8)  # a block decoded by a read
         self._use_dictionary(b'', trained=not 0 < self.dictionary_frames <= self.max_sz)
 
     def _use_dictionary(self, dictionary:bytes, trained:bool):
@@ -520,6 +620,7 @@ class CompressedFrameStorage(FrameStorage):
         # the checksum (4 bytes) makes a damaged block fail to decode; the dictionary is the storage's, so its id is left out of each block
         self._cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=True, write_dict_id=False)
         self._dctx = zstd.ZstdDecompressor(dict_data=d)
+        self._reader = _ZstdReader(self.dictionary) if _LIBZSTD is not None else None  # None: reads decode whole blocks with `zstandard`
 
     def block_rows(self, b:int) -> int:
         "Rows in block `b` (the last one holds what is left of `max_sz`)"
@@ -532,9 +633,16 @@ class CompressedFrameStorage(FrameStorage):
         return np.frombuffer(self._dctx.decompress(self.blocks[b]), self._rows_of)
 
     def _compress(self, frames) -> bytes:
-        # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
-        # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
-        return bytes(memoryview(self._cctx.compress(frames)))
+        "The rows `frames` (an array or their bytes) as one zstd frame, with a zstd block ending after every `part` rows"
+        data = np.frombuffer(frames, np.uint8) if isinstance(frames, bytes) else frames.reshape(-1).view(np.uint8)
+        step = self.part * self._scratch.shape[1]  # the bytes of a part
+        if len(data) <= step or not step:
+            # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
+            # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
+            return bytes(memoryview(self._cctx.compress(data)))
+        z = self._cctx.compressobj(size=len(data))
+        ends = [z.compress(data[a:a + step]) + z.flush(zstd.COMPRESSOBJ_FLUSH_BLOCK) for a in range(0, len(data) - step, step)]
+        return b''.join(ends) + z.compress(data[len(data) - (len(data) - 1) % step - 1:]) + z.flush()
 
     def _open(self, b:int):
         "Make block `b` the open one, the cursor's: its first and last rows"
@@ -567,11 +675,26 @@ class CompressedFrameStorage(FrameStorage):
         if _malloc_trim is not None: _malloc_trim(0)
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
-        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, all in one call of zstd"
+        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, up to the part holding the last row needed"
         rows = np.asarray(rows)
         flat = rows.reshape(-1)
         out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
+        fb, r = self._scratch.shape[1], self._reader
         if not len(flat): return out.reshape(*rows.shape, *self.obs_shape)
+        if flat.min() < 0 or flat.max() >= self.max_sz:
+            raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
+        if not fb: return out.reshape(*rows.shape, *self.obs_shape)  # frames of no bytes: nothing to read
+        if r is not None:
+            flat = flat.astype(np.int64, copy=False)
+            us = np.unique(flat // self.block)
+            packed = [self.blocks[u] for u in us.tolist()]
+            addr = np.fromiter(map(id, packed), np.int64, len(packed)) + _BYTES_DATA  # the bytes objects stay in `blocks` while they are read
+            res = _read_rows(flat, self.block, self.part, self.max_sz, self.open_block, self.stage.reshape(-1).view(np.uint8).reshape(-1, fb), us,
+                             addr, np.fromiter(map(len, packed), np.int64, len(packed)), r.fns, r.dctx, r.ddict, self._scratch,
+                             out.reshape(-1).view(np.uint8).reshape(len(flat), fb))
+            if res >= 0: raise ExperienceReplayException(f'frames: block {res} does not decode')
+            return out.reshape(*rows.shape, *self.obs_shape)
+        # without libzstd: whole blocks, all in one zstd call
         order = np.argsort(flat, kind='stable')
         srt = flat[order]  # rows in order, so each block's rows are one run
         blk = srt // self.block
@@ -592,8 +715,8 @@ class CompressedFrameStorage(FrameStorage):
         return out.reshape(*rows.shape, *self.obs_shape)
 
     def nbytes(self) -> int:
-        "Bytes of memory the storage holds: compressed blocks, the open block, the dictionary, per-step arrays and final observations"
-        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary)
+        "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block, the dictionary, per-step arrays and final observations"
+        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + self._scratch.nbytes
 
     def state_dict(self) -> dict:
         "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets), the open block and the dictionary"
