@@ -170,6 +170,9 @@ def test_the_actor_loss_is_recorded(algo):
     assert float(learn.recorder.values[-1][3]) == t.actor_loss == actor[-1]
     assert all(math.isfinite(a) for a in actor) and len(set(actor)) == len(actor)
 
+    t.load_state_dict(dict(n_updates=5))  # a state saved before the actor loss was kept
+    assert (t.n_updates, t.n_actor, t.actor_loss) == (5, 0, None)
+
 
 def test_matmul_precision_is_a_setting_of_the_fit():
     "bfloat16 products are asked for, not taken: 'highest' (float32) by default; 'medium' is reproducible from a seed and torch's setting comes back after the fit"

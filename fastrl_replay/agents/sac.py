@@ -246,7 +246,8 @@ class ActorCriticTrainer(Callback):
         return dict(n_updates=self.n_updates, actor_loss=float(self.smooth), n_actor=self.n_actor)
 
     def load_state_dict(self, state:dict):
-        self.n_updates, self.smooth, self.n_actor = state['n_updates'], torch.tensor(state['actor_loss']), state['n_actor']
+        "Restore the step count and the smoothed actor loss; a state saved before the actor loss was kept restarts its average"
+        self.n_updates, self.smooth, self.n_actor = state['n_updates'], torch.tensor(state.get('actor_loss', 0.)), state.get('n_actor', 0)
 
 class ActorLoss(Metric):
     "The trainer's smoothed actor loss at the end of each epoch: a column of the recorder's table beside the critics' `train_loss`"
