@@ -350,3 +350,56 @@ def test_rows_out_of_range_are_refused(monkeypatch, libzstd):
     fill(packed, 50)
     for rows in ([0, 40], [-1, 3], [[5, 100]]):
         with pytest.raises(ExperienceReplayException, match='expected row indices from 0 to 39'): packed.frames_at(np.array(rows))
+
+# --- reads on torch's threads: the blocks of a read decoded by up to `torch.get_num_threads()` threads -----------------------
+
+def on_threads(n, fn):
+    "`fn()` with torch's intra-op threads set to `n`, the setting given back after"
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try: return fn()
+    finally: torch.set_num_threads(before)
+
+@pytest.mark.parametrize('max_sz,block,part,n', [(200, 8, 4, 150), (200, 8, 4, 517), (203, 8, None, 450), (96, 4, 2, 301), (320, 16, 8, 700)])
+def test_reads_on_two_threads_equal_one_thread_and_the_plain_storage(max_sz, block, part, n):
+    "Reads of many blocks on two threads: the same bytes as on one thread and as the plain storage, for rows sharing blocks, in any order, across the wrap and in the open block; the second thread's decoded block counts in `nbytes`"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
+    plain = FrameStorage(BIG, max_sz, **kw)
+    packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
+    fill_big([plain, packed], n)
+    before = packed.nbytes()
+    assert before == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + len(packed.dictionary)
+    rng, ob = np.random.default_rng(n), packed.open_block
+    samples = [np.arange(max_sz), np.arange(max_sz)[::-1], rng.integers(0, max_sz, (32, 4)), rng.integers(0, max_sz, (64, 4)),
+               np.repeat(rng.integers(0, max_sz, 40), 3),  # each row three times: blocks shared by many rows
+               np.concatenate([np.arange(ob * block, min((ob + 1) * block, max_sz)), rng.integers(0, max_sz, 60)])]  # the open block's rows
+    one = [on_threads(1, lambda: packed.frames_at(r)) for r in samples]
+    assert packed.nbytes() == before  # one thread: no other decoded block
+    two = [on_threads(2, lambda: packed.frames_at(r)) for r in samples]
+    for r, a, b in zip(samples, one, two):
+        np.testing.assert_array_equal(b, a)
+        np.testing.assert_array_equal(b, plain.obs[r])
+    assert packed.nbytes() == before + packed.stage.nbytes  # the second thread's decoded block
+    assert on_threads(2, lambda: packed.frames_at(np.arange(3))).shape == (3, *BIG)  # a read of few blocks stays on one thread
+    on_threads(2, lambda: assert_same_frames_and_transitions(plain, packed))
+
+def read_in_child(packed, rows, expected, result):
+    torch.set_num_threads(2)
+    result.put(bool(np.array_equal(packed.frames_at(rows), expected)))
+
+def test_a_process_forked_after_reads_on_threads_reads_on_threads_of_its_own():
+    "A process forked after a read on two threads (whose threads it does not have) reads exactly, on threads of its own"
+    import multiprocessing
+    plain = FrameStorage(BIG, 200, stack_size=4)
+    packed = CompressedFrameStorage(BIG, 200, block=8, part=4, dictionary_frames=64, dictionary_size=1024, stack_size=4)
+    fill_big([plain, packed], 317)
+    rows = np.random.default_rng(0).integers(0, 200, (64, 4))
+    np.testing.assert_array_equal(on_threads(2, lambda: packed.frames_at(rows)), plain.obs[rows])
+    ctx = multiprocessing.get_context('fork')
+    result = ctx.Queue()
+    p = ctx.Process(target=read_in_child, args=(packed, rows, plain.obs[rows], result))
+    p.start()
+    try: assert result.get(timeout=60) is True
+    finally: p.join(10)
+    assert p.exitcode == 0
+    np.testing.assert_array_equal(on_threads(2, lambda: packed.frames_at(rows)), plain.obs[rows])  # the parent's threads still read

@@ -8,7 +8,8 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
-import ctypes, math, weakref
+import ctypes, math, os, weakref
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np, torch, zstandard as zstd, numba
 from numba import types
 from numba.core import cgutils
@@ -537,13 +538,13 @@ def _zstd_continue(typingctx, f, dctx, dst, capacity, src, n):
     sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
     return sig, lambda context, builder, sig, a: _c_call(builder, a, 'ppnpn')
 
-@numba.njit(cache=True)
-def _read_rows(rows, block, part, max_sz, open_block, stage, blocks, addr, size, fns, dctx, ddict, scratch, out) -> int:
-    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode. `blocks`: the blocks of `rows` in order, each once, its bytes at `addr` and of `size` (0: never closed)"
-    n, fb = rows.shape[0], out.shape[1]
+@numba.njit(nogil=True, cache=True)
+def _read_rows(rows, sel, block, part, max_sz, open_block, stage, blocks, addr, size, fns, dctx, ddict, scratch, out) -> int:
+    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`, for each `j` in `sel`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode. `blocks`: the blocks of those rows in order, each once, its bytes at `addr` and of `size` (0: never closed). Without the GIL: reads of disjoint `sel` with their own `dctx` and `scratch` run at once"
+    n, fb = sel.shape[0], out.shape[1]
     for j in range(n):
-        if rows[j] < 0 or rows[j] >= max_sz: return -2
-    order = np.argsort(rows, kind='mergesort')
+        if rows[sel[j]] < 0 or rows[sel[j]] >= max_sz: return -2
+    order = sel[np.argsort(rows[sel], kind='mergesort')]
     j, u = 0, -1
     while j < n:
         b = rows[order[j]] // block
@@ -572,6 +573,8 @@ def _read_rows(rows, block, part, max_sz, open_block, stage, blocks, addr, size,
                 for x in range(fb): out[i, x] = src[k, x]
         j = e
     return -1
+
+_THREAD_BLOCKS = 4  # blocks a read gives each thread at least: fewer, and handing them over costs more than decoding them
 
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
 class CompressedFrameStorage(FrameStorage):
@@ -611,6 +614,7 @@ class CompressedFrameStorage(FrameStorage):
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
         self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
         self._scratch = np.empty((len(self.stage), self.stage[0].nbytes if len(self.stage) else 0), np.uint8)  # a block decoded by a read
+        self._scratches, self._pool = [self._scratch], None  # a decoded block for each thread of a read, and the threads (made when first needed)
         self._use_dictionary(b'', trained=not 0 < self.dictionary_frames <= self.max_sz)
 
     def _use_dictionary(self, dictionary:bytes, trained:bool):
@@ -621,6 +625,7 @@ class CompressedFrameStorage(FrameStorage):
         self._cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=True, write_dict_id=False)
         self._dctx = zstd.ZstdDecompressor(dict_data=d)
         self._reader = _ZstdReader(self.dictionary) if _LIBZSTD is not None else None  # None: reads decode whole blocks with `zstandard`
+        self._readers = [self._reader]  # a decoding context for each thread of a read: libzstd's are not shared between threads
 
     def block_rows(self, b:int) -> int:
         "Rows in block `b` (the last one holds what is left of `max_sz`)"
@@ -689,9 +694,11 @@ class CompressedFrameStorage(FrameStorage):
             us = np.unique(flat // self.block)
             packed = [self.blocks[u] for u in us.tolist()]
             addr = np.fromiter(map(id, packed), np.int64, len(packed)) + _BYTES_DATA  # the bytes objects stay in `blocks` while they are read
-            res = _read_rows(flat, self.block, self.part, self.max_sz, self.open_block, self.stage.reshape(-1).view(np.uint8).reshape(-1, fb), us,
-                             addr, np.fromiter(map(len, packed), np.int64, len(packed)), r.fns, r.dctx, r.ddict, self._scratch,
-                             out.reshape(-1).view(np.uint8).reshape(len(flat), fb))
+            size, stage = np.fromiter(map(len, packed), np.int64, len(packed)), self.stage.reshape(-1).view(np.uint8).reshape(-1, fb)
+            o, k = out.reshape(-1).view(np.uint8).reshape(len(flat), fb), min(torch.get_num_threads(), len(us) // _THREAD_BLOCKS)
+            if k <= 1: res = _read_rows(flat, np.arange(len(flat)), self.block, self.part, self.max_sz, self.open_block, stage, us,
+                                        addr, size, r.fns, r.dctx, r.ddict, self._scratch, o)
+            else: res = self._read_threaded(flat, us, addr, size, stage, o, k)
             if res >= 0: raise ExperienceReplayException(f'frames: block {res} does not decode')
             return out.reshape(*rows.shape, *self.obs_shape)
         # without libzstd: whole blocks, all in one zstd call
@@ -714,9 +721,38 @@ class CompressedFrameStorage(FrameStorage):
         out[order] = frames
         return out.reshape(*rows.shape, *self.obs_shape)
 
+    def _read_threaded(self, flat, us, addr, size, stage, out, k:int) -> int:
+        "`_read_rows` on `k` threads at once, each decoding its share of the blocks `us` with its own context and scratch into its own rows of `out`"
+        cut = np.linspace(0, len(us), k + 1).astype(np.int64)  # the blocks of thread g: us[cut[g]:cut[g + 1]]
+        order = np.argsort(flat, kind='stable')
+        ends = [0, *np.searchsorted(flat[order] // self.block, us[cut[1:-1]]).tolist(), len(flat)]  # its rows: order[ends[g]:ends[g + 1]]
+        while len(self._readers) < k: self._readers.append(_ZstdReader(self.dictionary))
+        while len(self._scratches) < k: self._scratches.append(np.empty_like(self._scratch))
+        def read(g):
+            r, a, z = self._readers[g], cut[g], cut[g + 1]
+            return _read_rows(flat, order[ends[g]:ends[g + 1]], self.block, self.part, self.max_sz, self.open_block, stage, us[a:z],
+                              addr[a:z], size[a:z], r.fns, r.dctx, r.ddict, self._scratches[g], out)
+        pool = self._threads(k - 1)
+        done = [pool.submit(read, g) for g in range(1, k)]
+        res = [read(0), *(f.result() for f in done)]  # this thread reads the first share
+        return next((x for x in res if x != -1), -1)
+
+    def _threads(self, n:int) -> ThreadPoolExecutor:
+        "At least `n` threads for reads, this process's own: a forked child makes its own, as its parent's threads are not in it"
+        if self._pool is None or self._pool[1] != os.getpid() or self._pool[2] < n:
+            if self._pool is not None and self._pool[1] == os.getpid(): self._pool[0].shutdown(wait=False)
+            pool = ThreadPoolExecutor(n, thread_name_prefix='frames-read')
+            weakref.finalize(self, pool.shutdown, wait=False)
+            self._pool = (pool, os.getpid(), n)
+        return self._pool[0]
+
+    def __getstate__(self) -> dict:
+        "What a copy keeps: no threads, and none of their decoding contexts and scratch buffers, which the copy makes when it reads on threads"
+        return {**self.__dict__, '_pool': None, '_readers': self._readers[:1], '_scratches': [self._scratch]}
+
     def nbytes(self) -> int:
-        "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block, the dictionary, per-step arrays and final observations"
-        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + self._scratch.nbytes
+        "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block for each thread a read has used, the dictionary, per-step arrays and final observations"
+        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + sum(s.nbytes for s in self._scratches)
 
     def state_dict(self) -> dict:
         "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets), the open block and the dictionary"
