@@ -65,10 +65,10 @@ def stacks(obs, first):
     def at(i): return np.stack([obs[j] if j >= start[i] else zero for j in range(i - STACK + 1, i + 1)])
     return at
 
-def measure(game:str, lib:str, n:int) -> dict:
-    "One library on one game, in this process"
+def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
+    "One library on one game, in this process, with torch's intra-op threads set to `threads`"
     import torch, gymnasium as gym
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     from fastrl_replay.memory.core import Replay, UniformSampler  # every import before the baseline of memory
     from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
     import fastrl_replay.memory.persist  # memory.save
@@ -83,7 +83,7 @@ def measure(game:str, lib:str, n:int) -> dict:
     done = term | trunc
     first = np.concatenate([[True], done[:-1]])
     cap = n if lib.startswith('ours') or lib == 'sb3-extra-igzip0' else min(n, TORCHRL_COMPRESSED if lib == 'torchrl-compressed' else SMALL)
-    res = dict(game=game, library=lib, transitions=cap)
+    res = dict(game=game, library=lib, transitions=cap, torch_threads=torch.get_num_threads())
     zero = np.zeros((84, 84), np.uint8)
     base = rss_anon()
     if lib.startswith('ours'):
@@ -182,6 +182,7 @@ def main():
     p.add_argument('--games', nargs='*', default=GAMES)
     p.add_argument('--libs', nargs='*', default=LIBS)
     p.add_argument('--steps', type=int, default=200_000)
+    p.add_argument('--threads', type=int, default=1, help="torch's intra-op threads of every library's process (1: training's setting)")
     p.add_argument('--one', nargs=2, metavar=('GAME', 'LIB'), help=argparse.SUPPRESS)
     p.add_argument('--out', default='bench/results/atari_bench.json')
     p.add_argument('--table', metavar='RESULTS', help='print the markdown table of a results file (its rows, or JSON lines)')
@@ -192,17 +193,17 @@ def main():
         print(table(rows))
         return
     if a.one:
-        print(json.dumps(measure(*a.one, a.steps)))
+        print(json.dumps(measure(*a.one, a.steps, a.threads)))
         return
     rows = []
     for g in a.games:
         load(g, a.steps)  # make the frames once, before any measurement
         for lib in a.libs:
-            r = subprocess.run([sys.executable, __file__, '--one', g, lib, '--steps', str(a.steps)], capture_output=True, text=True)
+            r = subprocess.run([sys.executable, __file__, '--one', g, lib, '--steps', str(a.steps), '--threads', str(a.threads)], capture_output=True, text=True)
             if r.returncode: print(g, lib, 'failed:', r.stderr[-2000:], file=sys.stderr); continue
             rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(dict(steps=a.steps, rows=rows), indent=1))
+    Path(a.out).write_text(json.dumps(dict(steps=a.steps, threads=a.threads, rows=rows), indent=1))
 
 if __name__ == '__main__': main()
