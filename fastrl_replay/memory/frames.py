@@ -746,10 +746,6 @@ class CompressedFrameStorage(FrameStorage):
             self._pool = (pool, os.getpid(), n)
         return self._pool[0]
 
-    def __getstate__(self) -> dict:
-        "What a copy keeps: no threads, and none of their decoding contexts and scratch buffers, which the copy makes when it reads on threads"
-        return {**self.__dict__, '_pool': None, '_readers': self._readers[:1], '_scratches': [self._scratch]}
-
     def nbytes(self) -> int:
         "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block for each thread a read has used, the dictionary, per-step arrays and final observations"
         return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + sum(s.nbytes for s in self._scratches)
