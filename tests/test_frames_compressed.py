@@ -12,14 +12,14 @@ from test_storage_sampler_pairs import assert_same_state, assert_same_batch
 
 SHAPE = (6, 5)
 
-def frames(n, seed=0):
-    "Frames that change a little from step to step, as game frames do"
+def frames(n, seed=0, shape=SHAPE, changes=3):
+    "Frames of `shape` that change a little (`changes` pixels) from step to step, as game frames do"
     rng = np.random.default_rng(seed)
-    f = np.zeros((n, *SHAPE), np.uint8)
-    f[0] = rng.integers(0, 256, SHAPE)
+    f = np.zeros((n, *shape), np.uint8)
+    f[0] = rng.integers(0, 256, shape)
     for i in range(1, n):
         f[i] = f[i - 1]
-        f[i].flat[rng.integers(0, f[i].size, 3)] = rng.integers(0, 256, 3)
+        f[i].flat[rng.integers(0, f[i].size, changes)] = rng.integers(0, 256, changes)
     return f
 
 def fill(storage, n, seed=0):
@@ -266,21 +266,21 @@ def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames
 
 BIG = (32, 40)  # frames of 1,280 bytes
 
-def big_frames(n, seed=0):
-    "Frames of `BIG` that change a little from step to step"
-    rng = np.random.default_rng(seed)
-    f = np.zeros((n, *BIG), np.uint8)
-    f[0] = rng.integers(0, 256, BIG)
-    for i in range(1, n):
-        f[i] = f[i - 1]
-        f[i].flat[rng.integers(0, f[i].size, 40)] = rng.integers(0, 256, 40)
-    return f
+def big_frames(n, seed=0): return frames(n, seed, BIG, 40)
 
 def fill_big(storages, n, seed=0):
     fr, rng = big_frames(n, seed), np.random.default_rng(seed)
     for s in range(n):
         end = rng.random()
         for m in storages: m.add_step(fr[s], s % 4, float(s % 7), end < 0.1, truncated=0.1 < end < 0.2, next_observation=255 - fr[s] if 0.1 < end < 0.2 else None, env_id=s % 3)
+
+def big_pair(max_sz, block, part, n):
+    "A plain and a compressed storage of `BIG` frames (dictionary trained at frame 64), both holding the same `n` steps"
+    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
+    plain = FrameStorage(BIG, max_sz, **kw)
+    packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
+    fill_big([plain, packed], n)
+    return plain, packed
 
 def zstd_blocks(frame:bytes) -> int:
     "How many zstd blocks a zstd frame holds, read from their headers"
@@ -298,10 +298,7 @@ def zstd_blocks(frame:bytes) -> int:
 @pytest.mark.parametrize('max_sz,block,part,n', [(100, 8, 4, 90), (100, 8, 4, 333), (61, 8, 3, 200), (100, 8, None, 250), (37, 5, 2, 120)])
 def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
     "Frames of 1,280 bytes, blocks ending a zstd block every `part` rows (the whole block by default), a dictionary trained at frame 64: every frame and transition is the plain storage's"
-    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
-    plain = FrameStorage(BIG, max_sz, **kw)
-    packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
-    fill_big([plain, packed], n)
+    plain, packed = big_pair(max_sz, block, part, n)
     p = packed.part
     assert p == (block if part is None else part)
     closed = [b for b in range(packed.n_blocks) if packed.blocks[b]]
@@ -363,10 +360,7 @@ def on_threads(n, fn):
 @pytest.mark.parametrize('max_sz,block,part,n', [(200, 8, 4, 150), (200, 8, 4, 517), (203, 8, None, 450), (96, 4, 2, 301), (320, 16, 8, 700)])
 def test_reads_on_two_threads_equal_one_thread_and_the_plain_storage(max_sz, block, part, n):
     "Reads of many blocks on two threads: the same bytes as on one thread and as the plain storage, for rows sharing blocks, in any order, across the wrap and in the open block; the second thread's decoded block counts in `nbytes`"
-    kw = dict(stack_size=4, n_steps=3, gamma=0.9)
-    plain = FrameStorage(BIG, max_sz, **kw)
-    packed = CompressedFrameStorage(BIG, max_sz, block=block, part=part, dictionary_frames=64, dictionary_size=1024, **kw)
-    fill_big([plain, packed], n)
+    plain, packed = big_pair(max_sz, block, part, n)
     before = packed.nbytes()
     assert before == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + len(packed.dictionary)
     rng, ob = np.random.default_rng(n), packed.open_block
