@@ -170,14 +170,20 @@ def ask(handle, method:str, *args, timeout:float=120.):
             if time.monotonic() > deadline: raise
             time.sleep(0.05)
 
-def write_batch(shards:list, first:int, batch:dict, timeout:float=120.) -> tuple[int, tuple]:
-    "Add `batch` to `shards[first]`, or to the next shard in the cycle that answers, cycling until `timeout`; the shard and its reply"
-    deadline = time.monotonic() + timeout
+def write_batch(shards:list, # The shards
+                writer:int, # The writer: a collector's index, or 0 for the client's own `+`
+                sent:list[int], # Rows this writer has sent to each shard so far, counted here
+                batch:dict, # Columns of equal length
+                timeout:float=120.) -> tuple[int, tuple]:
+    "Add `batch` to the shard `shard_for` names, or to the next shard in the cycle that answers, cycling until `timeout`; count its rows in `sent`; the shard and its reply"
+    first, deadline = shard_for(writer, sent), time.monotonic() + timeout
     while True:
         for t in range(len(shards)):
             j = (first + t) % len(shards)
-            try: return j, fetch([call(shards[j], 'add', batch)])[0]
-            except _LOST as e: err = e
+            try: reply = fetch([call(shards[j], 'add', batch)])[0]
+            except _LOST as e: err = e; continue
+            sent[j] += len(next(iter(batch.values())))
+            return j, reply
         if time.monotonic() > deadline: raise RuntimeError('no shard accepted the batch') from err
         time.sleep(0.05)  # every shard is restarting
 
@@ -248,8 +254,7 @@ class RayReplay:
         "Write the rows of `batch` to the shard the routing rule names (writer 0), and return the client"
         b = _as_arrays(batch)
         if not b or len(next(iter(b.values()))) == 0: return self
-        j, _ = write_batch(self.shards, shard_for(0, self.sent), b)
-        self.sent[j] += len(next(iter(b.values())))
+        write_batch(self.shards, 0, self.sent, b)
         return self
     def _request(self, bs:int) -> dict:
         "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
@@ -389,9 +394,9 @@ class Collector:
         "Send `rows` as one batch to the shard the routing rule names, or to the next that answers; record the acknowledgement"
         b = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows), dtype=np.int64)[:, None]
-        j, (inc, n_added) = write_batch(self.shards, shard_for(self.index, self.sent), b)
+        j, (inc, n_added) = write_batch(self.shards, self.index, self.sent, b)
         acks[j] = max(acks.get(j, 0), n_added)
-        self.seq += len(rows); self.sent[j] += len(b['tid'])
+        self.seq += len(rows)
 
     def run(self, n:int, # Environment steps to take
             weights:dict|None=None, # The learner's weights as NumPy arrays (None: keep the current ones)
