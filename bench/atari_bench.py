@@ -14,7 +14,7 @@ checkpoint (`rb.dumps`) fails, so its checkpoint is torch.save of its state dict
     python bench/atari_bench.py --games Pong  # one game, all libraries (about 5 minutes on 2 cores)
     python bench/atari_bench.py --steps 20000 --games Pong
 """
-import argparse, gc, json, os, pickle, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, pickle, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 import numpy as np
 
@@ -66,6 +66,31 @@ def stacks(obs, first):
     zero = np.zeros((84, 84), np.uint8)
     def at(i): return np.stack([obs[j] if j >= start[i] else zero for j in range(i - STACK + 1, i + 1)])
     return at
+
+def dumps_in_child(rb, d:Path):
+    "Try `rb.dumps(d)` in a forked child; its failure (or None) and its seconds. TorchRL 0.14.1's `CompressedListStorage`"
+    # checkpointer memory-maps one file per tensor of every item (five an item): past the kernel's 65,530 maps mmap fails with
+    # ENOMEM, and the process that tried can no longer allocate (MemoryError on cleaning up its temporary directory), so it is tried
+    # in a child whose temporary files go under `d`'s folder
+    r, w = os.pipe()
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child never returns: whatever happens, it writes what it can and exits
+        msg = b''
+        try:
+            tempfile.tempdir = str(d.parent)
+            rb.dumps(d); msg = b'ok'
+        except BaseException as e:
+            try: msg = ' then '.join(f'{type(x).__name__}: {str(x)[:160]}' for x in (e.__context__, e) if x is not None).encode()
+            except BaseException: msg = type(e).__name__.encode()
+        finally:
+            try: os.write(w, msg)
+            finally: os._exit(0)
+    os.close(w)
+    msg = os.read(r, 4096).decode()
+    _, status = os.waitpid(pid, 0)
+    os.close(r)
+    return (None if msg == 'ok' else msg or f'the process died, status {status}'), time.perf_counter() - t
 
 def zstd3() -> dict:
     "TorchRL's `CompressedListStorage` codec functions for zstd level 3 (`zstandard`), its default codec from Python 3.14 on"
@@ -129,14 +154,10 @@ def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
             if lib == 'torchrl': res['held_bytes'] = sum(v.numel() * v.element_size() for v in storage._storage.values(True, True))
             sample = lambda: rb.sample()
             def save(d):
-                t, failure = time.perf_counter(), None
-                try: rb.dumps(d)
-                except (TypeError, RuntimeError) as e:  # torchrl 0.14.1: CompressedListStorage's checkpointer memory-maps one file per
-                    # tensor of every item (five an item: past the kernel's 65,530 maps, mmap fails with ENOMEM), then writes its
-                    # metadata as JSON, which fails (TensorDict is not JSON serializable)
-                    failure, res['checkpoint_failure_s'] = f'{type(e).__name__}: {str(e)[:160]}', time.perf_counter() - t
+                if lib == 'torchrl': return rb.dumps(d)
+                failure, secs = dumps_in_child(rb, d)
                 if failure is not None:
-                    gc.collect()  # the failed dump's maps are released with its exception's frames, before the fallback maps anything
+                    res['checkpoint_failure_s'] = secs
                     res['checkpoint_method'] = f'rb.dumps failed after {res["checkpoint_failure_s"]:.1f} s ({failure}); torch.save(rb.state_dict()) of the first {CKPT_ITEMS:,} transitions'
                     small = ReplayBuffer(storage=CompressedListStorage(CKPT_ITEMS, **(zstd3() if lib == 'torchrl-compressed-zstd' else dict(compression_level=3))), batch_size=32)
                     for i in range(CKPT_ITEMS): small.add(rb.storage[i])
