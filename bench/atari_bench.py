@@ -8,8 +8,10 @@ process's growth is its own: bytes per transition are the growth of the process'
 over the adds, divided by the transitions added. Uncompressed SB3 and TorchRL buffers would hold 5.6 to 11 GB at
 200,000 transitions, more than this shared machine can spare: they are timed at 20,000 transitions and their bytes per
 transition are the exact `nbytes` of their arrays (which grow linearly with the capacity), as noted in the table.
+TorchRL's `CompressedListStorage` holds all 200,000 (about 5,000 adds a second, 40 s to a few minutes a game); its own
+checkpoint (`rb.dumps`) fails, so its checkpoint is torch.save of its state dict for the first 1,000 transitions, scaled.
 
-    python bench/atari_bench.py              # all games, all libraries (about 15 minutes on 2 busy cores)
+    python bench/atari_bench.py --games Pong  # one game, all libraries (about 5 minutes on 2 cores)
     python bench/atari_bench.py --steps 20000 --games Pong
 """
 import argparse, json, os, pickle, shutil, subprocess, sys, tempfile, time
@@ -18,11 +20,11 @@ import numpy as np
 
 FRAMES = Path('/tmp/atari_frames')
 GAMES = ['Pong', 'Breakout', 'MsPacman']
-LIBS = ['ours-compressed', 'ours', 'torchrl-compressed', 'sb3-extra-igzip0', 'sb3-optimize', 'torchrl']
+LIBS = ['ours-compressed', 'ours', 'torchrl-compressed', 'torchrl-compressed-zstd', 'sb3-extra-igzip0', 'sb3-optimize', 'torchrl']
 SMALL = 20_000  # transitions for the uncompressed peers, whose full size would not fit beside the other jobs
-TORCHRL_COMPRESSED = 50_000  # TorchRL's compressed storage adds about a thousand per second here: 50,000 of them
+TORCHRL_COMPRESSED = 200_000  # TorchRL's compressed storage adds about a thousand per second here: 200,000 take about 4 minutes
 BLOCK = int(os.environ.get('ATARI_BENCH_BLOCK', 8))  # rows per compressed block of this library's compressed storage
-CKPT_ITEMS = 1_000  # its checkpoint (torch.save of the state dict) takes about 40 ms per transition: timed on 1,000
+CKPT_ITEMS = 1_000  # its own checkpoint (`rb.dumps`) fails; torch.save of its state dict is timed on 1,000 transitions and scaled
 STACK = 4
 
 def make_frames(game:str, n:int):
@@ -65,6 +67,39 @@ def stacks(obs, first):
     def at(i): return np.stack([obs[j] if j >= start[i] else zero for j in range(i - STACK + 1, i + 1)])
     return at
 
+def dumps_in_child(rb, d:Path):
+    "Try `rb.dumps(d)` in a forked child; its failure (or None) and its seconds. TorchRL 0.14.1's `CompressedListStorage`"
+    # checkpointer memory-maps one file per tensor of every item (five an item): past the kernel's 65,530 maps mmap fails with
+    # ENOMEM, and the process that tried can no longer allocate (MemoryError on cleaning up its temporary directory), so it is tried
+    # in a child whose temporary files go under `d`'s folder
+    r, w = os.pipe()
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child never returns: whatever happens, it writes what it can and exits
+        msg = b''
+        try:
+            tempfile.tempdir = str(d.parent)
+            rb.dumps(d); msg = b'ok'
+        except BaseException as e:
+            try: msg = ' then '.join(f'{type(x).__name__}: {str(x)[:160]}' for x in (e.__context__, e) if x is not None).encode()
+            except BaseException: msg = type(e).__name__.encode()
+        finally:
+            try: os.write(w, msg)
+            finally: os._exit(0)
+    os.close(w)
+    msg = os.read(r, 4096).decode()
+    _, status = os.waitpid(pid, 0)
+    os.close(r)
+    return (None if msg == 'ok' else msg or f'the process died, status {status}'), time.perf_counter() - t
+
+def zstd3() -> dict:
+    "TorchRL's `CompressedListStorage` codec functions for zstd level 3 (`zstandard`), its default codec from Python 3.14 on"
+    import torch, zstandard
+    cz, dz = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    def compress(t): return torch.frombuffer(bytearray(cz.compress(t.numpy().tobytes())), dtype=torch.uint8)
+    def decompress(t, meta): return torch.frombuffer(bytearray(dz.decompress(t.numpy().tobytes())), dtype=meta['dtype']).reshape(meta['shape'])
+    return dict(compression_fn=compress, decompression_fn=decompress)
+
 def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
     "One library on one game, in this process, with torch's intra-op threads set to `threads`"
     import torch, gymnasium as gym
@@ -82,7 +117,7 @@ def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
     act, rew, term, trunc = m['action'], m['reward'], m['terminated'], m['truncated']
     done = term | trunc
     first = np.concatenate([[True], done[:-1]])
-    cap = n if lib.startswith('ours') or lib == 'sb3-extra-igzip0' else min(n, TORCHRL_COMPRESSED if lib == 'torchrl-compressed' else SMALL)
+    cap = n if lib.startswith('ours') or lib == 'sb3-extra-igzip0' else min(n, TORCHRL_COMPRESSED if lib.startswith('torchrl-compressed') else SMALL)
     res = dict(game=game, library=lib, transitions=cap, torch_threads=torch.get_num_threads())
     zero = np.zeros((84, 84), np.uint8)
     base = rss_anon()
@@ -105,20 +140,26 @@ def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
         at = stacks(obs, first)
         nxt = lambda i: at(i + 1) if i + 1 < cap and not done[i] else np.concatenate([at(i)[1:], obs[i:i + 1]])
         if lib.startswith('torchrl'):
-            storage = CompressedListStorage(cap, compression_level=3) if lib == 'torchrl-compressed' else LazyTensorStorage(cap)
+            storage = CompressedListStorage(cap, **zstd3()) if lib == 'torchrl-compressed-zstd' else (
+                CompressedListStorage(cap, compression_level=3) if lib == 'torchrl-compressed' else LazyTensorStorage(cap))
             rb = ReplayBuffer(storage=storage, batch_size=32)
+            # the compressed storage compresses the tensors at an item's top level and keeps a nested TensorDict as it is (a nested
+            # ('next', 'observation') stack would stay uncompressed): its next stacks go under the flat key 'next_observation'
+            nkey = 'next_observation' if lib.startswith('torchrl-compressed') else ('next', 'observation')
             t = time.perf_counter()
             for i in range(cap):
                 rb.add(TensorDict({'observation': torch.from_numpy(at(i)), 'action': torch.tensor(act[i]), 'reward': torch.tensor(rew[i]),
-                                   'done': torch.tensor(done[i]), ('next', 'observation'): torch.from_numpy(nxt(i))}, []))
+                                   'done': torch.tensor(done[i]), nkey: torch.from_numpy(nxt(i))}, []))
             res['adds_per_s'] = cap / (time.perf_counter() - t)
             if lib == 'torchrl': res['held_bytes'] = sum(v.numel() * v.element_size() for v in storage._storage.values(True, True))
             sample = lambda: rb.sample()
             def save(d):
-                try: rb.dumps(d)
-                except TypeError as e:  # torchrl 0.14.1: CompressedListStorage's checkpointer writes its metadata as JSON and fails
-                    res['checkpoint_method'] = f'rb.dumps failed ({e}); torch.save(rb.state_dict()) of the first {CKPT_ITEMS:,} transitions'
-                    small = ReplayBuffer(storage=CompressedListStorage(CKPT_ITEMS, compression_level=3), batch_size=32)
+                if lib == 'torchrl': return rb.dumps(d)
+                failure, secs = dumps_in_child(rb, d)
+                if failure is not None:
+                    res['checkpoint_failure_s'] = secs
+                    res['checkpoint_method'] = f'rb.dumps failed after {res["checkpoint_failure_s"]:.1f} s ({failure}); torch.save(rb.state_dict()) of the first {CKPT_ITEMS:,} transitions'
+                    small = ReplayBuffer(storage=CompressedListStorage(CKPT_ITEMS, **(zstd3() if lib == 'torchrl-compressed-zstd' else dict(compression_level=3))), batch_size=32)
                     for i in range(CKPT_ITEMS): small.add(rb.storage[i])
                     shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
                     t = time.perf_counter(); torch.save(small.state_dict(), d/'rb.pt')
@@ -159,7 +200,8 @@ def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
 
 NAMES = {'ours-compressed': '`CompressedFrameStorage` (this library, zstd 3, blocks of 8, trained dictionary)',
          'ours-compressed-32': '`CompressedFrameStorage(block=32)`', 'ours-compressed-8': '`CompressedFrameStorage(block=8)`', 'ours': '`FrameStorage` (this library, uncompressed)',
-         'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (zstd 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
+         'torchrl-compressed': 'TorchRL 0.14.1 `CompressedListStorage` (its default codec on Python 3.11: zlib level 3)',
+         'torchrl-compressed-zstd': 'TorchRL 0.14.1 `CompressedListStorage` (zstd level 3)', 'sb3-extra-igzip0': 'sb3-extra-buffers 0.5.0 (igzip level 0)',
          'sb3-optimize': 'SB3 2.9.2 `optimize_memory_usage`', 'torchrl': 'TorchRL 0.14.1 `LazyTensorStorage`'}
 
 def table(rows:list) -> str:
@@ -171,7 +213,7 @@ def table(rows:list) -> str:
         for r in sorted((r for r in rows if r['game'] == g), key=lambda r: list(NAMES).index(r['library'])):
             b = r.get('held_bytes_per_transition') if r['library'] in ('sb3-optimize', 'torchrl') else r['rss_bytes_per_transition']
             mark = ' (nbytes)' if r['library'] in ('sb3-optimize', 'torchrl') else ''
-            ck = ' (1,000 saved, scaled)' if 'checkpoint_items' in r else ''
+            ck = f" (`rb.dumps` failed; torch.save of {r['checkpoint_items']:,}, scaled)" if 'checkpoint_items' in r else ''
             out.append(f"| {NAMES[r['library']]} | {r['transitions']:,} | {b:,.0f}{mark} | {r['adds_per_s']:,.0f} | {r['sample32_ms']:.2f} | " +
                        (f"{r['checkpoint_bytes_per_transition']:,.0f} | {r['checkpoint_s']:.2f}{ck} |" if r['checkpoint_s'] is not None else 'failed | failed |'))
         out.append('')
