@@ -48,12 +48,13 @@ def settings(algo, env, steps):
     d['replay'] = rep
     return d
 
-def run_ours(algo, env, seed, steps, variant='uniform'):
+def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     d = settings(algo, env, steps)
     if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
     if variant == 'nstep3': d['n_steps'] = 3
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)
     learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
     torch.set_num_threads(1)
     t, c = time.perf_counter(), cpu_s()
@@ -64,10 +65,11 @@ def run_ours(algo, env, seed, steps, variant='uniform'):
         with torch.inference_mode(): return m.scale.to_env(m.actor(torch.as_tensor(np.asarray(obs, np.float32))[None])).reshape(m.scale.shape).numpy()
     return learn.dls.train.dataset.stats().env_steps, wall, cpu, greedy_return(act, env, 10_000 + seed)
 
-def run_sb3(algo, env, seed, steps, variant='uniform'):
+def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
     assert variant == 'uniform', 'SB3 runs are uniform replay only'
+    assert matmul_precision == 'highest', 'SB3 runs in float32 only'
     d = settings(algo, env, steps)
     rep, opt, net = d['replay'], d.get('optim', {}), d.get('net', {})
     kw = dict(learning_rate=opt.get('lr', 3e-4 if algo == 'sac' else 1e-3), buffer_size=rep['max_sz'], learning_starts=rep['warmup_sz'],
@@ -116,17 +118,18 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest'):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
-                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
+                prec = matmul_precision if lib == 'ours' else 'highest'  # SB3 always in float32
+                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
-                           torch_threads=torch.get_num_threads(), date=time.strftime('%Y-%m-%d %H:%M'))
+                           torch_threads=torch.get_num_threads(), matmul_precision=prec, date=time.strftime('%Y-%m-%d %H:%M'))
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
-                print(f"{lib:4} {algo} {env} {variant} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
+                print(f"{lib:4} {algo} {env} {variant} {prec} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
@@ -200,7 +203,7 @@ if __name__ == '__main__':
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
     p.add_argument('--note', default='', help='text added to the stored section')
     p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
-                   help="with --speed: ours with this matmul_precision ('medium': float32 products in bfloat16, off by default; SB3 stays in float32)")
+                   help="ours with this matmul_precision, in the suites' runs and --speed ('medium': float32 products in bfloat16; SB3 always in float32); recorded in every row")
     a = p.parse_args()
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
@@ -212,4 +215,4 @@ if __name__ == '__main__':
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision)
