@@ -48,13 +48,13 @@ def settings(algo, env, steps):
     d['replay'] = rep
     return d
 
-def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
+def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     d = settings(algo, env, steps)
     if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
     if variant == 'nstep3': d['n_steps'] = 3
-    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels)
     learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
     torch.set_num_threads(1)
     t, c = time.perf_counter(), cpu_s()
@@ -65,11 +65,11 @@ def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highes
         with torch.inference_mode(): return m.scale.to_env(m.actor(torch.as_tensor(np.asarray(obs, np.float32))[None])).reshape(m.scale.shape).numpy()
     return learn.dls.train.dataset.stats().env_steps, wall, cpu, greedy_return(act, env, 10_000 + seed)
 
-def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
+def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
     assert variant == 'uniform', 'SB3 runs are uniform replay only'
-    assert matmul_precision == 'highest', 'SB3 runs in float32 only'
+    assert (matmul_precision, kernels) == ('highest', 'torch'), "SB3 runs in float32 on torch's kernels only"
     d = settings(algo, env, steps)
     rep, opt, net = d['replay'], d.get('optim', {}), d.get('net', {})
     kw = dict(learning_rate=opt.get('lr', 3e-4 if algo == 'sac' else 1e-3), buffer_size=rep['max_sz'], learning_starts=rep['warmup_sz'],
@@ -89,7 +89,7 @@ def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest
     wall, cpu = time.perf_counter() - t, cpu_s() - c
     return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
 
-def speed(algo, n, out, matmul_precision='highest'):
+def speed(algo, n, out, matmul_precision='highest', kernels=None):
     "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up; ours with `matmul_precision` (SB3's always in float32)"
     from stable_baselines3 import SAC, TD3
     from fastrl_replay.agents.sac import sac_learner
@@ -97,7 +97,7 @@ def speed(algo, n, out, matmul_precision='highest'):
     torch.set_num_threads(1)
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
-    if matmul_precision != 'highest': d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)  # ours only, off by default
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels or d.get('net', {}).get('kernels', 'torch'))  # ours only
     learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
@@ -108,7 +108,7 @@ def speed(algo, n, out, matmul_precision='highest'):
     m.learn(n)
     c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c
     rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2), sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2),
-               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, date=time.strftime('%Y-%m-%d %H:%M'))
+               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, kernels=d['net']['kernels'], date=time.strftime('%Y-%m-%d %H:%M'))
     with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
     print(rec, flush=True)
 
@@ -118,18 +118,19 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest'):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest', kernels=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 prec = matmul_precision if lib == 'ours' else 'highest'  # SB3 always in float32
-                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec)
+                kern = (kernels or settings(algo, env, steps).get('net', {}).get('kernels', 'torch')) if lib == 'ours' else 'torch'  # ours: given, else the preset's
+                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec, kern)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
-                           torch_threads=torch.get_num_threads(), matmul_precision=prec, date=time.strftime('%Y-%m-%d %H:%M'))
+                           torch_threads=torch.get_num_threads(), matmul_precision=prec, kernels=kern, date=time.strftime('%Y-%m-%d %H:%M'))
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
-                print(f"{lib:4} {algo} {env} {variant} {prec} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
+                print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
@@ -204,6 +205,8 @@ if __name__ == '__main__':
     p.add_argument('--note', default='', help='text added to the stored section')
     p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
                    help="ours with this matmul_precision, in the suites' runs and --speed ('medium': float32 products in bfloat16; SB3 always in float32); recorded in every row")
+    p.add_argument('--kernels', choices=['torch', 'onednn'], help="ours with the layers' float32 products on these kernels, in the suites' runs and --speed "
+                   "(default: the environment's preset); SB3 always on torch's; recorded in every row")
     a = p.parse_args()
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
@@ -214,5 +217,5 @@ if __name__ == '__main__':
                                                     'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--matmul-precision medium]; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
-    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision)
+    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision, a.kernels)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision, a.kernels)
