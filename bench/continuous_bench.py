@@ -132,53 +132,60 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
                 print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
+def config(r) -> str:
+    "How a run of ours computed its products: '' for float32 on torch's kernels (and for SB3's runs), else the kernels or the precision"
+    prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
+    return ', '.join(([] if kern == 'torch' else [f'{kern} kernels']) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
-    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay and seed) counts once: its latest record
-    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), r.get('matmul_precision', 'highest'))] = r
+    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay, seed and products) counts once: its latest record
+    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), config(r))] = r
     recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
-    speeds = sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r.get('matmul_precision', 'highest') != 'highest', r['algo']))
-    for r in speeds:
-        if r.get('matmul_precision', 'highest') == 'highest':
-            lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
-                      f"torch on {r['torch_threads']} thread): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
-        else:  # a reduced-precision setting of ours against SB3's float32: its own line, never the comparison above
-            lines += [f"Not like for like: {r['algo'].upper()} on {r['env']}, ours with `matmul_precision='{r['matmul_precision']}'` (off by default: torch computes the float32 "
-                      f"matrix products in bfloat16 through oneDNN on this CPU's AVX512-BF16; a different, less precise run than float32's) {r['ours_cpu_ms_per_step']} ms a step, "
-                      f"SB3 in float32 {r['sb3_cpu_ms_per_step']} ms, {r['ratio']:.2f}x.", '']
+    for r in sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r['algo'], config(r) != '', config(r))):
+        how = f' with {config(r)}' if config(r) else ''
+        lines += [f"**Speed, {r['algo'].upper()} on {r['env']}, ours{how}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
+                  f"torch on {r['torch_threads']} thread; SB3 on torch's float32 kernels): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
     recs = runs
     keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
     for algo, env, steps in keys:
-        rs = {lib: sorted([r for r in recs if (r['algo'], r['env'], r['steps'], r['lib'], r['variant']) == (algo, env, steps, lib, 'uniform')],
-                          key=lambda r: r['seed']) for lib in ('ours', 'sb3')}
-        if not rs['ours'] or not rs['sb3']:
-            (lib, rr), = [(k, v) for k, v in rs.items() if v]
-            lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {lib} only so far.** ' + '; '.join(
-                f"seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for r in rr) + '.', '']
+        rr = [r for r in recs if (r['algo'], r['env'], r['steps'], r['variant']) == (algo, env, steps, 'uniform')]
+        labels = sorted({r['lib'] + (f', {config(r)}' if config(r) else '') for r in rr}, key=lambda l: (l == 'sb3', l != 'ours', l))
+        rs = {l: sorted([r for r in rr if r['lib'] + (f', {config(r)}' if config(r) else '') == l], key=lambda r: r['seed']) for l in labels}
+        if 'ours' not in rs or 'sb3' not in rs:
+            lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {", ".join(labels)} only so far.** ' + '; '.join(
+                f"{l} seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for l in labels for r in rs[l]) + '.', '']
             continue
         lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps.**', '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
-        for lib in ('ours', 'sb3'):
-            for r in rs[lib]: lines.append(f"| {lib} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
-        a, b = [r['greedy_mean'] for r in rs['ours']], [r['greedy_mean'] for r in rs['sb3']]
-        sa, sb = statistics.median(r['steps_per_s'] for r in rs['ours']), statistics.median(r['steps_per_s'] for r in rs['sb3'])
-        ca, cb = statistics.median(r['steps_per_cpu_s'] for r in rs['ours']), statistics.median(r['steps_per_cpu_s'] for r in rs['sb3'])
-        tests = ''
-        if len(a) > 1 and len(b) > 1:
-            t = stats.ttest_ind(a, b, equal_var=False)
-            u = stats.mannwhitneyu(a, b, alternative='two-sided')
-            tests = f' Welch t = {t.statistic:.2f}, p = {t.pvalue:.3f}; Mann-Whitney U = {u.statistic:.0f}, p = {u.pvalue:.3f}.'
-        lines += ['', f'Mean greedy return: ours {np.mean(a):.1f} ± {np.std(a):.1f} ({len(a)} seeds), SB3 {np.mean(b):.1f} ± {np.std(b):.1f} '
-                      f'({len(b)} seeds).{tests} Median speed: ours {sa:.1f}, SB3 {sb:.1f} environment steps/s, **{sa / sb:.2f}x**; '
-                      f'per CPU second {ca:.1f} against {cb:.1f}, {ca / cb:.2f}x.', '']
+        for l in labels:
+            for r in rs[l]: lines.append(f"| {l} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
+        ret = {l: [r['greedy_mean'] for r in v] for l, v in rs.items()}
+        med = lambda l, k: statistics.median(r[k] for r in rs[l])
+        def test(x, y):
+            if len(x) < 2 or len(y) < 2: return ''
+            t, u = stats.ttest_ind(x, y, equal_var=False), stats.mannwhitneyu(x, y, alternative='two-sided')
+            return f'Welch t = {t.statistic:.2f}, p = {t.pvalue:.3f}; Mann-Whitney U = {u.statistic:.0f}, p = {u.pvalue:.3f}'
+        a, b = ret['ours'], ret['sb3']
+        lines += ['', f"Mean greedy return: ours {np.mean(a):.1f} ± {np.std(a):.1f} ({len(a)} seeds), SB3 {np.mean(b):.1f} ± {np.std(b):.1f} ({len(b)} seeds). "
+                      f"{test(a, b)}. Median speed: ours {med('ours', 'steps_per_s'):.1f}, SB3 {med('sb3', 'steps_per_s'):.1f} environment steps/s, "
+                      f"**{med('ours', 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x**; per CPU second {med('ours', 'steps_per_cpu_s'):.1f} against "
+                      f"{med('sb3', 'steps_per_cpu_s'):.1f}, {med('ours', 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
+        for l in labels:
+            if l in ('ours', 'sb3'): continue
+            c = ret[l]
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours on torch's "
+                          f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
+                          f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
+        lines.append('')
     var = [r for r in recs if r['variant'] != 'uniform']
     nominal = lambda r: round(r['steps'], -2)  # n-step folding runs a step or two past the budget (20,002 for 20,000)
     for env, steps in sorted({(r['env'], nominal(r)) for r in var}):
         lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '',
                   '| replay | seeds | greedy returns | mean | against uniform (Welch) |', '|---|---:|---|---:|---|']
-        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant']) == ('ours', 'sac', env, v) and nominal(r) == steps], key=lambda r: r['seed'])
+        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant'], config(r)) == ('ours', 'sac', env, v, '') and nominal(r) == steps], key=lambda r: r['seed'])
                 for v in ('uniform', 'per', 'nstep3')}
         base = [r['greedy_mean'] for r in rows['uniform']]
         for v, rr in rows.items():
