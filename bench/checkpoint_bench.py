@@ -12,7 +12,8 @@ Configurations:
                on load, every file fsynced, the directory swapped in atomically) and `load_memory(dir)` (a ready memory,
                every field, header and checksum checked, files opened only inside the checkpoint).
 - ours[no fsync]: the same with `save(dir, durable=False)`: still atomic for a killed process, but no file or directory
-               is flushed (fsync), as no peer here flushes; large arrays still go to the disk directly.
+               is flushed (fsync), as no peer here flushes; large arrays go through the page cache like the peers',
+               into files allocated whole first (`fallocate`), their values still at byte 4,096 for direct loads.
 - ours[per]:   the same with prioritized sampling (the sum and min trees, the clocks and the generator saved too).
 - torchrl:     `ReplayBuffer(LazyTensorStorage)` `dumps(dir)` / `loads(dir)` (memmap + JSON) into a buffer made first.
 - torchrl[per]: the same with its `PrioritizedSampler`.

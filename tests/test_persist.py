@@ -369,7 +369,7 @@ def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
     monkeypatch.undo()
     if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O: every test here goes through the page cache')
     man, e = rows_entry(tmp_path/'ck')
-    assert int.from_bytes((tmp_path/'ck'/e['file']).read_bytes()[8:10], 'little') + 10 == 128  # NumPy's own header: written through the cache
+    assert int.from_bytes((tmp_path/'ck'/e['file']).read_bytes()[8:10], 'little') + 10 == 4096  # written through the cache, its values still at byte 4,096
     m.save(tmp_path/'direct')
     real_fcntl = fcntl.fcntl
     def no_direct(fd, cmd, *a):  # a file system that refuses direct I/O (tmpfs)
@@ -379,6 +379,26 @@ def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
     for ck in ('ck', 'direct'):
         twin = load_memory(tmp_path/ck)
         same(twin.state_dict(), m.state_dict())
+
+
+def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_whole(tmp_path, monkeypatch):
+    from fastrl_replay.memory import persist
+    m = big_memory()
+    opened, allocated, real_open, real_allocate = [], [], os.open, persist._allocate
+    monkeypatch.setattr(persist.os, 'open', lambda path, flags, *a, **k: opened.append((Path(path).name, flags)) or real_open(path, flags, *a, **k))
+    monkeypatch.setattr(persist, '_allocate', lambda fd, n: allocated.append(n) or real_allocate(fd, n))
+    m.save(tmp_path/'ck', durable=False)
+    monkeypatch.undo()
+    assert not any(flags & os.O_DIRECT for _, flags in opened)
+    man, e = rows_entry(tmp_path/'ck')
+    f = tmp_path/'ck'/e['file']
+    assert int.from_bytes(f.read_bytes()[8:10], 'little') + 10 == 4096  # values at byte 4,096, where a load can read them directly
+    assert f.stat().st_size == 4096 + e['nbytes'] and e['nbytes'] >= persist.DIRECT_MIN
+    assert len(allocated) == len(man['arrays']) and allocated[0] == f.stat().st_size  # every array through the cache, the block allocated whole
+    assert e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
+    m.save(tmp_path/'flushed')
+    assert rows_entry(tmp_path/'flushed')[1]['crc32'] == e['crc32']
+    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
 
 
 @pytest.mark.parametrize('advice', ['faults pages in', 'refused'])

@@ -111,21 +111,37 @@ def _fsync(path:Path, durable:bool=True):
     finally: os.close(fd)
 
 def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
-    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry"
+    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where `durable` and it can, else through it"
     n, dtype = _host(a)
     entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
-    crc = _write_direct(root/entry['file'], n) if _direct(n) else None
-    entry['crc32'] = _write_buffered(root/entry['file'], n) if crc is None else crc
+    crc = _write_direct(root/entry['file'], n) if durable and _direct(n) else None
+    entry['crc32'] = _write_cached(root/entry['file'], n) if crc is None else crc
     return entry
 
-def _write_buffered(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`); its CRC-32"
-    crc = 0
-    with open(path, 'wb') as f:
-        f.write(_npy_header(a))
-        for chunk in _c_chunks(a):
-            f.write(chunk); crc = crc32(chunk, crc)
-    return crc
+def _write_cached(path:Path, a:np.ndarray) -> int:
+    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly"
+    large = _direct(a)
+    head = _npy_header(a, PAGE if large else None)
+    crc, value = _Crc() if large else None, 0  # a large array's CRC-32 in a thread beside the writes
+    try:
+        with open(path, 'wb') as f:
+            _allocate(f.fileno(), len(head) + a.nbytes)
+            f.write(head)
+            for chunk in _c_chunks(a):
+                if crc: crc.add(chunk)
+                else: value = crc32(chunk, value)
+                f.write(chunk)
+    finally:
+        if crc: value = crc.result()
+    return value
+
+try: _fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+except (OSError, AttributeError): _fallocate = None
+if _fallocate is not None: _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+def _allocate(fd:int, n:int):
+    "Give the empty file open at `fd` its `n` bytes of blocks at once, where the file system can (ext4, XFS, btrfs), so that the writes do not allocate them piece by piece; nothing for under `DIRECT_MIN` bytes, or elsewhere"
+    if _fallocate is not None and n >= DIRECT_MIN: _fallocate(fd, 0, 0, n)
 
 def _c_chunks(a:np.ndarray, nbytes:int=1 << 26):
     "The bytes of `a` in C order: one piece when it is C-contiguous, else copies of 64 MB of rows at a time (never a copy of the whole)"
