@@ -4,7 +4,8 @@ Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl
 Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
 two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
 Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
-otherwise. The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
+otherwise. Ours computes its layers' products on the kernels of the preset (oneDNN's float32 ones) unless `--kernels` names
+others; SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
 to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
 training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
 interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
@@ -16,7 +17,9 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
-    python bench/continuous_bench.py --speed td3 --steps 500 --matmul-precision medium   # ours with bfloat16 products (off by default), on a line of its own
+    python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels (the presets' choice), on a line of its own
+    python bench/continuous_bench.py --speed td3 --steps 500 --kernels torch --matmul-precision medium   # ours under torch's 'medium' precision
+    python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the preset's)
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
@@ -135,7 +138,7 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
 def config(r) -> str:
     "How a run of ours computed its products: '' for float32 on torch's kernels (and for SB3's runs), else the kernels or the precision"
     prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
-    return ', '.join(([] if kern == 'torch' else [f'{kern} kernels']) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+    return ', '.join(([] if kern == 'torch' else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
@@ -176,7 +179,7 @@ def compare(recs):
         for l in labels:
             if l in ('ours', 'sb3'): continue
             c = ret[l]
-            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours on torch's "
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on torch's "
                           f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
                           f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
         lines.append('')
@@ -220,8 +223,9 @@ if __name__ == '__main__':
         text = compare(recs) + ('\n' + a.note if a.note else '')
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] --seeds ... --steps ...; '
-                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--matmul-precision medium]; '
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] [--kernels torch|onednn] [--matmul-precision medium] --seeds ... --steps ...; '
+                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--kernels torch|onednn] [--matmul-precision medium]; '
+                                                    'python bench/gemm_ceiling.py [--kernels onednn | --precision medium]; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
     elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision, a.kernels)
