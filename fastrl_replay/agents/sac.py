@@ -441,12 +441,11 @@ def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium 
     return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10d_agents.sac.ipynb #1bdaf708
-_ONEDNN_NET = dict(kernels='onednn')  # float32 as nn.Linear, on oneDNN's kernels: the zoo's settings trained faster
-_MUJOCO_SAC = dict(steps=1_000_000, replay=dict(warmup_sz=10_000), net=_ONEDNN_NET)
+_MUJOCO_SAC = dict(steps=1_000_000, replay=dict(warmup_sz=10_000))
 SAC_DEFAULTS = {
-    'Pendulum-v1': dict(steps=20_000, optim=dict(lr=1e-3), net=_ONEDNN_NET),
+    'Pendulum-v1': dict(steps=20_000, optim=dict(lr=1e-3)),
     'MountainCarContinuous-v0': dict(steps=50_000, gamma=0.9999, replay=dict(max_sz=50_000, bs=512, warmup_sz=512),
-                                     optim=dict(lr=3e-4, train_every=32, grad_steps=32), net=dict(hidden=(64, 64), tau=0.01) | _ONEDNN_NET,
+                                     optim=dict(lr=3e-4, train_every=32, grad_steps=32), net=dict(hidden=(64, 64), tau=0.01),
                                      entropy=dict(coef=0.1)),
     'HalfCheetah-v5': _MUJOCO_SAC, 'Hopper-v5': _MUJOCO_SAC,
 }

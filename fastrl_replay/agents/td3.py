@@ -15,7 +15,7 @@ from torch import nn
 from .dqn import settings
 from ..learner import LeanLearner
 from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstrap, _critic_loss, ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings,
-                 actor_critic_learner, grouped, linear_layer, _ONEDNN_NET)
+                 actor_critic_learner, grouped, linear_layer)
 
 # %% auto #0
 __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings', 'td3_learner',
@@ -107,10 +107,10 @@ def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium 
     return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)
 
 # %% ../../nbs/10e_agents.td3.ipynb #e381d89a
-_MUJOCO_TD3 = dict(steps=1_000_000, replay=dict(warmup_sz=10_000), explore=dict(noise=0.1), net=_ONEDNN_NET)
+_MUJOCO_TD3 = dict(steps=1_000_000, replay=dict(warmup_sz=10_000), explore=dict(noise=0.1))
 TD3_DEFAULTS = {
-    'Pendulum-v1': dict(steps=20_000, gamma=0.98, replay=dict(max_sz=200_000, warmup_sz=10_000), explore=dict(noise=0.1), net=_ONEDNN_NET),
-    'MountainCarContinuous-v0': dict(steps=300_000, explore=dict(noise=0.5), net=_ONEDNN_NET),
+    'Pendulum-v1': dict(steps=20_000, gamma=0.98, replay=dict(max_sz=200_000, warmup_sz=10_000), explore=dict(noise=0.1)),
+    'MountainCarContinuous-v0': dict(steps=300_000, explore=dict(noise=0.5)),
     'HalfCheetah-v5': _MUJOCO_TD3, 'Hopper-v5': _MUJOCO_TD3,
 }
 
