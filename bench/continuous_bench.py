@@ -4,8 +4,8 @@ Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl
 Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
 two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
 Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
-otherwise. Ours computes its layers' products on the kernels of the preset (oneDNN's float32 ones) unless `--kernels` names
-others; SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
+otherwise. Ours computes its layers' products on the preset's kernels (torch's) unless `--kernels` names
+others (oneDNN's); SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
 to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
 training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
 interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
@@ -17,7 +17,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
-    python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels (the presets' choice), on a line of its own
+    python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels, on a line of its own
     python bench/continuous_bench.py --speed td3 --steps 500 --kernels torch --matmul-precision medium   # ours under torch's 'medium' precision
     python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the preset's)
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
