@@ -4,7 +4,8 @@ Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl
 Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
 two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
 Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
-otherwise. The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
+otherwise. Ours computes its layers' products on the preset's kernels (torch's) unless `--kernels` names
+others (oneDNN's); SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
 to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
 training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
 interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
@@ -16,7 +17,9 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
-    python bench/continuous_bench.py --speed td3 --steps 500 --matmul-precision medium   # ours with bfloat16 products (off by default), on a line of its own
+    python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels, on a line of its own
+    python bench/continuous_bench.py --speed td3 --steps 500 --kernels torch --matmul-precision medium   # ours under torch's 'medium' precision
+    python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the preset's)
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
@@ -48,12 +51,13 @@ def settings(algo, env, steps):
     d['replay'] = rep
     return d
 
-def run_ours(algo, env, seed, steps, variant='uniform'):
+def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     d = settings(algo, env, steps)
     if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
     if variant == 'nstep3': d['n_steps'] = 3
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels)
     learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
     torch.set_num_threads(1)
     t, c = time.perf_counter(), cpu_s()
@@ -64,10 +68,11 @@ def run_ours(algo, env, seed, steps, variant='uniform'):
         with torch.inference_mode(): return m.scale.to_env(m.actor(torch.as_tensor(np.asarray(obs, np.float32))[None])).reshape(m.scale.shape).numpy()
     return learn.dls.train.dataset.stats().env_steps, wall, cpu, greedy_return(act, env, 10_000 + seed)
 
-def run_sb3(algo, env, seed, steps, variant='uniform'):
+def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
     assert variant == 'uniform', 'SB3 runs are uniform replay only'
+    assert (matmul_precision, kernels) == ('highest', 'torch'), "SB3 runs in float32 on torch's kernels only"
     d = settings(algo, env, steps)
     rep, opt, net = d['replay'], d.get('optim', {}), d.get('net', {})
     kw = dict(learning_rate=opt.get('lr', 3e-4 if algo == 'sac' else 1e-3), buffer_size=rep['max_sz'], learning_starts=rep['warmup_sz'],
@@ -87,7 +92,7 @@ def run_sb3(algo, env, seed, steps, variant='uniform'):
     wall, cpu = time.perf_counter() - t, cpu_s() - c
     return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
 
-def speed(algo, n, out, matmul_precision='highest'):
+def speed(algo, n, out, matmul_precision='highest', kernels=None):
     "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up; ours with `matmul_precision` (SB3's always in float32)"
     from stable_baselines3 import SAC, TD3
     from fastrl_replay.agents.sac import sac_learner
@@ -95,7 +100,7 @@ def speed(algo, n, out, matmul_precision='highest'):
     torch.set_num_threads(1)
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
-    if matmul_precision != 'highest': d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)  # ours only, off by default
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels or d.get('net', {}).get('kernels', 'torch'))  # ours only
     learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
@@ -106,7 +111,7 @@ def speed(algo, n, out, matmul_precision='highest'):
     m.learn(n)
     c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c
     rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2), sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2),
-               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, date=time.strftime('%Y-%m-%d %H:%M'))
+               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, kernels=d['net']['kernels'], date=time.strftime('%Y-%m-%d %H:%M'))
     with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
     print(rec, flush=True)
 
@@ -116,65 +121,74 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest', kernels=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
-                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant)
+                prec = matmul_precision if lib == 'ours' else 'highest'  # SB3 always in float32
+                kern = (kernels or settings(algo, env, steps).get('net', {}).get('kernels', 'torch')) if lib == 'ours' else 'torch'  # ours: given, else the preset's
+                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec, kern)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
-                           torch_threads=torch.get_num_threads(), date=time.strftime('%Y-%m-%d %H:%M'))
+                           torch_threads=torch.get_num_threads(), matmul_precision=prec, kernels=kern, date=time.strftime('%Y-%m-%d %H:%M'))
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
-                print(f"{lib:4} {algo} {env} {variant} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
+                print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
+
+def config(r) -> str:
+    "How a run of ours computed its products: '' for float32 on torch's kernels (and for SB3's runs), else the kernels or the precision"
+    prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
+    return ', '.join(([] if kern == 'torch' else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
-    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay and seed) counts once: its latest record
-    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), r.get('matmul_precision', 'highest'))] = r
+    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay, seed and products) counts once: its latest record
+    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), config(r))] = r
     recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
-    speeds = sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r.get('matmul_precision', 'highest') != 'highest', r['algo']))
-    for r in speeds:
-        if r.get('matmul_precision', 'highest') == 'highest':
-            lines += [f"**Speed, {r['algo'].upper()} on {r['env']}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
-                      f"torch on {r['torch_threads']} thread): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
-        else:  # a reduced-precision setting of ours against SB3's float32: its own line, never the comparison above
-            lines += [f"Not like for like: {r['algo'].upper()} on {r['env']}, ours with `matmul_precision='{r['matmul_precision']}'` (off by default: torch computes the float32 "
-                      f"matrix products in bfloat16 through oneDNN on this CPU's AVX512-BF16; a different, less precise run than float32's) {r['ours_cpu_ms_per_step']} ms a step, "
-                      f"SB3 in float32 {r['sb3_cpu_ms_per_step']} ms, {r['ratio']:.2f}x.", '']
+    for r in sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r['algo'], config(r) != '', config(r))):
+        how = f' with {config(r)}' if config(r) else ''
+        lines += [f"**Speed, {r['algo'].upper()} on {r['env']}, ours{how}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
+                  f"torch on {r['torch_threads']} thread; SB3 on torch's float32 kernels): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
     recs = runs
     keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
     for algo, env, steps in keys:
-        rs = {lib: sorted([r for r in recs if (r['algo'], r['env'], r['steps'], r['lib'], r['variant']) == (algo, env, steps, lib, 'uniform')],
-                          key=lambda r: r['seed']) for lib in ('ours', 'sb3')}
-        if not rs['ours'] or not rs['sb3']:
-            (lib, rr), = [(k, v) for k, v in rs.items() if v]
-            lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {lib} only so far.** ' + '; '.join(
-                f"seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for r in rr) + '.', '']
+        rr = [r for r in recs if (r['algo'], r['env'], r['steps'], r['variant']) == (algo, env, steps, 'uniform')]
+        labels = sorted({r['lib'] + (f', {config(r)}' if config(r) else '') for r in rr}, key=lambda l: (l == 'sb3', l != 'ours', l))
+        rs = {l: sorted([r for r in rr if r['lib'] + (f', {config(r)}' if config(r) else '') == l], key=lambda r: r['seed']) for l in labels}
+        if 'ours' not in rs or 'sb3' not in rs:
+            lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {", ".join(labels)} only so far.** ' + '; '.join(
+                f"{l} seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for l in labels for r in rs[l]) + '.', '']
             continue
         lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps.**', '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
-        for lib in ('ours', 'sb3'):
-            for r in rs[lib]: lines.append(f"| {lib} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
-        a, b = [r['greedy_mean'] for r in rs['ours']], [r['greedy_mean'] for r in rs['sb3']]
-        sa, sb = statistics.median(r['steps_per_s'] for r in rs['ours']), statistics.median(r['steps_per_s'] for r in rs['sb3'])
-        ca, cb = statistics.median(r['steps_per_cpu_s'] for r in rs['ours']), statistics.median(r['steps_per_cpu_s'] for r in rs['sb3'])
-        tests = ''
-        if len(a) > 1 and len(b) > 1:
-            t = stats.ttest_ind(a, b, equal_var=False)
-            u = stats.mannwhitneyu(a, b, alternative='two-sided')
-            tests = f' Welch t = {t.statistic:.2f}, p = {t.pvalue:.3f}; Mann-Whitney U = {u.statistic:.0f}, p = {u.pvalue:.3f}.'
-        lines += ['', f'Mean greedy return: ours {np.mean(a):.1f} ± {np.std(a):.1f} ({len(a)} seeds), SB3 {np.mean(b):.1f} ± {np.std(b):.1f} '
-                      f'({len(b)} seeds).{tests} Median speed: ours {sa:.1f}, SB3 {sb:.1f} environment steps/s, **{sa / sb:.2f}x**; '
-                      f'per CPU second {ca:.1f} against {cb:.1f}, {ca / cb:.2f}x.', '']
+        for l in labels:
+            for r in rs[l]: lines.append(f"| {l} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
+        ret = {l: [r['greedy_mean'] for r in v] for l, v in rs.items()}
+        med = lambda l, k: statistics.median(r[k] for r in rs[l])
+        def test(x, y):
+            if len(x) < 2 or len(y) < 2: return ''
+            t, u = stats.ttest_ind(x, y, equal_var=False), stats.mannwhitneyu(x, y, alternative='two-sided')
+            return f'Welch t = {t.statistic:.2f}, p = {t.pvalue:.3f}; Mann-Whitney U = {u.statistic:.0f}, p = {u.pvalue:.3f}'
+        a, b = ret['ours'], ret['sb3']
+        lines += ['', f"Mean greedy return: ours {np.mean(a):.1f} ± {np.std(a):.1f} ({len(a)} seeds), SB3 {np.mean(b):.1f} ± {np.std(b):.1f} ({len(b)} seeds). "
+                      f"{test(a, b)}. Median speed: ours {med('ours', 'steps_per_s'):.1f}, SB3 {med('sb3', 'steps_per_s'):.1f} environment steps/s, "
+                      f"**{med('ours', 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x**; per CPU second {med('ours', 'steps_per_cpu_s'):.1f} against "
+                      f"{med('sb3', 'steps_per_cpu_s'):.1f}, {med('ours', 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
+        for l in labels:
+            if l in ('ours', 'sb3'): continue
+            c = ret[l]
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on torch's "
+                          f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
+                          f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
+        lines.append('')
     var = [r for r in recs if r['variant'] != 'uniform']
     nominal = lambda r: round(r['steps'], -2)  # n-step folding runs a step or two past the budget (20,002 for 20,000)
     for env, steps in sorted({(r['env'], nominal(r)) for r in var}):
         lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '',
                   '| replay | seeds | greedy returns | mean | against uniform (Welch) |', '|---|---:|---|---:|---|']
-        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant']) == ('ours', 'sac', env, v) and nominal(r) == steps], key=lambda r: r['seed'])
+        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant'], config(r)) == ('ours', 'sac', env, v, '') and nominal(r) == steps], key=lambda r: r['seed'])
                 for v in ('uniform', 'per', 'nstep3')}
         base = [r['greedy_mean'] for r in rows['uniform']]
         for v, rr in rows.items():
@@ -200,16 +214,19 @@ if __name__ == '__main__':
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
     p.add_argument('--note', default='', help='text added to the stored section')
     p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
-                   help="with --speed: ours with this matmul_precision ('medium': float32 products in bfloat16, off by default; SB3 stays in float32)")
+                   help="ours with this matmul_precision, in the suites' runs and --speed ('medium': float32 products in bfloat16; SB3 always in float32); recorded in every row")
+    p.add_argument('--kernels', choices=['torch', 'onednn'], help="ours with the layers' float32 products on these kernels, in the suites' runs and --speed "
+                   "(default: the environment's preset); SB3 always on torch's; recorded in every row")
     a = p.parse_args()
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
         text = compare(recs) + ('\n' + a.note if a.note else '')
         a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
                                             machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] --seeds ... --steps ...; '
-                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--matmul-precision medium]; '
+                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] [--kernels torch|onednn] [--matmul-precision medium] --seeds ... --steps ...; '
+                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--kernels torch|onednn] [--matmul-precision medium]; '
+                                                    'python bench/gemm_ceiling.py [--kernels onednn | --precision medium]; '
                                                     'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
                                             text=text), indent=1) + '\n')
-    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs)
+    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision, a.kernels)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision, a.kernels)

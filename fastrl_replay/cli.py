@@ -280,6 +280,8 @@ def main(argv=None):
                    help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: never)')
     t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
+    t.add_argument('--kernels', choices=['torch', 'onednn'], help="sac and td3: the layers' float32 products on torch's kernels (nn.Linear) or oneDNN's "
+                   "(OneDNNLinear) (default: the environment's, from sac_defaults or td3_defaults)")
     t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
     t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
     t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')
@@ -305,11 +307,13 @@ _TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
-    given = [f"--{k.replace('_', '-')}" for k in _TRAIN if getattr(args, k) is not None]
+    given = [f"--{k.replace('_', '-')}" for k in (*_TRAIN, 'kernels') if getattr(args, k) is not None]
     if args.resume is not None and given:
         parser.error(f'--resume carries a run on with the settings it was started with: drop {" ".join(given)}')
     try:
-        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **_ray_args(parser, args))
+        if args.kernels is not None and args.algo in (None, 'dqn'): parser.error('--kernels chooses the layers of sac and td3')
+        learner = {} if args.kernels is None else dict(learner=dict(net=dict(kernels=args.kernels)))  # over the environment's settings
+        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **learner, **_ray_args(parser, args))
         else: m = resume_train(args.resume, args.quiet)
     except ValueError as e: parser.error(str(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "

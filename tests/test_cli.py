@@ -91,3 +91,15 @@ def test_run_train_refuses_bad_settings_before_training(tmp_path):
         with pytest.raises(ValueError) as e: run_train(out=str(tmp_path), **kwargs)
         assert str(e.value).startswith(msg)
     assert not any(tmp_path.iterdir())
+
+def test_kernels_of_sac_and_td3_are_chosen_on_the_command_line(tmp_path):
+    "`--kernels torch|onednn` takes the place of the environment's choice, is kept in run.json for a resumed run, and is refused for the DQN and with --resume"
+    for k in ('torch', 'onednn'):
+        r = run('train', '--algo', 'sac', '--steps', '150', '--kernels', k, '--checkpoint-every', '150', '--out', str(tmp_path/k), '--quiet')
+        assert r.returncode == 0, r.stderr
+        (run_dir,) = (tmp_path/k).iterdir()
+        assert json.loads((run_dir/'run.json').read_text())['learner']['net']['kernels'] == k
+    r = run('train', '--kernels', 'onednn', '--steps', '100', '--out', str(tmp_path/'dqn'))
+    assert r.returncode == 2 and '--kernels chooses the layers of sac and td3' in r.stderr
+    r = run('train', '--resume', str(run_dir), '--kernels', 'torch')
+    assert r.returncode == 2 and 'drop --kernels' in r.stderr

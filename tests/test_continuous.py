@@ -175,12 +175,28 @@ def test_the_actor_loss_is_recorded(algo):
 
 
 def test_matmul_precision_is_a_setting_of_the_fit():
-    "bfloat16 products are asked for, not taken: 'highest' (float32) by default; 'medium' is reproducible from a seed and torch's setting comes back after the fit"
+    "'medium' (bfloat16 products where oneDNN has them for float32 matrices) is asked for, not taken: 'highest' by default; 'medium' is reproducible from a seed and torch's setting comes back after the fit"
     assert torch.get_float32_matmul_precision() == 'highest'
     a, b = (fit('td3', epochs=1, steps_per_epoch=100, net=dict(hidden=(32, 32), matmul_precision='medium')) for _ in range(2))
     same_run(a, b)
     assert torch.get_float32_matmul_precision() == 'highest'
     with pytest.raises(ValueError, match="matmul_precision"): td3_learner(net=dict(matmul_precision='bf16'))
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_onednn_kernels_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
+    "net=dict(kernels='onednn'): every linear layer is a OneDNNLinear; two runs from a seed are equal, and a stopped run resumes to the whole one"
+    from fastrl_replay.agents.sac import OneDNNLinear
+    net = dict(hidden=(32, 32), kernels='onednn')
+    whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'a', every=100)])
+    linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is OneDNNLinear for m in linears)
+    same_run(whole, fit(algo, net=net))
+    fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100), StopAt(230)])
+    resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100, resume=True)])
+    same_run(whole, resumed)
+    assert all(type(m) is torch.nn.Linear for m in fit(algo, epochs=1, steps_per_epoch=70).model.modules() if isinstance(m, torch.nn.Linear))
+    with pytest.raises(ValueError, match="'torch' or 'onednn'"): BUILD[algo](net=dict(kernels='mkl'))
 
 
 def test_vector_env_and_ready_memory():

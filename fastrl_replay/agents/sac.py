@@ -26,19 +26,62 @@ from ..memory.core import ReplayMemory
 from .dqn import settings, replay_memory, replay_warmup, memory_settings, loop_metrics, ReplaySettings, OptimSettings
 
 # %% auto #0
-__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
-           'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel', 'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer',
-           'ActorLoss', 'ActorAgent', 'evaluate_actor', 'box_spaces', 'grouped', 'ActorCriticSettings',
-           'EntropySettings', 'SACExploreSettings', 'actor_critic_learner', 'sac_learner', 'sac_defaults']
+__all__ = ['LINEARS', 'LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'OneDNNLinear',
+           'linear_layer', 'ActionScale', 'TwinCritic', 'frozen', 'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel',
+           'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent', 'evaluate_actor',
+           'box_spaces', 'grouped', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings',
+           'actor_critic_learner', 'sac_learner', 'sac_defaults']
 
 # %% ../../nbs/10d_agents.sac.ipynb #d04305eb
 def mlp(sizes:tuple, # Layer sizes, input first, output last
-        out:nn.Module|None=None # Activation after the last layer (default: none)
+        out:nn.Module|None=None, # Activation after the last layer (default: none)
+        linear:type=nn.Linear # The linear layer (`OneDNNLinear` for oneDNN's float32 kernels)
        ) -> nn.Sequential:
     "Linear layers of `sizes` with ReLU between them"
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])): layers += [nn.Linear(a, b), nn.ReLU()] if i < len(sizes) - 2 else [nn.Linear(a, b)]
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])): layers += [linear(a, b), nn.ReLU()] if i < len(sizes) - 2 else [linear(a, b)]
     return nn.Sequential(*layers, *([out] if out is not None else []))
+
+# %% ../../nbs/10d_agents.sac.ipynb #ecd6f3a9
+def _onednn_product():
+    "oneDNN's float32 linear product in this torch build, or None where it has none"
+    try: return torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
+    except (AttributeError, RuntimeError): return None
+
+_ONEDNN = _onednn_product()
+
+def _dnn(x:torch.Tensor, w:torch.Tensor, b:torch.Tensor|None=None) -> torch.Tensor:
+    "x @ w.T (+ b), by oneDNN"
+    return _ONEDNN(x, w, b, 'none', [], '')
+
+class _OneDNNLinearFn(torch.autograd.Function):
+    "x @ W.T + b and its gradients, each product one of oneDNN's"
+    @staticmethod
+    def forward(ctx, x, w, b):
+        x = x.contiguous()  # a strided view (a column slice) would take oneDNN's slow reference kernels
+        ctx.save_for_backward(x, w)
+        return _dnn(x, w, b)
+    @staticmethod
+    def backward(ctx, g):
+        x, w, g = *ctx.saved_tensors, g.contiguous()
+        gx = _dnn(g, w.t()) if ctx.needs_input_grad[0] else None
+        gw = _dnn(g.t(), x.t()) if ctx.needs_input_grad[1] else None
+        gb = g.sum(0) if ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+class OneDNNLinear(nn.Linear):
+    "`nn.Linear` whose float32 products on the CPU, forward and backward, run on oneDNN's kernels; other inputs as `nn.Linear`"
+    def forward(self, x:torch.Tensor) -> torch.Tensor:
+        if _ONEDNN is None or x.dim() != 2 or x.dtype != torch.float32 or x.device.type != 'cpu' or self.weight.dtype != torch.float32:
+            return super().forward(x)
+        return _OneDNNLinearFn.apply(x, self.weight, self.bias)
+
+LINEARS = dict(torch=nn.Linear, onednn=OneDNNLinear)
+
+def linear_layer(kernels:str) -> type:
+    "The linear layer whose float32 products run on `kernels`: 'torch' (torch's own: MKL's on x86) or 'onednn'"
+    if kernels not in LINEARS: raise ValueError(f"kernels is 'torch' or 'onednn'; got {kernels!r}")
+    return LINEARS[kernels]
 
 # %% ../../nbs/10d_agents.sac.ipynb #550cbd04
 class ActionScale(nn.Module):
@@ -56,9 +99,9 @@ class ActionScale(nn.Module):
 # %% ../../nbs/10d_agents.sac.ipynb #eda587f8
 class TwinCritic(nn.Module):
     "Two Q-networks of a state and a [-1, 1] action: `(bs, 2)` values"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256), linear:type=nn.Linear):
         super().__init__()
-        self.q1, self.q2 = mlp((obs_dim + act_dim, *hidden, 1)), mlp((obs_dim + act_dim, *hidden, 1))
+        self.q1, self.q2 = mlp((obs_dim + act_dim, *hidden, 1), linear=linear), mlp((obs_dim + act_dim, *hidden, 1), linear=linear)
     def forward(self, s:torch.Tensor, a:torch.Tensor) -> torch.Tensor:
         x = torch.cat([s.flatten(1), a], 1)
         return torch.cat([self.q1(x), self.q2(x)], 1)
@@ -90,10 +133,10 @@ _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 # %% ../../nbs/10d_agents.sac.ipynb #62459e2a
 class GaussianActor(nn.Module):
     "SAC's policy: a Gaussian of state-dependent mean and spread, squashed into [-1, 1] by tanh"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256), linear:type=nn.Linear):
         super().__init__()
-        self.body = mlp((obs_dim, *hidden), nn.ReLU())
-        self.mu, self.log_std = nn.Linear(hidden[-1], act_dim), nn.Linear(hidden[-1], act_dim)
+        self.body = mlp((obs_dim, *hidden), nn.ReLU(), linear)
+        self.mu, self.log_std = linear(hidden[-1], act_dim), linear(hidden[-1], act_dim)
 
     def forward(self, s:torch.Tensor) -> torch.Tensor:
         "The policy's mode, squashed: the greedy action"
@@ -134,10 +177,11 @@ class EntropyCoef(nn.Module):
 # %% ../../nbs/10d_agents.sac.ipynb #df064acc
 class SACModel(nn.Module):
     "SAC's networks: a squashed Gaussian actor, twin critics and their Polyak-averaged target, the entropy coefficient; maps a batch to its twin Q-values"
-    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(256, 256), ent_coef:str|float='auto', ent_init:float=1., target_entropy:float|None=None):
+    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(256, 256), ent_coef:str|float='auto', ent_init:float=1., target_entropy:float|None=None,
+                 linear:type=nn.Linear):
         super().__init__()
         self.scale = ActionScale(action_space)
-        self.actor, self.critic = GaussianActor(obs_dim, self.scale.dim, hidden), TwinCritic(obs_dim, self.scale.dim, hidden)
+        self.actor, self.critic = GaussianActor(obs_dim, self.scale.dim, hidden, linear), TwinCritic(obs_dim, self.scale.dim, hidden, linear)
         auto = ent_coef == 'auto'
         self.entropy = EntropyCoef(self.scale.dim, ent_init if auto else float(ent_coef), auto, target_entropy)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -203,7 +247,7 @@ class ActorCriticTrainer(Callback):
                  tau:float=0.005, # Polyak factor of the target networks' updates
                  target_every:int=1, # Optimizer steps between the target networks' updates
                  policy_delay:int=1, # Critic steps between the actor's (the critics train at each)
-                 matmul_precision:str='highest', # torch's float32 matmul precision while fitting: 'highest' (float32) or 'medium' (bfloat16 products where the CPU has them)
+                 matmul_precision:str='highest', # torch's float32 matmul precision while fitting: 'highest' (float32) or 'medium' (see `ActorCriticSettings`)
                  beta:float=0.98): # Smoothing of the recorded actor loss, as the recorder smooths the critics'
         if matmul_precision not in ('highest', 'high', 'medium'):
             raise ValueError(f"matmul_precision is torch's: 'highest', 'high' or 'medium'; got {matmul_precision!r}")
@@ -319,7 +363,8 @@ class ActorCriticSettings:
     hidden:tuple = (256, 256) # Hidden layer sizes of the actor and of each critic
     tau:float = 0.005 # Polyak factor of the target networks' updates
     target_every:int = 1 # Optimizer steps between the target networks' updates
-    matmul_precision:str = 'highest' # torch's float32 matmul precision while fitting: 'highest' (float32), or 'medium' for bfloat16 products where the CPU has them (faster, less precise)
+    kernels:str = 'torch' # Where the layers' float32 products run: 'torch' (`nn.Linear`: MKL's kernels on x86) or 'onednn' (`OneDNNLinear`, float32 too)
+    matmul_precision:str = 'highest' # torch's float32 matmul precision while fitting: 'highest' (float32), or 'medium': bfloat16 products where oneDNN has them for float32 matrices (CPUs with AMX), float32 through oneDNN elsewhere
 
 
 # %% ../../nbs/10d_agents.sac.ipynb #fac7690a
@@ -382,14 +427,15 @@ def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium envir
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
 def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
                 *, model:SACModel|None=None, # The networks (default: a `SACModel` of `net.hidden` and `entropy`)
-                net:ActorCriticSettings|dict|None=None, # Network sizes and target updates
+                net:ActorCriticSettings|dict|None=None, # Network sizes, their kernels and target updates
                 entropy:EntropySettings|dict|None=None, # The entropy coefficient
                 explore:SACExploreSettings|dict|None=None, # Random actions during the warm-up
                 **kwargs) -> LeanLearner:
     "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay (learning rate 3e-4 unless `optim` gives one)"
     net, entropy, explore = settings(ActorCriticSettings, net), settings(EntropySettings, entropy), settings(SACExploreSettings, explore)
+    linear = linear_layer(net.kernels)
     def parts(n_obs:int, act_sp:gym.spaces.Box):
-        m = model if model is not None else SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
+        m = model if model is not None else SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target, linear)
         loss = SACLoss(m)
         return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every, matmul_precision=net.matmul_precision)
     return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)

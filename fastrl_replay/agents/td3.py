@@ -15,7 +15,7 @@ from torch import nn
 from .dqn import settings
 from ..learner import LeanLearner
 from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstrap, _critic_loss, ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings,
-                 actor_critic_learner, grouped)
+                 actor_critic_learner, grouped, linear_layer)
 
 # %% auto #0
 __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings', 'td3_learner',
@@ -24,9 +24,9 @@ __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Sett
 # %% ../../nbs/10e_agents.td3.ipynb #d9d971d3
 class DeterministicActor(nn.Module):
     "TD3's policy: a state's action in [-1, 1], explored with Gaussian noise of standard deviation `noise`"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(400, 300), noise:float=0.1):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(400, 300), noise:float=0.1, linear:type=nn.Linear):
         super().__init__()
-        self.net, self.noise = mlp((obs_dim, *hidden, act_dim), nn.Tanh()), noise
+        self.net, self.noise = mlp((obs_dim, *hidden, act_dim), nn.Tanh(), linear), noise
     def forward(self, s:torch.Tensor) -> torch.Tensor: return self.net(s.flatten(1))
     def explore(self, s:torch.Tensor, eps:torch.Tensor) -> torch.Tensor:
         "The action plus `noise` times standard normal `eps`, clipped to [-1, 1]"
@@ -35,10 +35,10 @@ class DeterministicActor(nn.Module):
 # %% ../../nbs/10e_agents.td3.ipynb #948f6401
 class TD3Model(nn.Module):
     "TD3's networks: a deterministic actor, twin critics and the target networks of both; maps a batch to its twin Q-values"
-    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(400, 300), noise:float=0.1):
+    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(400, 300), noise:float=0.1, linear:type=nn.Linear):
         super().__init__()
         self.scale = ActionScale(action_space)
-        self.actor, self.critic = DeterministicActor(obs_dim, self.scale.dim, hidden, noise), TwinCritic(obs_dim, self.scale.dim, hidden)
+        self.actor, self.critic = DeterministicActor(obs_dim, self.scale.dim, hidden, noise, linear), TwinCritic(obs_dim, self.scale.dim, hidden, linear)
         self.actor_target, self.critic_target = copy.deepcopy(self.actor).requires_grad_(False), copy.deepcopy(self.critic).requires_grad_(False)
 
     def forward(self, b:Mapping) -> torch.Tensor:
@@ -93,15 +93,15 @@ class GaussianExploreSettings:
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
 def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
                 *, model:TD3Model|None=None, # The networks (default: a `TD3Model` of `net.hidden`)
-                net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)) and target updates
+                net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)), their kernels and target updates
                 td3:TD3Settings|dict|None=None, # Policy delay and target smoothing
                 explore:GaussianExploreSettings|dict|None=None, # Exploration noise, random actions during the warm-up
                 **kwargs) -> LeanLearner:
     "A fastai `Learner` that trains TD3 on `env` with experience replay (learning rate 1e-3 unless `optim` gives one)"
     net, td3 = grouped(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
-    explore = settings(GaussianExploreSettings, explore)
+    explore, linear = settings(GaussianExploreSettings, explore), linear_layer(net.kernels)
     def parts(n_obs:int, act_sp:gym.spaces.Box):
-        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise)
+        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise, linear)
         loss = TD3Loss(m, td3.target_noise, td3.noise_clip)
         return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay, net.matmul_precision)
     return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)
