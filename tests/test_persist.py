@@ -384,9 +384,10 @@ def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
 def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_whole(tmp_path, monkeypatch):
     from fastrl_replay.memory import persist
     m = big_memory()
-    opened, allocated, real_open, real_allocate = [], [], os.open, persist._allocate
-    monkeypatch.setattr(persist.os, 'open', lambda path, flags, *a, **k: opened.append((Path(path).name, flags)) or real_open(path, flags, *a, **k))
-    monkeypatch.setattr(persist, '_allocate', lambda fd, n: allocated.append(n) or real_allocate(fd, n))
+    scope = type(m).save.__globals__  # the module the save runs in, whichever copy of it the session imported
+    opened, allocated, real_open, real_allocate = [], [], os.open, scope['_allocate']
+    monkeypatch.setattr(os, 'open', lambda path, flags, *a, **k: opened.append((Path(path).name, flags)) or real_open(path, flags, *a, **k))
+    monkeypatch.setitem(scope, '_allocate', lambda fd, n: allocated.append(n) or real_allocate(fd, n))
     m.save(tmp_path/'ck', durable=False)
     monkeypatch.undo()
     assert not any(flags & os.O_DIRECT for _, flags in opened)
