@@ -7,13 +7,13 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.alloc.html.md"""
 # %% ../../nbs/06i_memory.alloc.ipynb #a45468a0
 from __future__ import annotations
 import numpy as np, torch
-import mmap, os, re
+import ctypes, mmap, os, re
 from pathlib import Path
 from ..errors import ExperienceReplayException
 from .checks import NP_DTYPES
 
 # %% auto #0
-__all__ = ['PAGE', 'MappedArrays', 'keepable', 'same_file', 'page_aligned_zeros', 'use_huge_pages']
+__all__ = ['PAGE', 'MappedArrays', 'keepable', 'same_file', 'page_aligned_zeros', 'use_huge_pages', 'libc_function']
 
 # %% ../../nbs/06i_memory.alloc.ipynb #2a348229
 class MappedArrays:
@@ -94,3 +94,12 @@ def use_huge_pages(a:np.ndarray):
     if buf is None or not hasattr(mmap, 'MADV_HUGEPAGE'): return
     try: buf.madvise(mmap.MADV_HUGEPAGE)
     except OSError: pass  # a system without transparent huge pages
+
+# %% ../../nbs/06i_memory.alloc.ipynb #b1c0ffe2
+def libc_function(name:str, # The C function's name
+                  argtypes:list|None=None): # Its argument types, where ctypes' defaults would not convert them
+    "The C library's function `name`, setting errno for `ctypes.get_errno` and letting go of the GIL during its calls; None where the system has none"
+    try: fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError, TypeError): return None  # TypeError: a system whose C library cannot be opened by None (Windows)
+    if argtypes is not None: fn.argtypes = argtypes
+    return fn

@@ -20,7 +20,7 @@ from ..core import BD
 from ..errors import ExperienceReplayException, as_device, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
 from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column, as_shape,
                                         as_np_dtype, allocating)
-from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros, libc_function
 from .core import Storage, own_kind
 from ..nstep import nstep_returns
 
@@ -479,8 +479,7 @@ class FrameStorage(Storage):
 own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoints written when the class lived in memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
-try: _malloc_trim = ctypes.CDLL(None).malloc_trim  # glibc's: gives the free pages inside the C heap back to the system
-except (OSError, AttributeError, TypeError): _malloc_trim = None  # another C library: freed memory stays with the process
+_malloc_trim = libc_function('malloc_trim')  # glibc's: gives the free pages inside the C heap back to the system (elsewhere None: freed memory stays with the process)
 
 
 def _load_libzstd():

@@ -16,7 +16,7 @@ import numpy as np, torch
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
 from .checks import NP_DTYPES
-from .alloc import PAGE, page_aligned_zeros, use_huge_pages
+from .alloc import PAGE, page_aligned_zeros, use_huge_pages, libc_function
 from .core import Replay, Storage, Sampler, kind_name, KINDS, find_kind
 
 
@@ -137,9 +137,7 @@ def _write_cached(path:Path, a:np.ndarray) -> int:
         if crc: value = crc.result()
     return value
 
-try: _fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-except (OSError, AttributeError): _fallocate = None
-if _fallocate is not None: _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_fallocate = libc_function('fallocate', [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
 
 def _allocate(fd:int, n:int):
     "Give the empty file open at `fd` its `n` bytes of blocks at once, where the file system can (ext4, XFS, btrfs), so that the writes do not allocate them piece by piece; nothing for under `DIRECT_MIN` bytes, or elsewhere"
@@ -232,8 +230,7 @@ def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, i
 
 MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 22  # Linux 5.14's madvise that faults a range of pages in at once; reads of 4 MB
 FAULT_THREADS = 2  # threads faulting in a load's new pages: two did it in 0.58 of the time one took
-try: _madvise = ctypes.CDLL(None, use_errno=True).madvise  # ctypes lets go of the GIL during the call
-except (OSError, AttributeError): _madvise = None
+_madvise = libc_function('madvise')
 
 def _fault_in(address:int, n:int):
     "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the read that fills them faults them in"
@@ -285,8 +282,7 @@ def _read_direct(fd:int, start:int, data:memoryview, wait:Callable) -> tuple[int
     return done, crc
 
 CACHESTAT = 451  # Linux 6.5's system call counting the pages of a file range in the page cache, the same number on every architecture
-try: _syscall = ctypes.CDLL(None, use_errno=True).syscall
-except (OSError, AttributeError): _syscall = None
+_syscall = libc_function('syscall')
 
 def _cached(fd:int, start:int, n:int) -> bool:
     "Whether the `n` bytes from byte `start` of the file open at `fd` are all in the page cache (False where the kernel cannot tell)"
@@ -369,15 +365,12 @@ def read_array(root:int, entry:dict, where:Path):
     return t if t.dtype == dtype else t.view(dtype)
 
 # %% ../../nbs/06f_memory.persist.ipynb #fd67f06e
-_RENAME_EXCHANGE = 2
+_RENAME_EXCHANGE, _renameat2 = 2, libc_function('renameat2')
 
 def _exchange(a:Path, b:Path) -> bool:
     "Swap directories `a` and `b` in one step; False where the system cannot"
-    try: libc = ctypes.CDLL(None, use_errno=True)
-    except OSError: return False
-    fn = getattr(libc, 'renameat2', None)
-    if fn is None: return False
-    if fn(-100, os.fsencode(a), -100, os.fsencode(b), _RENAME_EXCHANGE) == 0: return True  # -100: AT_FDCWD
+    if _renameat2 is None: return False
+    if _renameat2(-100, os.fsencode(a), -100, os.fsencode(b), _RENAME_EXCHANGE) == 0: return True  # -100: AT_FDCWD
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP): return False
     raise OSError(err, os.strerror(err), str(b))
