@@ -100,7 +100,7 @@ def speed(algo, n, out, matmul_precision='highest', kernels=None):
     torch.set_num_threads(1)
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
-    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels or d.get('net', {}).get('kernels', 'torch'))  # ours only
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels or preset_kernels(algo, 'Pendulum-v1', 10 * n))  # ours only
     learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
@@ -127,7 +127,7 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
         for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 prec = matmul_precision if lib == 'ours' else 'highest'  # SB3 always in float32
-                kern = (kernels or settings(algo, env, steps).get('net', {}).get('kernels', 'torch')) if lib == 'ours' else 'torch'  # ours: given, else the preset's
+                kern = (kernels or preset_kernels(algo, env, steps)) if lib == 'ours' else 'torch'  # ours: given, else the preset's
                 n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec, kern)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
@@ -135,10 +135,23 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
                 print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
+def default_kernels(algo) -> str:
+    "The kernels the learner of `algo` computes on when its settings do not say: `TD3_NET`'s for TD3, `ActorCriticSettings`' for SAC"
+    from fastrl_replay.agents.sac import ActorCriticSettings
+    from fastrl_replay.agents.td3 import TD3_NET
+    return TD3_NET['kernels'] if algo == 'td3' else ActorCriticSettings.kernels
+
+def preset_kernels(algo, env, steps) -> str:
+    "The kernels ours computes on with the preset's settings: the preset's, else the learner's default"
+    return settings(algo, env, steps).get('net', {}).get('kernels', default_kernels(algo))
+
 def config(r) -> str:
-    "How a run of ours computed its products: '' for float32 on torch's kernels (and for SB3's runs), else the kernels or the precision"
+    "How a run of ours computed its products: '' for float32 on its learner's default kernels (and for SB3's runs), else the kernels or the precision"
+    if r.get('lib') == 'sb3': return ''
     prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
-    return ', '.join(([] if kern == 'torch' else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+    return ', '.join(([] if kern == default_kernels(r['algo']) else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+
+KERNEL_NAMES = dict(torch="torch's", onednn="oneDNN's")
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
@@ -148,7 +161,7 @@ def compare(recs):
     recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
     for r in sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r['algo'], config(r) != '', config(r))):
-        how = f' with {config(r)}' if config(r) else ''
+        how = f' with {config(r)}' if config(r) else f" on {KERNEL_NAMES[default_kernels(r['algo'])]} kernels (its default)"
         lines += [f"**Speed, {r['algo'].upper()} on {r['env']}, ours{how}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
                   f"torch on {r['torch_threads']} thread; SB3 on torch's float32 kernels): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
     recs = runs
@@ -161,7 +174,7 @@ def compare(recs):
             lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {", ".join(labels)} only so far.** ' + '; '.join(
                 f"{l} seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for l in labels for r in rs[l]) + '.', '']
             continue
-        lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps.**', '',
+        lines += [f"**{algo.upper()} on {env}, {steps:,} environment steps** (ours: float32 on {KERNEL_NAMES[default_kernels(algo)]} kernels, its default).", '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
         for l in labels:
             for r in rs[l]: lines.append(f"| {l} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
@@ -179,7 +192,7 @@ def compare(recs):
         for l in labels:
             if l in ('ours', 'sb3'): continue
             c = ret[l]
-            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on torch's "
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on {KERNEL_NAMES[default_kernels(algo)]} "
                           f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
                           f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
         lines.append('')
