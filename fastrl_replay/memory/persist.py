@@ -124,17 +124,14 @@ def _write_cached(path:Path, a:np.ndarray) -> int:
     "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly"
     large = _direct(a)
     head = _npy_header(a, PAGE if large else None)
-    crc, value = _Crc() if large else None, 0  # a large array's CRC-32 in a thread beside the writes
+    crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
     try:
         with open(path, 'wb') as f:
             _allocate(f.fileno(), len(head) + a.nbytes)
             f.write(head)
             for chunk in _c_chunks(a):
-                if crc: crc.add(chunk)
-                else: value = crc32(chunk, value)
-                f.write(chunk)
-    finally:
-        if crc: value = crc.result()
+                crc.add(chunk); f.write(chunk)
+    finally: value = crc.result()
     return value
 
 _fallocate = libc_function('fallocate', [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
@@ -159,16 +156,17 @@ try: import fcntl  # direct I/O is there only where fcntl is (not on Windows)
 except ImportError: fcntl = None
 
 class _Crc:
-    "The CRC-32 of the pieces given to `add`, in order (continuing `value`), computed in a thread beside the file I/O"
-    def __init__(self, value:int=0):
-        self.value, self.pieces = value, queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+    "The CRC-32 of the pieces given to `add`, in order (continuing `value`), computed in a thread beside the file I/O if `beside`, else at once"
+    def __init__(self, value:int=0, beside:bool=True):
+        self.value, self.pieces, self.thread = value, queue.SimpleQueue(), None
+        if beside: self.thread = threading.Thread(target=self._run, daemon=True); self.thread.start()
     def _run(self):
         while (piece := self.pieces.get()) is not None: self.value = crc32(piece, self.value)  # zlib and ISA-L let go of the GIL
-    def add(self, piece:memoryview): self.pieces.put(piece)
+    def add(self, piece:memoryview):
+        if self.thread is None: self.value = crc32(piece, self.value)
+        else: self.pieces.put(piece)
     def result(self) -> int:
-        if self.thread.is_alive(): self.pieces.put(None); self.thread.join()
+        if self.thread is not None and self.thread.is_alive(): self.pieces.put(None); self.thread.join()
         return self.value
 
 def _npy_header(a:np.ndarray, size:int|None=None) -> bytes:
