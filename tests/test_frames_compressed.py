@@ -343,6 +343,21 @@ def test_rows_out_of_range_are_refused(monkeypatch, libzstd):
     for rows in ([0, 40], [-1, 3], [[5, 100]]):
         with pytest.raises(ExperienceReplayException, match='expected row indices from 0 to 39'): packed.frames_at(np.array(rows))
 
+def test_reads_skip_the_checksum_of_their_own_blocks_and_loads_check_it():
+    "The compiled reads skip zstd's checksum of the storage's own blocks (libzstd 1.4.7 on): a block whose checksum is wrong still reads its frames, and a checkpoint holding it is refused whole"
+    import fastrl_replay.memory.frames as frames_module
+    if frames_module._LIBZSTD is None or frames_module._LIBZSTD[0].ZSTD_versionNumber() < 10407: pytest.skip('libzstd 1.4.7 or newer')
+    plain, packed = pair(40, 8)
+    fill(plain, 50); fill(packed, 50)
+    assert packed._reader.checks_sums is False
+    b = packed.blocks[1]
+    packed.blocks[1] = b[:-4] + bytes(x ^ 0xFF for x in b[-4:])  # the frame's checksum (its last 4 bytes) wrong
+    assert_same_frames_and_transitions(plain, packed)
+    fresh = pair(40, 8)[1]
+    before = fresh.state_dict()['frames']['blob'].copy()
+    with pytest.raises(ExperienceReplayException, match='block 1 does not decode'): fresh.load_state_dict(packed.state_dict())
+    np.testing.assert_array_equal(fresh.state_dict()['frames']['blob'], before)
+
 # --- reads on torch's threads: the blocks of a read decoded by up to `torch.get_num_threads()` threads -----------------------
 
 def on_threads(n, fn):
