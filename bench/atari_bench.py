@@ -13,6 +13,7 @@ checkpoint (`rb.dumps`) fails, so its checkpoint is torch.save of its state dict
 
     python bench/atari_bench.py --games Pong  # one game, all libraries (about 5 minutes on 2 cores)
     python bench/atari_bench.py --steps 20000 --games Pong
+    python bench/atari_bench.py --stored bench/results/atari_run bench/stored/11_atari_replay.json  # the page's section: tables, goals, prose.json's paragraphs
 """
 import argparse, json, os, pickle, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -219,6 +220,46 @@ def table(rows:list) -> str:
         out.append('')
     return '\n'.join(out)
 
+BUDGET = dict(Pong=128, Breakout=128, MsPacman=256)  # the goals' bytes per transition: at most 128 on Pong and Breakout, 256 on every game
+COMPRESSED_PEERS = ('torchrl-compressed', 'torchrl-compressed-zstd', 'sb3-extra-igzip0')
+
+def _met(ok:bool) -> str: return 'met' if ok else 'missed'
+
+def goals(rows:list, threaded:list) -> str:
+    "Each game's figures against the goals, from the one-thread rows, and the reads of the two-thread rows"
+    out = ['Against the goals:', '']
+    for g in dict.fromkeys(r['game'] for r in rows):
+        by = {r['library']: r for r in rows if r['game'] == g}
+        c, u, peers = by['ours-compressed'], by['ours'], [by[l] for l in COMPRESSED_PEERS if l in by]
+        best, fast = min(peers, key=lambda r: r['rss_bytes_per_transition']), min(peers, key=lambda r: r['sample32_ms'])
+        b, s = c['rss_bytes_per_transition'], c['sample32_ms'] / u['sample32_ms']
+        out.append(f"- **{g}**: {b:,.0f} bytes per transition (goal at most {BUDGET[g]}: {_met(b <= BUDGET[g])}); the best peer, {best['library']}, holds "
+                   f"{best['rss_bytes_per_transition']:,.0f}, {best['rss_bytes_per_transition'] / b:.1f}x more (goal at least 2x: {_met(best['rss_bytes_per_transition'] >= 2 * b)}); "
+                   f"{c['adds_per_s']:,.0f} adds/s (goal at least 100,000: {_met(c['adds_per_s'] >= 100_000)}; {u['adds_per_s']:,.0f} for the uncompressed `FrameStorage`); "
+                   f"sample(32) {c['sample32_ms']:.2f} ms, {'faster' if c['sample32_ms'] < fast['sample32_ms'] else 'not faster'} than the fastest compressed peer, {fast['library']}, "
+                   f"at {fast['sample32_ms']:.2f} ms (goal: {_met(c['sample32_ms'] < fast['sample32_ms'])}), and {s:.2f}x the uncompressed `FrameStorage`'s {u['sample32_ms']:.2f} ms "
+                   f"(goal at most 3x: {_met(s <= 3)}); checkpoint {c['checkpoint_bytes_per_transition']:,.0f} bytes per transition in {c['checkpoint_s']:.2f} s.")
+    two = []
+    for g in dict.fromkeys(r['game'] for r in threaded):
+        by, one = {r['library']: r for r in threaded if r['game'] == g}, {r['library']: r for r in rows if r['game'] == g}
+        c, u, peers = by['ours-compressed'], by['ours'], [by[l] for l in COMPRESSED_PEERS if l in by]
+        fast, s = min(peers, key=lambda r: r['sample32_ms']), c['sample32_ms'] / u['sample32_ms']
+        two.append(f"- **{g}**: sample(32) {c['sample32_ms']:.2f} ms on two threads (one thread, in the table above: {one['ours-compressed']['sample32_ms']:.2f}), "
+                   f"{s:.2f}x the uncompressed `FrameStorage`'s {u['sample32_ms']:.2f} ms (goal at most 3x: {_met(s <= 3)}), "
+                   f"{'faster' if c['sample32_ms'] < fast['sample32_ms'] else 'not faster'} than the fastest compressed peer on two threads, {fast['library']}, "
+                   f"at {fast['sample32_ms']:.2f} ms (goal: {_met(c['sample32_ms'] < fast['sample32_ms'])}).")
+    return '\n'.join(out), '\n'.join(two)
+
+def stored(run:Path, out:Path):
+    "The benchmarks page's section from a run's folder: its one-thread results `t1_<game>.json`, two-thread `t2_<game>.json`, and `prose.json` (the paragraphs around the tables, the date, machine and commands)"
+    prose = json.loads((run/'prose.json').read_text())
+    rows = lambda k: [r for g in GAMES if (run/f'{k}_{g}.json').exists() for r in json.loads((run/f'{k}_{g}.json').read_text())['rows']]
+    t1, t2 = rows('t1'), rows('t2')
+    one, two = goals(t1, t2)
+    parts = [*prose['before'], table(t1), one, *prose['misses']] + ([*prose['threads'], table(t2), two] if t2 else []) + prose['after']
+    out.write_text(json.dumps(dict(title='Atari replay: compressed frames against the peers', date=prose['date'], machine=prose['machine'], command=prose['command'],
+                                   text='\n\n'.join(parts), rows=t1, threads_rows=t2, threads_command=prose['threads_command']), indent=1) + '\n')
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--games', nargs='*', default=GAMES)
@@ -228,7 +269,9 @@ def main():
     p.add_argument('--one', nargs=2, metavar=('GAME', 'LIB'), help=argparse.SUPPRESS)
     p.add_argument('--out', default='bench/results/atari_bench.json')
     p.add_argument('--table', metavar='RESULTS', help='print the markdown table of a results file (its rows, or JSON lines)')
+    p.add_argument('--stored', nargs=2, type=Path, metavar=('RUN', 'OUT'), help="write the benchmarks page's section OUT from the run's folder RUN (t1_<game>.json, t2_<game>.json, prose.json)")
     a = p.parse_args()
+    if a.stored: return stored(*a.stored)
     if a.table:
         text = Path(a.table).read_text()
         rows = json.loads(text)['rows'] if text.lstrip().startswith('{"steps"') or text.lstrip().startswith('{\n') else [json.loads(l) for l in text.splitlines() if l.strip()]
