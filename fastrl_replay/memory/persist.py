@@ -235,31 +235,33 @@ def _fault_in(address:int, n:int):
     if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
 
 def _read_values(o:io.BufferedReader, data:memoryview, f:str) -> int:
-    "Fill `data` from file `o`'s position in pieces of `READ_PIECE`, each read straight into place and checksummed as it lands, while `FAULT_THREADS` threads fault in the pages of the pieces ahead (for 1 MB or more): directly from the disk where the file is not in the page cache, else through it; the CRC-32"
+    "Fill `data` from file `o`'s position in pieces of `READ_PIECE`, each read straight into place and checksummed once it is there, while `FAULT_THREADS` threads fault in the pages of the pieces ahead and one more computes the CRC-32 behind (for 1 MB or more): directly from the disk where the file is not in the page cache, else through it; the CRC-32"
     fd, start, n = o.fileno(), o.tell(), len(data)
     ahead = ThreadPoolExecutor(FAULT_THREADS) if n >= DIRECT_MIN else None
     address = np.frombuffer(data, np.uint8).ctypes.data if ahead else 0
     faulted = [ahead.submit(_fault_in, address + s, min(READ_PIECE, n - s)) for s in range(0, n, READ_PIECE)] if ahead else []
     wait = lambda s: faulted and faulted[s // READ_PIECE].result()
+    crc = _Crc(beside=ahead is not None)
     try:
         direct = start % PAGE == 0 and _direct(np.frombuffer(data, np.uint8)) and not _cached(fd, start, n)
-        done, crc = _read_direct(fd, start, data, wait) if direct else (0, 0)
+        done = _read_direct(fd, start, data, wait, crc) if direct else 0
         o.seek(start + done)
         for s in range(done, n, READ_PIECE):
             wait(s)
             piece = data[s:min(n, (s // READ_PIECE + 1) * READ_PIECE)]
             if o.readinto(piece) != len(piece): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
-            crc = crc32(piece, crc)
+            crc.add(piece)
     finally:
         if ahead: ahead.shutdown(cancel_futures=True)
-    return crc
+        value = crc.result()
+    return value
 
-def _read_direct(fd:int, start:int, data:memoryview, wait:Callable) -> tuple[int, int]:
-    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread), checksummed there while in the cache and copied into `data` once `wait(s)` returns for the piece at `s`; how many bytes were read and their CRC-32"
-    body, done, crc = len(data) // PAGE * PAGE, 0, 0
+def _read_direct(fd:int, start:int, data:memoryview, wait:Callable, crc:_Crc) -> int:
+    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread), copied into `data` once `wait(s)` returns for the piece at `s` and given to `crc` there; how many bytes were read"
+    body, done = len(data) // PAGE * PAGE, 0
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError: return 0, 0
+    except OSError: return 0
     n, dest, reads = min(READ_PIECE, body), np.frombuffer(data, np.uint8), ThreadPoolExecutor(1)
     bufs = [memoryview(page_aligned_zeros((n,))) for _ in range(2)]
     read = lambda s: os.preadv(fd, [bufs[s // n % 2][:min(n, body - s)]], start + s)
@@ -268,16 +270,15 @@ def _read_direct(fd:int, start:int, data:memoryview, wait:Callable) -> tuple[int
         for s in range(0, body, n):
             got, want = ahead.result(), min(n, body - s)
             if got == want and s + n < body: ahead = reads.submit(read, s + n)  # into the other buffer, while this one is used
-            piece = bufs[s // n % 2][:got]
-            crc = crc32(piece, crc)
             wait(s)
-            dest[s:s + got] = np.frombuffer(piece, np.uint8)
+            dest[s:s + got] = np.frombuffer(bufs[s // n % 2][:got], np.uint8)
+            crc.add(data[s:s + got])
             done += got
             if got != want: break  # a short read: the rest through the page cache
     except OSError as e:
         if e.errno != errno.EINVAL: raise
     finally: reads.shutdown(); fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-    return done, crc
+    return done
 
 CACHESTAT = 451  # Linux 6.5's system call counting the pages of a file range in the page cache, the same number on every architecture
 _syscall = libc_function('syscall')
