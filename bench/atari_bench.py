@@ -114,7 +114,7 @@ def measure(game:str, lib:str, n:int, threads:int=1) -> dict:
     from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
     from sb3_extra_buffers.compressed import CompressedReplayBuffer
     obs, m = load(game, n)
-    obs = np.ascontiguousarray(obs)  # in RAM before the baseline, so the frames are not counted as the memory's
+    obs = np.array(obs)  # a copy in RAM before the baseline: the adds read memory, not the file's pages (a cold page cache made the first library of a game wait on the disk), and the frames are not counted as the memory's
     act, rew, term, trunc = m['action'], m['reward'], m['terminated'], m['truncated']
     done = term | trunc
     first = np.concatenate([[True], done[:-1]])
