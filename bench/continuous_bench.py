@@ -4,8 +4,8 @@ Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl
 Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
 two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
 Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
-otherwise. Ours computes its layers' products on the preset's kernels (torch's) unless `--kernels` names
-others (oneDNN's); SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
+otherwise. Ours computes its layers' products on its default kernels (oneDNN's) unless `--kernels` names
+others (torch's); SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
 to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
 training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
 interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
@@ -136,10 +136,9 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
                 print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
 def default_kernels(algo) -> str:
-    "The kernels the learner of `algo` computes on when its settings do not say: `TD3_NET`'s for TD3, `ActorCriticSettings`' for SAC"
+    "The kernels the learner of `algo` computes on when its settings do not say (`ActorCriticSettings`', for SAC and TD3 alike)"
     from fastrl_replay.agents.sac import ActorCriticSettings
-    from fastrl_replay.agents.td3 import TD3_NET
-    return TD3_NET['kernels'] if algo == 'td3' else ActorCriticSettings.kernels
+    return ActorCriticSettings.kernels
 
 def preset_kernels(algo, env, steps) -> str:
     "The kernels ours computes on with the preset's settings: the preset's, else the learner's default"

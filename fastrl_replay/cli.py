@@ -281,7 +281,7 @@ def main(argv=None):
     t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t.add_argument('--kernels', choices=['torch', 'onednn'], help="sac and td3: the layers' float32 products on torch's kernels (nn.Linear) or oneDNN's "
-                   "(OneDNNLinear) (default: the learner's, oneDNN's for td3 and torch's for sac)")
+                   "(OneDNNLinear) (default: oneDNN's)")
     t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
     t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
     t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')

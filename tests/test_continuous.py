@@ -184,18 +184,18 @@ def test_matmul_precision_is_a_setting_of_the_fit():
 
 
 @pytest.mark.parametrize('algo', ['sac', 'td3'])
-def test_onednn_kernels_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
-    "net=dict(kernels='onednn'): every linear layer is a OneDNNLinear; two runs from a seed are equal, and a stopped run resumes to the whole one"
+def test_both_kernels_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
+    "By default every linear layer is a OneDNNLinear, net=dict(kernels='torch') an nn.Linear; on either, two runs from a seed are equal, and a stopped run resumes to the whole one"
     from fastrl_replay.agents.sac import OneDNNLinear
-    net = dict(hidden=(32, 32), kernels='onednn')
-    whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'a', every=100)])
-    linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
-    assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is OneDNNLinear for m in linears)
-    same_run(whole, fit(algo, net=net))
-    fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100), StopAt(230)])
-    resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100, resume=True)])
-    same_run(whole, resumed)
-    assert all(type(m) is torch.nn.Linear for m in fit(algo, epochs=1, steps_per_epoch=70).model.modules() if isinstance(m, torch.nn.Linear))
+    for kernels, layer in (('torch', torch.nn.Linear), (None, OneDNNLinear)):
+        net = dict(hidden=(32, 32)) | ({} if kernels is None else dict(kernels=kernels))
+        whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'a{kernels}', every=100)])
+        linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
+        assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is layer for m in linears)
+        same_run(whole, fit(algo, net=net))
+        fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'b{kernels}', every=100), StopAt(230)])
+        resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'b{kernels}', every=100, resume=True)])
+        same_run(whole, resumed)
     with pytest.raises(ValueError, match="'torch' or 'onednn'"): BUILD[algo](net=dict(kernels='mkl'))
 
 

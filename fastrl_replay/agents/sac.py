@@ -363,7 +363,7 @@ class ActorCriticSettings:
     hidden:tuple = (256, 256) # Hidden layer sizes of the actor and of each critic
     tau:float = 0.005 # Polyak factor of the target networks' updates
     target_every:int = 1 # Optimizer steps between the target networks' updates
-    kernels:str = 'torch' # Where the layers' float32 products run: 'torch' (`nn.Linear`: MKL's kernels on x86) or 'onednn' (`OneDNNLinear`, float32 too)
+    kernels:str = 'onednn' # Where the layers' float32 products run: 'onednn' (`OneDNNLinear`) or 'torch' (`nn.Linear`: MKL's kernels on x86), float32 either way
     matmul_precision:str = 'highest' # torch's float32 matmul precision while fitting: 'highest' (float32), or 'medium': bfloat16 products where oneDNN has them for float32 matrices (CPUs with AMX), float32 through oneDNN elsewhere
 
 

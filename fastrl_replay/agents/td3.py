@@ -18,8 +18,8 @@ from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstr
                  actor_critic_learner, grouped, linear_layer)
 
 # %% auto #0
-__all__ = ['TD3_NET', 'TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings',
-           'td3_learner', 'td3_defaults']
+__all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings', 'td3_learner',
+           'td3_defaults']
 
 # %% ../../nbs/10e_agents.td3.ipynb #d9d971d3
 class DeterministicActor(nn.Module):
@@ -82,8 +82,6 @@ class TD3Settings:
     target_noise:float = 0.2 # Standard deviation of the noise on the target actor's actions
     noise_clip:float = 0.5 # That noise is clipped to plus or minus this
 
-TD3_NET = dict(hidden=(400, 300), kernels='onednn')  # `td3_learner`'s networks when `net` does not say
-
 # %% ../../nbs/10e_agents.td3.ipynb #9e16cd32
 @dataclass
 class GaussianExploreSettings:
@@ -95,12 +93,12 @@ class GaussianExploreSettings:
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
 def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
                 *, model:TD3Model|None=None, # The networks (default: a `TD3Model` of `net.hidden`)
-                net:ActorCriticSettings|dict|None=None, # Network sizes and kernels (default `TD3_NET`), target updates
+                net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)), their kernels and target updates
                 td3:TD3Settings|dict|None=None, # Policy delay and target smoothing
                 explore:GaussianExploreSettings|dict|None=None, # Exploration noise, random actions during the warm-up
                 **kwargs) -> LeanLearner:
     "A fastai `Learner` that trains TD3 on `env` with experience replay (learning rate 1e-3 unless `optim` gives one)"
-    net, td3 = grouped(ActorCriticSettings, net, TD3_NET), settings(TD3Settings, td3)
+    net, td3 = grouped(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
     explore, linear = settings(GaussianExploreSettings, explore), linear_layer(net.kernels)
     def parts(n_obs:int, act_sp:gym.spaces.Box):
         m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise, linear)
