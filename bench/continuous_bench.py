@@ -197,10 +197,10 @@ def compare(recs):
         lines.append('')
     var = [r for r in recs if r['variant'] != 'uniform']
     nominal = lambda r: round(r['steps'], -2)  # n-step folding runs a step or two past the budget (20,002 for 20,000)
-    for env, steps in sorted({(r['env'], nominal(r)) for r in var}):
-        lines += [f'**Replay variants, SAC on {env}, {steps:,} environment steps (ours).**', '',
+    for env, steps, how in sorted({(r['env'], nominal(r), config(r)) for r in var}):
+        lines += [f"**Replay variants, SAC on {env}, {steps:,} environment steps (ours{', ' + how if how else ''}).**", '',
                   '| replay | seeds | greedy returns | mean | against uniform (Welch) |', '|---|---:|---|---:|---|']
-        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant'], config(r)) == ('ours', 'sac', env, v, '') and nominal(r) == steps], key=lambda r: r['seed'])
+        rows = {v: sorted([r for r in recs if (r['lib'], r['algo'], r['env'], r['variant'], config(r)) == ('ours', 'sac', env, v, how) and nominal(r) == steps], key=lambda r: r['seed'])
                 for v in ('uniform', 'per', 'nstep3')}
         base = [r['greedy_mean'] for r in rows['uniform']]
         for v, rr in rows.items():
