@@ -402,6 +402,30 @@ def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_
     same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
 
 
+@pytest.mark.parametrize('pace', ['slow', 'fast'])
+def test_a_save_without_flush_goes_directly_after_a_slow_first_piece(tmp_path, monkeypatch, pace):
+    "The first PROBE bytes of a large array go through the page cache; slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file), else through the cache: the same file either way"
+    import fcntl
+    m = big_memory(rows=100_000)  # a block of 4.8 MB
+    scope = type(m).save.__globals__
+    monkeypatch.setitem(scope, 'PROBE', 1 << 20)
+    monkeypatch.setitem(scope, 'CACHE_MIN_RATE', float('inf') if pace == 'slow' else 0.)
+    direct, real_fcntl = [], fcntl.fcntl
+    def watch(fd, cmd, *a):
+        if cmd == fcntl.F_SETFL and a and a[0] & os.O_DIRECT: direct.append(fd)
+        return real_fcntl(fd, cmd, *a)
+    monkeypatch.setattr(fcntl, 'fcntl', watch)
+    m.save(tmp_path/'ck', durable=False)
+    monkeypatch.undo()
+    assert len(direct) == (1 if pace == 'slow' else 0)  # the block only: the sampler's arrays are under the probe's size
+    man, e = rows_entry(tmp_path/'ck')
+    f = tmp_path/'ck'/e['file']
+    assert f.stat().st_size == 4096 + e['nbytes'] and e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
+    m.save(tmp_path/'flushed')
+    assert rows_entry(tmp_path/'flushed')[1]['crc32'] == e['crc32']
+    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
+
+
 @pytest.mark.parametrize('advice', ['faults pages in', 'refused'])
 def test_direct_loads_in_pieces_with_the_pages_faulted_in_ahead_or_not(tmp_path, monkeypatch, advice):
     from fastrl_replay.memory import persist

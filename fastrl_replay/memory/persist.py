@@ -6,7 +6,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
-import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, sys, threading, uuid
+import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, sys, threading, time, uuid
 try: from isal.isal_zlib import crc32  # ISA-L: the same CRC-32 as zlib's, several times faster
 except ImportError: from zlib import crc32
 from collections.abc import Callable
@@ -121,7 +121,7 @@ def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
     return entry
 
 def _write_cached(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly"
+    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly after its first `PROBE` bytes if the page cache took those slower than `CACHE_MIN_RATE`"
     large = _direct(a)
     head = _npy_header(a, PAGE if large else None)
     crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
@@ -129,10 +129,22 @@ def _write_cached(path:Path, a:np.ndarray) -> int:
         with open(path, 'wb') as f:
             _allocate(f.fileno(), len(head) + a.nbytes)
             f.write(head)
-            for chunk in _c_chunks(a):
-                crc.add(chunk); f.write(chunk)
+            if large: _write_probed(f, _bytes(a), crc)
+            else:
+                for chunk in _c_chunks(a): crc.add(chunk); f.write(chunk)
     finally: value = crc.result()
     return value
+
+PROBE, CACHE_MIN_RATE = 1 << 24, 2e9  # the first 16 MB of a large array through the page cache tell its pace: under 2 GB/s, the rest goes directly
+
+def _write_probed(f:io.BufferedWriter, data:memoryview, crc:_Crc):
+    "Write `data` (page-aligned memory, at a page-aligned position of file `f`) through the page cache, or past it after its first `PROBE` bytes if the cache took them slower than `CACHE_MIN_RATE` (on this project's virtual machine a first write through the cache took 0.32 to 0.40 s for 181 MB at times, 0.03 s at others)"
+    first, t = data[:PROBE], time.perf_counter()
+    f.write(first); f.flush(); crc.add(first)
+    rest = data[len(first):]
+    slow = (time.perf_counter() - t) * CACHE_MIN_RATE > len(first)
+    done = _pages_direct(f.fileno(), rest, crc) if slow and len(rest) >= PAGE else 0
+    crc.add(rest[done:]); _write_all(f.fileno(), rest[done:])
 
 _fallocate = libc_function('fallocate', [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
 
@@ -185,22 +197,33 @@ def _direct(a:np.ndarray) -> bool:
 def _write_all(fd:int, data:memoryview):
     while data: data = data[os.write(fd, data):]
 
+def _pages_direct(fd:int, data:memoryview, crc:_Crc) -> int:
+    "Write the whole pages of `data` (page-aligned memory) at the page-aligned position of file `fd`, past the page cache, in pieces given to `crc`; the bytes written, fewer where the file system refuses direct I/O. `fd` is left without `O_DIRECT`, for a last partial page"
+    flags, body, done = fcntl.fcntl(fd, fcntl.F_GETFL), len(data) // PAGE * PAGE, 0
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+        for s in range(0, body, PIECE):
+            piece = data[s:min(s + PIECE, body)]
+            _write_all(fd, piece); crc.add(piece); done += len(piece)
+    except OSError as e:
+        if e.errno != errno.EINVAL: raise
+    finally: fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+    return done
+
 def _write_direct(path:Path, a:np.ndarray) -> int|None:
     "Write `a` to `path` past the page cache, its values at byte `PAGE`; its CRC-32, or None where the file system refuses direct I/O"
     data = memoryview(a.reshape(-1).view(np.uint8))
-    body, head = len(data) // PAGE * PAGE, page_aligned_zeros((PAGE,))
+    head = page_aligned_zeros((PAGE,))
     head[:] = np.frombuffer(_npy_header(a, PAGE), np.uint8)
     try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
     except OSError: return None
     crc = _Crc()
     try:
         _write_all(fd, memoryview(head))
-        for s in range(0, body, PIECE):
-            piece = data[s:min(s + PIECE, body)]
-            crc.add(piece); _write_all(fd, piece)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)  # the last partial page
-        crc.add(data[body:])
-        _write_all(fd, data[body:])
+        done = _pages_direct(fd, data, crc)
+        if done < len(data) // PAGE * PAGE: return None  # refused: the caller writes the file again through the page cache
+        crc.add(data[done:])
+        _write_all(fd, data[done:])  # the last partial page
         return crc.result()
     except OSError as e:
         if e.errno != errno.EINVAL: raise
