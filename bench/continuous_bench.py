@@ -19,7 +19,7 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
     python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels, on a line of its own
     python bench/continuous_bench.py --speed td3 --steps 500 --kernels torch --matmul-precision medium   # ours under torch's 'medium' precision
-    python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the preset's)
+    python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the learner's, oneDNN's)
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
@@ -135,20 +135,20 @@ def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_pr
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
                 print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
 
-def default_kernels(algo) -> str:
-    "The kernels the learner of `algo` computes on when its settings do not say (`ActorCriticSettings`', for SAC and TD3 alike)"
+def default_kernels() -> str:
+    "The kernels SAC's and TD3's learners compute on when their settings do not say: `ActorCriticSettings`'"
     from fastrl_replay.agents.sac import ActorCriticSettings
     return ActorCriticSettings.kernels
 
 def preset_kernels(algo, env, steps) -> str:
     "The kernels ours computes on with the preset's settings: the preset's, else the learner's default"
-    return settings(algo, env, steps).get('net', {}).get('kernels', default_kernels(algo))
+    return settings(algo, env, steps).get('net', {}).get('kernels', default_kernels())
 
 def config(r) -> str:
     "How a run of ours computed its products: '' for float32 on its learner's default kernels (and for SB3's runs), else the kernels or the precision"
     if r.get('lib') == 'sb3': return ''
     prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
-    return ', '.join(([] if kern == default_kernels(r['algo']) else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+    return ', '.join(([] if kern == default_kernels() else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
 
 KERNEL_NAMES = dict(torch="torch's", onednn="oneDNN's")
 
@@ -160,20 +160,21 @@ def compare(recs):
     recs = list(latest.values())
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
     for r in sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r['algo'], config(r) != '', config(r))):
-        how = f' with {config(r)}' if config(r) else f" on {KERNEL_NAMES[default_kernels(r['algo'])]} kernels (its default)"
+        how = f' with {config(r)}' if config(r) else f" on {KERNEL_NAMES[default_kernels()]} kernels (its default)"
         lines += [f"**Speed, {r['algo'].upper()} on {r['env']}, ours{how}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
                   f"torch on {r['torch_threads']} thread; SB3 on torch's float32 kernels): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
     recs = runs
     keys = sorted({(r['algo'], r['env'], r['steps']) for r in recs if r['variant'] == 'uniform'})
     for algo, env, steps in keys:
         rr = [r for r in recs if (r['algo'], r['env'], r['steps'], r['variant']) == (algo, env, steps, 'uniform')]
-        labels = sorted({r['lib'] + (f', {config(r)}' if config(r) else '') for r in rr}, key=lambda l: (l == 'sb3', l != 'ours', l))
-        rs = {l: sorted([r for r in rr if r['lib'] + (f', {config(r)}' if config(r) else '') == l], key=lambda r: r['seed']) for l in labels}
+        label = lambda r: r['lib'] + (f', {config(r)}' if config(r) else '')
+        labels = sorted({label(r) for r in rr}, key=lambda l: (l == 'sb3', l != 'ours', l))
+        rs = {l: sorted([r for r in rr if label(r) == l], key=lambda r: r['seed']) for l in labels}
         if 'ours' not in rs or 'sb3' not in rs:
             lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {", ".join(labels)} only so far.** ' + '; '.join(
                 f"{l} seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for l in labels for r in rs[l]) + '.', '']
             continue
-        lines += [f"**{algo.upper()} on {env}, {steps:,} environment steps** (ours: float32 on {KERNEL_NAMES[default_kernels(algo)]} kernels, its default).", '',
+        lines += [f"**{algo.upper()} on {env}, {steps:,} environment steps** (ours: float32 on {KERNEL_NAMES[default_kernels()]} kernels, its default).", '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
         for l in labels:
             for r in rs[l]: lines.append(f"| {l} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
@@ -191,7 +192,7 @@ def compare(recs):
         for l in labels:
             if l in ('ours', 'sb3'): continue
             c = ret[l]
-            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on {KERNEL_NAMES[default_kernels(algo)]} "
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on {KERNEL_NAMES[default_kernels()]} "
                           f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
                           f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
         lines.append('')
@@ -226,9 +227,9 @@ if __name__ == '__main__':
     p.add_argument('--stored', type=Path, help='write the stored result (a section of the benchmarks page) from the runs in --out')
     p.add_argument('--note', default='', help='text added to the stored section')
     p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
-                   help="ours with this matmul_precision, in the suites' runs and --speed ('medium': float32 products in bfloat16; SB3 always in float32); recorded in every row")
+                   help="ours with this matmul_precision, in the suites' runs and --speed ('medium': bfloat16 products where oneDNN has them for float32 matrices, float32 on oneDNN elsewhere; SB3 always 'highest'); recorded in every row")
     p.add_argument('--kernels', choices=['torch', 'onednn'], help="ours with the layers' float32 products on these kernels, in the suites' runs and --speed "
-                   "(default: the environment's preset); SB3 always on torch's; recorded in every row")
+                   "(default: the preset's, else the learner's, oneDNN's); SB3 always on torch's; recorded in every row")
     a = p.parse_args()
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
