@@ -402,14 +402,21 @@ def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_
     same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
 
 
-@pytest.mark.parametrize('pace', ['slow', 'fast'])
-def test_a_save_without_flush_goes_directly_after_a_slow_first_piece(tmp_path, monkeypatch, pace):
-    "The first PROBE bytes of a large array go through the page cache; slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file), else through the cache: the same file either way"
+@pytest.mark.parametrize('slow_piece', [0, 2, None])
+def test_a_save_without_flush_goes_directly_from_the_first_slow_piece(tmp_path, monkeypatch, slow_piece):
+    "A large array goes through the page cache PROBE bytes at a time, each piece timed; from the first slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file): the same file whichever piece it is, or none"
     import fcntl
-    m = big_memory(rows=100_000)  # a block of 4.8 MB
+    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB
     scope = type(m).save.__globals__
     monkeypatch.setitem(scope, 'PROBE', 1 << 20)
-    monkeypatch.setitem(scope, 'CACHE_MIN_RATE', float('inf') if pace == 'slow' else 0.)
+    monkeypatch.setitem(scope, 'CACHE_MIN_RATE', 1e7)  # a piece of 1 MB is slow past 0.1 s
+    cached, write_all = [], scope['_write_all']
+    def write(fd, data):
+        if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT and len(data) == 1 << 20:
+            cached.append(len(data))
+            if len(cached) - 1 == slow_piece: time.sleep(0.15)
+        write_all(fd, data)
+    monkeypatch.setitem(scope, '_write_all', write)
     direct, real_fcntl = [], fcntl.fcntl
     def watch(fd, cmd, *a):
         if cmd == fcntl.F_SETFL and a and a[0] & os.O_DIRECT: direct.append(fd)
@@ -417,8 +424,9 @@ def test_a_save_without_flush_goes_directly_after_a_slow_first_piece(tmp_path, m
     monkeypatch.setattr(fcntl, 'fcntl', watch)
     m.save(tmp_path/'ck', durable=False)
     monkeypatch.undo()
-    assert len(direct) == (1 if pace == 'slow' else 0)  # the block only: the sampler's arrays are under the probe's size
     man, e = rows_entry(tmp_path/'ck')
+    assert len(direct) == (0 if slow_piece is None else 1)  # the block only: the sampler's arrays are under a page-aligned MB
+    assert len(cached) == (e['nbytes'] >> 20 if slow_piece is None else slow_piece + 1)  # the pieces through the cache, up to the slow one
     f = tmp_path/'ck'/e['file']
     assert f.stat().st_size == 4096 + e['nbytes'] and e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
     m.save(tmp_path/'flushed')
