@@ -110,18 +110,16 @@ def _fsync(path:Path, durable:bool=True):
     try: os.fsync(fd)
     finally: os.close(fd)
 
-CACHED_MAX = 1 << 28  # an array of a save without the flush goes through the page cache up to 256 MB; past about a GB the kernel holds a writer to the disk's pace
-
 def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
-    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where it can, unless no flush is asked for and it fits `CACHED_MAX`"
+    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where it can, unless no flush is asked for"
     n, dtype = _host(a)
     entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
-    crc = _write_direct(root/entry['file'], n) if _direct(n) and (durable or n.nbytes > CACHED_MAX) else None
+    crc = _write_direct(root/entry['file'], n) if _direct(n) and durable else None
     entry['crc32'] = _write_cached(root/entry['file'], n) if crc is None else crc
     return entry
 
 def _write_cached(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly after its first `PROBE` bytes if the page cache took those slower than `CACHE_MIN_RATE`"
+    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly from the first piece of `PROBE` bytes the page cache took slower than `CACHE_MIN_RATE`"
     large = _direct(a)
     head = _npy_header(a, PAGE if large else None)
     crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
