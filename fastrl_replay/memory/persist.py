@@ -119,29 +119,27 @@ def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
     return entry
 
 def _write_cached(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in large writes (faster than `tofile`), into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly from the first piece of `PROBE` bytes the page cache took slower than `CACHE_MIN_RATE`"
+    "Write `a` to `path` through the page cache, NumPy's header and then the values in writes of `PROBE` bytes, into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly from the first piece the page cache took slower than `CACHE_MIN_RATE`"
     large = _direct(a)
     head = _npy_header(a, PAGE if large else None)
     crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
     try:
-        with open(path, 'wb') as f:
+        with open(path, 'wb', buffering=0) as f:
             _allocate(f.fileno(), len(head) + a.nbytes)
-            f.write(head)
-            if large: f.flush(); _write_paced(f.fileno(), _bytes(a), crc)
-            else:
-                for chunk in _c_chunks(a): crc.add(chunk); f.write(chunk)
+            _write_all(f.fileno(), head)
+            for chunk in _c_chunks(a): _write_paced(f.fileno(), chunk, crc, large)
     finally: value = crc.result()
     return value
 
-PROBE, CACHE_MIN_RATE = 1 << 22, 2e9  # a large array goes through the page cache 4 MB at a time, each piece timed: from one slower than 2 GB/s, the rest goes directly
+PROBE, CACHE_MIN_RATE = 1 << 20, 2e9  # writes through the page cache of 1 MB: a write of 2 MB or more makes Linux take 2 MB blocks for the cache, the blocks a virtual machine hands back to its host; each timed, and one slower than 2 GB/s sends the rest directly
 
-def _write_paced(fd:int, data:memoryview, crc:_Crc):
-    "Write `data` (page-aligned memory, at a page-aligned position of file `fd`) through the page cache in pieces of `PROBE` bytes, each timed, and the rest past the cache from the first piece the cache took slower than `CACHE_MIN_RATE`"
+def _write_paced(fd:int, data:memoryview, crc:_Crc, direct:bool=True):
+    "Write `data` at the position of file `fd` through the page cache in pieces of `PROBE` bytes, each timed, and (if `direct`: page-aligned memory at a page-aligned position) the rest past the cache from the first piece the cache took slower than `CACHE_MIN_RATE`"
     for s in range(0, len(data), PROBE):
         piece, t = data[s:s + PROBE], time.perf_counter()
         _write_all(fd, piece); crc.add(piece)
         rest = data[s + len(piece):]
-        if len(rest) >= PAGE and (time.perf_counter() - t) * CACHE_MIN_RATE > len(piece):
+        if direct and len(rest) >= PAGE and (time.perf_counter() - t) * CACHE_MIN_RATE > len(piece):
             done = _pages_direct(fd, rest, crc)
             crc.add(rest[done:]); _write_all(fd, rest[done:])
             return
