@@ -402,9 +402,9 @@ def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_
     same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
 
 
-@pytest.mark.parametrize('slow_piece', [0, 2, None])
-def test_a_save_without_flush_goes_directly_from_the_first_slow_piece(tmp_path, monkeypatch, slow_piece):
-    "A large array goes through the page cache PROBE bytes at a time, each piece timed; from the first slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file): the same file whichever piece it is, or none"
+@pytest.mark.parametrize('slow_pieces,switched_after', [((0, 1), 1), ((2, 3), 3), ((1, 3), None), ((), None)])
+def test_a_save_without_flush_goes_directly_after_two_slow_pieces_in_a_row(tmp_path, monkeypatch, slow_pieces, switched_after):
+    "A large array goes through the page cache PROBE bytes at a time, each piece timed; once SLOW_PIECES (2) in a row went slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file); a slow piece alone changes nothing: the same file either way"
     import fcntl
     m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB
     scope = type(m).save.__globals__
@@ -414,7 +414,7 @@ def test_a_save_without_flush_goes_directly_from_the_first_slow_piece(tmp_path, 
     def write(fd, data):
         if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT and len(data) == 1 << 20:
             cached.append(len(data))
-            if len(cached) - 1 == slow_piece: time.sleep(0.15)
+            if len(cached) - 1 in slow_pieces: time.sleep(0.15)
         write_all(fd, data)
     monkeypatch.setitem(scope, '_write_all', write)
     direct, real_fcntl = [], fcntl.fcntl
@@ -425,8 +425,8 @@ def test_a_save_without_flush_goes_directly_from_the_first_slow_piece(tmp_path, 
     m.save(tmp_path/'ck', durable=False)
     monkeypatch.undo()
     man, e = rows_entry(tmp_path/'ck')
-    assert len(direct) == (0 if slow_piece is None else 1)  # the block only: the sampler's arrays are under a page-aligned MB
-    assert len(cached) == (e['nbytes'] >> 20 if slow_piece is None else slow_piece + 1)  # the pieces through the cache, up to the slow one
+    assert len(direct) == (0 if switched_after is None else 1)  # the block only: the sampler's arrays are under a page-aligned MB
+    assert len(cached) == (e['nbytes'] >> 20 if switched_after is None else switched_after + 1)  # the pieces through the cache, up to the second slow one
     f = tmp_path/'ck'/e['file']
     assert f.stat().st_size == 4096 + e['nbytes'] and e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
     m.save(tmp_path/'flushed')

@@ -131,15 +131,17 @@ def _write_cached(path:Path, a:np.ndarray) -> int:
     finally: value = crc.result()
     return value
 
-PROBE, CACHE_MIN_RATE = 1 << 20, 2e9  # writes through the page cache of 1 MB: a write of 2 MB or more makes Linux take 2 MB blocks for the cache, the blocks a virtual machine hands back to its host; each timed, and one slower than 2 GB/s sends the rest directly
+PROBE, CACHE_MIN_RATE, SLOW_PIECES = 1 << 20, 2e9, 2  # writes through the page cache of 1 MB: a write of 2 MB or more makes Linux take 2 MB blocks for the cache, the blocks a virtual machine hands back to its host; each timed, and two in a row slower than 2 GB/s send the rest directly (one alone can be a pause of the process)
 
 def _write_paced(fd:int, data:memoryview, crc:_Crc, direct:bool=True):
-    "Write `data` at the position of file `fd` through the page cache in pieces of `PROBE` bytes, each timed, and (if `direct`: page-aligned memory at a page-aligned position) the rest past the cache from the first piece the cache took slower than `CACHE_MIN_RATE`"
+    "Write `data` at the position of file `fd` through the page cache in pieces of `PROBE` bytes, each timed, and (if `direct`: page-aligned memory at a page-aligned position) the rest past the cache once `SLOW_PIECES` pieces in a row went slower than `CACHE_MIN_RATE`"
+    slow = 0
     for s in range(0, len(data), PROBE):
         piece, t = data[s:s + PROBE], time.perf_counter()
         _write_all(fd, piece); crc.add(piece)
         rest = data[s + len(piece):]
-        if direct and len(rest) >= PAGE and (time.perf_counter() - t) * CACHE_MIN_RATE > len(piece):
+        slow = slow + 1 if (time.perf_counter() - t) * CACHE_MIN_RATE > len(piece) else 0
+        if direct and len(rest) >= PAGE and slow == SLOW_PIECES:
             done = _pages_direct(fd, rest, crc)
             crc.add(rest[done:]); _write_all(fd, rest[done:])
             return
