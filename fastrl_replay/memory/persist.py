@@ -110,11 +110,13 @@ def _fsync(path:Path, durable:bool=True):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+CACHED_MAX = 1 << 28  # an array of a save without the flush goes through the page cache up to 256 MB: a larger one goes directly, so that no one waits for the kernel to write more than that behind the save
+
 def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
-    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where it can, unless no flush is asked for"
+    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where it can, unless no flush is asked for and it fits `CACHED_MAX`"
     n, dtype = _host(a)
     entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
-    crc = _write_direct(root/entry['file'], n) if _direct(n) and durable else None
+    crc = _write_direct(root/entry['file'], n) if _direct(n) and (durable or n.nbytes > CACHED_MAX) else None
     entry['crc32'] = _write_cached(root/entry['file'], n) if crc is None else crc
     return entry
 
