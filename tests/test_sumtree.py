@@ -1,5 +1,5 @@
 "`SumTree` against a NumPy reference, the statistics of its samplers, and bad input that must leave it untouched."
-import math
+import math, warnings
 import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from fastrl_replay.memory.sumtree import SumTree
@@ -315,3 +315,14 @@ def test_bad_input_names_the_problem_and_changes_nothing(call, msg, backend):
                                   lambda: SumTree(3).set([0], [0.]).stratified_sample(4)])
 def test_a_tree_without_mass_cannot_be_sampled(call):
     with pytest.raises(ValueError, match='the tree has no mass'): call()
+
+
+@pytest.mark.parametrize('norm', ['memory', 'batch'])
+def test_weights_of_a_tiny_smallest_priority_do_not_overflow(norm):
+    "A priority 10^310 times the smallest: its weight is (10^-310)^β, not the 0 of an overflowed (p / p_min)^-β, and nothing warns"
+    from fastrl_replay.memory.sumtree import per_weights
+    p = np.array([1e10, 1.0, 1e-300])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        w = per_weights(p, 0.4, norm, p_min=1e-300)
+    np.testing.assert_allclose(w, [1e-310 ** 0.4, 1e-300 ** 0.4, 1.0], rtol=1e-12)

@@ -329,7 +329,7 @@ def per_weights(p, # Priorities of the sampled rows: a float64 array or tensor
                 n_rows=None, # N, the rows that can be drawn, for None
                 total=None): # The sum of every priority, for None
     "Importance-sampling weights (N·P(i))^-β with P(i) = p / total, normalized as `weight_norm` says; an array or tensor like `p`"
-    if weight_norm == 'memory': return (p / p_min) ** -beta
-    if weight_norm == 'batch': return (p / p.min()) ** -beta
+    if weight_norm == 'memory': return (p_min / p) ** beta  # (p / p_min) ** -beta, which overflows for a tiny p_min
+    if weight_norm == 'batch': return (p.min() / p) ** beta
     if weight_norm is None: return (p * (n_rows / total)) ** -beta
     raise ValueError(f"weight_norm must be 'memory', 'batch' or None, got {weight_norm!r}")
