@@ -121,7 +121,7 @@ def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
     return entry
 
 def _write_cached(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in writes of `PROBE` bytes, into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly from the first piece the page cache took slower than `CACHE_MIN_RATE`"
+    "Write `a` to `path` through the page cache, NumPy's header and then the values in writes of `PROBE` bytes, into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly once `SLOW_PIECES` pieces in a row went slower than `CACHE_MIN_RATE`"
     large = _direct(a)
     head = _npy_header(a, PAGE if large else None)
     crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
