@@ -25,7 +25,7 @@ from .core import Storage, own_kind
 from ..nstep import nstep_returns
 
 # %% auto #0
-__all__ = ['ReplayElement', 'ZSTD_D_FORCE_IGNORE_CHECKSUM', 'FrameStorage', 'CompressedFrameStorage']
+__all__ = ['ReplayElement', 'FrameStorage', 'CompressedFrameStorage']
 
 # %% ../../nbs/06k_memory.frames.ipynb #16d58ad5
 ReplayElement = namedtuple('shape_type', ['name', 'shape', 'type'])
@@ -503,7 +503,7 @@ _BYTES_DATA = bytes.__basicsize__ - 1  # where a bytes object's bytes start, fro
 _LIBZSTD = _load_libzstd() if ctypes.string_at(id(b'frames') + _BYTES_DATA, 6) == b'frames' else None
 
 
-ZSTD_D_FORCE_IGNORE_CHECKSUM = 1002  # libzstd's ZSTD_d_forceIgnoreChecksum (ZSTD_d_experimentalParam3), from 1.4.7
+_ZSTD_D_FORCE_IGNORE_CHECKSUM = 1002  # libzstd's ZSTD_d_forceIgnoreChecksum (ZSTD_d_experimentalParam3), from 1.4.7
 
 class _ZstdReader:
     "A libzstd decoding context and the dictionary digested for it (0: none), for the compiled reads; freed with this object"
@@ -514,7 +514,7 @@ class _ZstdReader:
         weakref.finalize(self, _free_reader, lib, self.dctx, self.ddict)
         if not self.dctx or (dictionary and not self.ddict): raise MemoryError('libzstd could not allocate a decoding context')
         # reads of the storage's own blocks skip the checksum (a checkpoint's blocks are checked as they load); libzstd before 1.4.7 refuses and checks it
-        self.checks_sums = bool(lib.ZSTD_isError(lib.ZSTD_DCtx_setParameter(self.dctx, ZSTD_D_FORCE_IGNORE_CHECKSUM, 1)))
+        self.checks_sums = bool(lib.ZSTD_isError(lib.ZSTD_DCtx_setParameter(self.dctx, _ZSTD_D_FORCE_IGNORE_CHECKSUM, 1)))
 
 def _free_reader(lib, dctx:int, ddict:int):
     if dctx: lib.ZSTD_freeDCtx(dctx)
