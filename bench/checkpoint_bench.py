@@ -300,8 +300,10 @@ def report(case, table):
     for mine, theirs in (('ours', PEERS_DURABLE), ('ours', PEERS_UNIFORM), ('ours[no fsync]', PEERS_UNIFORM), ('ours[per]', ('torchrl[per]',))):
         ps = {c: peers[c] for c in theirs if c in peers}
         if mine not in table or not ps: continue
+        def ratio(stat):
+            best = min(ps, key=lambda c: ps[c][stat])
+            return f'{ps[best][stat] / table[mine][stat]:.2f}x ({best})'
         for k in TIMES:
-            ratio = lambda s: (lambda best: f'{ps[best][s] / table[mine][s]:.2f}x ({best})')(min(ps, key=lambda c: ps[c][s]))
             print(f"{mine} {k[:-2].replace('_', ' ')}: {ratio(k)} median, {ratio(k + '_best')} best, "
                   f"against the fastest {'durable ' if theirs == PEERS_DURABLE else ''}peer")
         if theirs == PEERS_DURABLE: continue
