@@ -2,7 +2,8 @@
 against SB3's `ReplayBuffer`, of the cpprb adapter against cpprb's, and the native one-row `+` of torch tensors and `append`
 against SB3's `add` (rlox's `push` beside, if rlox is installed).
 
-    python bench/adapters_bench.py [--rounds 7] [--calls 5000] [--pool 64] [--clock cpu]
+    python bench/adapters_bench.py [--rounds 7] [--calls 5000] [--pool 64] [--clock cpu] [--out FILE.json]
+    python bench/adapters_bench.py --quick    # 3 rounds of 2,000 calls
 
 Transitions are CartPole-like (4 float32 observations, a discrete action), given as each library's users give them: to SB3,
 what CleanRL's DQN passes (float32 observations of shape (1, 4), int64 actions, float64 rewards, bool dones); to cpprb, one
@@ -14,13 +15,17 @@ The calls add the transitions of a pool of `pool` prepared ones in turn (0: ever
 the step it has just made, whose arrays and tensors are still in the processor's cache; with thousands of distinct
 prepared rows, reading each tensor's metadata from memory costs the tensor paths more than the write. Time is the calling
 thread's CPU time (`--clock cpu`, the default), which other jobs on a shared machine do not stretch as they stretch wall
-time (`--clock wall`); every library here runs on the calling thread (torch is set to one thread)."""
-import argparse, statistics, time, warnings
+time (`--clock wall`); every library here runs on the calling thread (torch is set to one thread). The medians, each
+round's times and the machine go to bench/results/adapters_bench.json."""
+import argparse, json, statistics, time, warnings
+from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 import numpy as np, torch
 from gymnasium import spaces
 
 warnings.filterwarnings('ignore')
 CAP, BS, DIM = 100_000, 256, 4
+OUT = Path(__file__).resolve().parent/'results'/'adapters_bench.json'
 
 def data(n, seed=0):
     rng = np.random.default_rng(seed)
@@ -108,7 +113,10 @@ def main():
     p.add_argument('--calls', type=int, default=5000)
     p.add_argument('--pool', type=int, default=64, help='prepared transitions cycled through (0: a new one at every call)')
     p.add_argument('--clock', choices=['cpu', 'wall'], default='cpu', help="the calling thread's CPU time, or wall time")
+    p.add_argument('--quick', action='store_true', help='at most 3 rounds of 2,000 calls')
+    p.add_argument('--out', type=Path, default=OUT, help='where to write the JSON results')
     a = p.parse_args()
+    if a.quick: a.rounds, a.calls = min(a.rounds, 3), min(a.calls, 2000)
     torch.set_num_threads(1)
     clock = time.thread_time if a.clock == 'cpu' else time.perf_counter
     import cpprb
@@ -134,11 +142,17 @@ def main():
             for n in names[r % len(names):] + names[:r % len(names)]:
                 res[c][n].append(time_calls(libs[n], a.calls if 'sample' not in c else a.calls // 10, a.pool, clock))
     print(f'{"case":26s}{"library":22s}{"median us/call":>16s}{"ours / peer":>14s}')
+    medians = {}
     for c, libs in res.items():
-        med = {n: statistics.median(v) for n, v in libs.items()}
+        med = medians[c] = {n: statistics.median(v) for n, v in libs.items()}
         peer = next(iter(med))
         for n, m in med.items():
             ratio = '' if n == peer else f'{med[peer] / m:.2f}x'
             print(f'{c:26s}{n:22s}{m * 1e6:16.2f}{ratio:>14s}')
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = dict(rounds=a.rounds, calls=a.calls, pool=a.pool, clock=a.clock)
+    machine = machine_record('stable-baselines3', 'gymnasium', 'cpprb', 'rlox')
+    a.out.write_text(json.dumps(dict(settings=settings, median_s=medians, rounds_s=res, machine=machine), indent=1))
+    print(f'written to {a.out}')
 
 if __name__ == '__main__': main()

@@ -13,10 +13,12 @@ checkpoint (`rb.dumps`) fails, so its checkpoint is torch.save of its state dict
 
     python bench/atari_bench.py --games Pong  # one game, all libraries (about 5 minutes on 2 cores)
     python bench/atari_bench.py --steps 20000 --games Pong
+    python bench/atari_bench.py --quick       # Pong, 50,000 steps
     python bench/atari_bench.py --stored bench/results/atari_run bench/stored/11_atari_replay.json  # the page's section: tables, goals, prose.json's paragraphs
 """
 import argparse, json, os, pickle, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
+from machine import machine_record, records  # first: the load average as the run starts
 import numpy as np
 
 FRAMES = Path('/tmp/atari_frames')
@@ -251,13 +253,16 @@ def goals(rows:list, threaded:list) -> str:
     return '\n'.join(out), '\n'.join(two)
 
 def stored(run:Path, out:Path):
-    "The benchmarks page's section from a run's folder: its one-thread results `t1_<game>.json`, two-thread `t2_<game>.json`, and `prose.json` (the paragraphs around the tables, the date, machine and commands)"
-    prose = json.loads((run/'prose.json').read_text())
-    rows = lambda k: [r for g in GAMES if (run/f'{k}_{g}.json').exists() for r in json.loads((run/f'{k}_{g}.json').read_text())['rows']]
-    t1, t2 = rows('t1'), rows('t2')
+    "The page's section from a run's folder: one-thread results `t1_<game>.json`, two-thread `t2_<game>.json`, prose"
+    prose = json.loads((run/'prose.json').read_text())  # paragraphs around the tables, date, conditions, commands
+    runs = {k: [json.loads((run/f'{k}_{g}.json').read_text()) for g in GAMES if (run/f'{k}_{g}.json').exists()]
+            for k in ('t1', 't2')}
+    t1, t2 = ([r for res in runs[k] for r in res['rows']] for k in ('t1', 't2'))
     one, two = goals(t1, t2)
     parts = [*prose['before'], table(t1), one, *prose['misses']] + ([*prose['threads'], table(t2), two] if t2 else []) + prose['after']
-    out.write_text(json.dumps(dict(title='Atari replay: compressed frames against the peers', date=prose['date'], machine=prose['machine'], command=prose['command'],
+    out.write_text(json.dumps(dict(title='Atari replay: compressed frames against the peers', date=prose['date'],
+                                   machine=records(runs['t1'] + runs['t2']),
+                                   conditions=prose.get('conditions', prose.get('machine')), command=prose['command'],
                                    text='\n\n'.join(parts), rows=t1, threads_rows=t2, threads_command=prose['threads_command']), indent=1) + '\n')
 
 def main():
@@ -270,7 +275,9 @@ def main():
     p.add_argument('--out', default='bench/results/atari_bench.json')
     p.add_argument('--table', metavar='RESULTS', help='print the markdown table of a results file (its rows, or JSON lines)')
     p.add_argument('--stored', nargs=2, type=Path, metavar=('RUN', 'OUT'), help="write the benchmarks page's section OUT from the run's folder RUN (t1_<game>.json, t2_<game>.json, prose.json)")
+    p.add_argument('--quick', action='store_true', help='Pong only, 50,000 steps')
     a = p.parse_args()
+    if a.quick: a.games, a.steps = a.games[:1], min(a.steps, 50_000)
     if a.stored: return stored(*a.stored)
     if a.table:
         text = Path(a.table).read_text()
@@ -289,6 +296,8 @@ def main():
             rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(dict(steps=a.steps, threads=a.threads, rows=rows), indent=1))
+    machine = machine_record('ale-py', 'gymnasium', 'zstandard', 'torchrl', 'tensordict', 'stable-baselines3',
+                             'sb3-extra-buffers', 'isal', torch_threads=a.threads)
+    Path(a.out).write_text(json.dumps(dict(steps=a.steps, threads=a.threads, rows=rows, machine=machine), indent=1))
 
 if __name__ == '__main__': main()

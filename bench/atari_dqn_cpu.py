@@ -6,6 +6,7 @@ The settings trade the Nature DQN's for what a shared 2-core CPU trains in an ho
 steps (4 environments), Adam at 2.5e-4, 3-step returns, a target network synced every 500 gradient steps, exploration
 decaying over the first 25,000 agent steps (100,000 environment steps)."""
 import json, time, sys, numpy as np, torch
+from machine import machine_record  # first: the load average as the run starts
 from fastai.callback.core import Callback
 from fastrl_replay.atari import atari_learner
 torch.set_num_threads(1)
@@ -18,7 +19,8 @@ class ReturnLog(Callback):
         st = mem.storage
         json.dump(dict(env_steps=loop.env_steps, wall_s=time.perf_counter() - self.t0, returns=loop.returns,
                        epsilon=loop.agent.epsilon, memory_rows=len(mem), memory_bytes=st.nbytes(),
-                       memory_bytes_per_transition=st.nbytes() / max(len(mem), 1)), open(out, 'w'))
+                       memory_bytes_per_transition=st.nbytes() / max(len(mem), 1),
+                       machine=machine_record('ale-py', 'gymnasium')), open(out, 'w'))
 learn = atari_learner('ALE/Breakout-v5', n_envs=4, n_steps=3, seed=0, steps_per_epoch=5_000,
                       replay=dict(max_sz=100_000, warmup_sz=5_000, bs=32),
                       optim=dict(lr=2.5e-4, train_every=8, max_grad_norm=10.), net=dict(target_sync=500),

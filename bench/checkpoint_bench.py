@@ -47,9 +47,11 @@ Results go to bench/results/checkpoint_bench.json.
 
     .venv/bin/python bench/checkpoint_bench.py                # both cases, 3 rounds
     .venv/bin/python bench/checkpoint_bench.py --case lowdim --rounds 1
+    .venv/bin/python bench/checkpoint_bench.py --quick        # both cases, 1 round, the frames case without cpprb
 """
 import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 
 import numpy as np
 
@@ -261,12 +263,13 @@ def child(name, case, work):
     print(json.dumps({'config': name, 'save_s': save_s, 'load_s': load_s, 'load_cold_s': load_cold_s, 'bytes': nbytes, **PEAKS}), flush=True)
 
 
-def run_case(case, rounds, configs, work):
+def run_case(case, rounds, configs, work, cpprb_frames=1):
+    "Each configuration's results over `rounds`; cpprb's slow save of frames in the first `cpprb_frames` rounds only"
     res = {c: [] for c in configs}
     for r in range(rounds):
         order = random.Random(r).sample(configs, len(configs))
         for c in order:
-            if c == 'cpprb' and case == 'frames' and r > 0: continue
+            if c == 'cpprb' and case == 'frames' and r >= cpprb_frames: continue
             d = Path(tempfile.mkdtemp(dir=work))
             os.sync()  # every configuration starts without the dirty pages an earlier one left for the kernel to write
             try:
@@ -318,19 +321,22 @@ def main():
     ap.add_argument('--case', choices=('lowdim', 'frames', 'both'), default='both')
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--configs', default=','.join(CONFIGS))
+    ap.add_argument('--quick', action='store_true', help='1 round; frames without cpprb (its save takes minutes)')
     ap.add_argument('--child'); ap.add_argument('--work')
     a = ap.parse_args()
     if a.child: return child(a.child, a.case, a.work)
+    if a.quick: a.rounds = 1
     work = Path(__file__).resolve().parent/'results'/'ckpt-tmp'
     work.mkdir(parents=True, exist_ok=True)
     results = {}
     try:
         for case in (('lowdim', 'frames') if a.case == 'both' else (a.case,)):
-            results[case] = run_case(case, a.rounds, a.configs.split(','), work)
+            results[case] = run_case(case, a.rounds, a.configs.split(','), work, cpprb_frames=0 if a.quick else 1)
             report(case, results[case])
     finally: shutil.rmtree(work, ignore_errors=True)
     OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(dict(rounds=a.rounds, results=results), indent=1))
+    machine = machine_record('torchrl', 'tensordict', 'tianshou', 'h5py', 'stable-baselines3', 'cpprb', torch_threads=1)
+    OUT.write_text(json.dumps(dict(rounds=a.rounds, results=results, machine=machine), indent=1))
     print(f'\nwritten to {OUT}')
 
 

@@ -20,6 +20,7 @@ the harness gives them that layout (a `SyncVectorEnv` that resets in the same st
 for both buffers. TensorBoard logs go to a temporary directory."""
 import argparse, json, os, runpy, statistics, subprocess, sys, tempfile, time, types
 from pathlib import Path
+from machine import machine_record, records  # first: the load average as the run starts
 import numpy as np, torch, gymnasium as gym
 
 HERE = Path(__file__).parent
@@ -101,7 +102,7 @@ def compare(script:str, src:str, steps:int, rounds:int) -> dict:
                 cpu_sps={k: [round(x, 1) for x in v] for k, v in cps.items()}, cpu={k: spread(v) for k, v in cps.items()},
                 cpu_ratio=spread(paired(cps)),
                 sps={k: [round(x, 1) for x in v] for k, v in sps.items()}, wall={k: spread(v) for k, v in sps.items()},
-                ratio=spread(paired(sps)))
+                ratio=spread(paired(sps)), machine=machine_record('stable-baselines3', 'gymnasium'))
 
 def stored(res:dict) -> dict:
     "The results in the form of `bench/stored/`, with a table of them"
@@ -121,7 +122,7 @@ def stored(res:dict) -> dict:
             f"of each round's adapter / SB3. Every network's final weights (and every tensor the script leaves, such as SAC's `log_alpha`) "
             f"are compared bit for bit.\n\n" + '\n'.join(rows))
     return dict(title="CleanRL's scripts with only the ReplayBuffer import changed", date=time.strftime('%Y-%m-%d'),
-                machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs",
+                machine=records(list(res.values())), conditions='shared with other jobs',
                 command='; '.join(dict.fromkeys(r['command'] for r in res.values())), text=text, torch=torch.__version__,
                 gymnasium=gym.__version__, results=res)
 

@@ -4,9 +4,9 @@ Both libraries get the settings of `sac_defaults(env)` / `td3_defaults(env)` (rl
 Adam 1e-3, batches of 256, 100 random warm-up steps, tau 0.005, gamma 0.99, one gradient step per environment step,
 two layers of 256, the entropy coefficient tuned from 1; Pendulum-v1 TD3 at gamma 0.98, 10,000 random warm-up steps,
 Gaussian exploration noise 0.1, layers (400, 300); MuJoCo SAC with 10,000 random warm-up steps and SB3's defaults
-otherwise. Ours computes its layers' products on its default kernels (oneDNN's) unless `--kernels` names
-others (torch's); SB3 on torch's (MKL's). The replay capacity is the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch
-to one thread (`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
+otherwise. Both compute their layers' products with torch's float32 kernels (`nn.Linear`'s). The replay capacity is
+the zoo's, cut to the run's steps (a larger memory never fills). Each run sets torch to one thread
+(`torch.set_num_threads(1)`) for both libraries and reports the environment steps per second of its
 training (wall clock and process CPU time) and the mean return of 10 greedy episodes after training. Runs are
 interleaved seed by seed (ours, then SB3's) so that the load of a shared machine falls on both alike; each finished
 run is appended to a JSON-lines file at once, so a run cut short keeps what it measured.
@@ -17,20 +17,22 @@ run is appended to a JSON-lines file at once, so a run cut short keeps what it m
     python bench/continuous_bench.py --suite mujoco_td3 --envs Hopper-v5 --libs ours --seeds 3   # one environment, one library, one seed
     python bench/continuous_bench.py --suite variants --seeds 0 1 2 --steps 20000       # PER and 3-step on Hopper-v5
     python bench/continuous_bench.py --speed sac --steps 500 --out speed.jsonl           # CPU ms per step, both libraries
-    python bench/continuous_bench.py --speed td3 --steps 500 --kernels onednn    # ours on oneDNN's float32 kernels, on a line of its own
-    python bench/continuous_bench.py --speed td3 --steps 500 --kernels torch --matmul-precision medium   # ours under torch's 'medium' precision
-    python bench/continuous_bench.py --suite mujoco --kernels torch --libs ours --seeds 0 1 2   # ours on torch's kernels (default: the learner's, oneDNN's)
+    python bench/continuous_bench.py --speed td3 --quick                                  # the same on 300 steps
+    python bench/continuous_bench.py --speed td3 --steps 500 --matmul-precision medium  # ours under 'medium' precision
     python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json    # the section of the benchmarks page
 
 `--stored` compares the libraries' greedy returns per environment with Welch's t-test and a Mann-Whitney U test, and
-their speeds by the ratio of medians, from the runs in the results file; nothing in it is typed in by hand.
+their speeds by the ratio of medians, from the runs in the results file; nothing in it is typed in by hand. Every run's
+line holds the machine it ran on (`bench/machine.py`); the stored result lists each different one.
 """
 import argparse, json, os, resource, statistics, time
 from pathlib import Path
+from machine import machine_record, records  # first: the load average as the run starts
 import numpy as np, torch, gymnasium as gym
 from fastrl_replay.data.gym import play_episodes
 
 OUT = Path(__file__).resolve().parent/'results'/'continuous_bench.jsonl'
+PEERS = ('stable-baselines3', 'gymnasium', 'mujoco', 'scipy')  # the distributions whose versions each run records
 
 def cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -51,13 +53,13 @@ def settings(algo, env, steps):
     d['replay'] = rep
     return d
 
-def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
+def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     d = settings(algo, env, steps)
     if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
     if variant == 'nstep3': d['n_steps'] = 3
-    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels)
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)
     learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
     torch.set_num_threads(1)
     t, c = time.perf_counter(), cpu_s()
@@ -68,11 +70,11 @@ def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highes
         with torch.inference_mode(): return m.scale.to_env(m.actor(torch.as_tensor(np.asarray(obs, np.float32))[None])).reshape(m.scale.shape).numpy()
     return learn.dls.train.dataset.stats().env_steps, wall, cpu, greedy_return(act, env, 10_000 + seed)
 
-def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest', kernels='torch'):
+def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest'):
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
     assert variant == 'uniform', 'SB3 runs are uniform replay only'
-    assert (matmul_precision, kernels) == ('highest', 'torch'), "SB3 runs in float32 on torch's kernels only"
+    assert matmul_precision == 'highest', 'SB3 runs in float32 only'
     d = settings(algo, env, steps)
     rep, opt, net = d['replay'], d.get('optim', {}), d.get('net', {})
     kw = dict(learning_rate=opt.get('lr', 3e-4 if algo == 'sac' else 1e-3), buffer_size=rep['max_sz'], learning_starts=rep['warmup_sz'],
@@ -92,7 +94,7 @@ def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest
     wall, cpu = time.perf_counter() - t, cpu_s() - c
     return model.num_timesteps, wall, cpu, greedy_return(lambda o: model.predict(o, deterministic=True)[0], env, 10_000 + seed)
 
-def speed(algo, n, out, matmul_precision='highest', kernels=None):
+def speed(algo, n, out, matmul_precision='highest'):
     "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up; ours with `matmul_precision` (SB3's always in float32)"
     from stable_baselines3 import SAC, TD3
     from fastrl_replay.agents.sac import sac_learner
@@ -100,7 +102,7 @@ def speed(algo, n, out, matmul_precision='highest', kernels=None):
     torch.set_num_threads(1)
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
-    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision, kernels=kernels or preset_kernels(algo, 'Pendulum-v1', 10 * n))  # ours only
+    d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)  # ours only
     learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
@@ -110,8 +112,11 @@ def speed(algo, n, out, matmul_precision='highest', kernels=None):
     m = (SAC if algo == 'sac' else TD3)('MlpPolicy', 'Pendulum-v1', **kw)
     m.learn(n)
     c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c
-    rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2), sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2),
-               ratio=round(sb3 / ours, 3), torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision, kernels=d['net']['kernels'], date=time.strftime('%Y-%m-%d %H:%M'))
+    rec = dict(kind='speed', algo=algo, env='Pendulum-v1', steps=n, ours_cpu_ms_per_step=round(1000 * ours / n, 2),
+               sb3_cpu_ms_per_step=round(1000 * sb3 / n, 2), ratio=round(sb3 / ours, 3),
+               torch_threads=torch.get_num_threads(), matmul_precision=matmul_precision,
+               date=time.strftime('%Y-%m-%d %H:%M'))
+    rec['machine'] = machine_record(*PEERS)
     with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
     print(rec, flush=True)
 
@@ -121,46 +126,42 @@ SUITES = dict(pendulum=[('sac', 'Pendulum-v1', 'uniform'), ('td3', 'Pendulum-v1'
               mujoco_td3=[('td3', 'Hopper-v5', 'uniform'), ('td3', 'HalfCheetah-v5', 'uniform')],
               variants=[('sac', 'Hopper-v5', 'per'), ('sac', 'Hopper-v5', 'nstep3')])
 
-def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest', kernels=None):
+def measure(suite, seeds, steps, out, libs=('ours', 'sb3'), envs=None, matmul_precision='highest'):
     out.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for algo, env, variant in (r for r in SUITES[suite] if envs is None or r[1] in envs):
             for lib in (l for l in libs if variant == 'uniform' or l == 'ours'):
                 prec = matmul_precision if lib == 'ours' else 'highest'  # SB3 always in float32
-                kern = (kernels or preset_kernels(algo, env, steps)) if lib == 'ours' else 'torch'  # ours: given, else the preset's
-                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec, kern)
+                n, wall, cpu, rets = (run_ours if lib == 'ours' else run_sb3)(algo, env, seed, steps, variant, prec)
                 rec = dict(lib=lib, algo=algo, env=env, variant=variant, seed=seed, steps=n, wall_s=round(wall, 2), cpu_s=round(cpu, 2),
                            steps_per_s=round(n / wall, 1), steps_per_cpu_s=round(n / cpu, 1), greedy_mean=float(np.mean(rets)), greedy=rets,
-                           torch_threads=torch.get_num_threads(), matmul_precision=prec, kernels=kern, date=time.strftime('%Y-%m-%d %H:%M'))
+                           torch_threads=torch.get_num_threads(), matmul_precision=prec,
+                           date=time.strftime('%Y-%m-%d %H:%M'))
+                rec['machine'] = machine_record(*PEERS)
                 with open(out, 'a') as f: f.write(json.dumps(rec) + '\n')
-                print(f"{lib:4} {algo} {env} {variant} {prec} {kern} seed {seed}: {n / wall:.0f} steps/s, greedy {np.mean(rets):.1f}", flush=True)
-
-def default_kernels() -> str:
-    "The kernels SAC's and TD3's learners compute on when their settings do not say: `ActorCriticSettings`'"
-    from fastrl_replay.agents.sac import ActorCriticSettings
-    return ActorCriticSettings.kernels
-
-def preset_kernels(algo, env, steps) -> str:
-    "The kernels ours computes on with the preset's settings: the preset's, else the learner's default"
-    return settings(algo, env, steps).get('net', {}).get('kernels', default_kernels())
+                print(f"{lib:4} {algo} {env} {variant} {prec} seed {seed}: {n / wall:.0f} steps/s, "
+                      f"greedy {np.mean(rets):.1f}", flush=True)
 
 def config(r) -> str:
-    "How a run of ours computed its products: '' for float32 on its learner's default kernels (and for SB3's runs), else the kernels or the precision"
+    "How a run of ours computed its products: '' in float32 on torch's kernels (and for SB3's), else how"
     if r.get('lib') == 'sb3': return ''
-    prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')
-    return ', '.join(([] if kern == default_kernels() else [f"kernels='{kern}'"]) + ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
+    prec, kern = r.get('matmul_precision', 'highest'), r.get('kernels', 'torch')  # `kernels`: older runs' records only
+    return ', '.join(([] if kern == 'torch' else [f"kernels='{kern}'"]) +
+                     ([] if prec == 'highest' else [f"matmul_precision='{prec}'"]))
 
-KERNEL_NAMES = dict(torch="torch's", onednn="oneDNN's")
+def latest(recs) -> list:
+    "A run repeated (same library, algorithm, environment, steps, replay, seed, products) counts once: its last record"
+    key = lambda r: (r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'),
+                     config(r))
+    return list({key(r): r for r in recs}.values())
 
 def compare(recs):
     "Markdown: per (algo, env, steps) the per-seed returns and speeds of both libraries and the tests of their difference"
     from scipy import stats
-    latest = {}  # a run repeated (same library, algorithm, environment, steps, replay, seed and products) counts once: its latest record
-    for r in recs: latest[(r.get('kind'), r.get('lib'), r['algo'], r['env'], r['steps'], r.get('variant'), r.get('seed'), config(r))] = r
-    recs = list(latest.values())
+    recs = latest(recs)
     lines, runs = [], [r for r in recs if r.get('kind') != 'speed']
     for r in sorted((r for r in recs if r.get('kind') == 'speed'), key=lambda r: (r['algo'], config(r) != '', config(r))):
-        how = f' with {config(r)}' if config(r) else f" on {KERNEL_NAMES[default_kernels()]} kernels (its default)"
+        how = f' with {config(r)}' if config(r) else ' in float32'
         lines += [f"**Speed, {r['algo'].upper()} on {r['env']}, ours{how}** ({r['steps']:,} steps with a gradient step each, after as many to warm up; process CPU time, "
                   f"torch on {r['torch_threads']} thread; SB3 on torch's float32 kernels): ours {r['ours_cpu_ms_per_step']} ms a step, SB3 {r['sb3_cpu_ms_per_step']} ms, **{r['ratio']:.2f}x**.", '']
     recs = runs
@@ -174,7 +175,7 @@ def compare(recs):
             lines += [f'**{algo.upper()} on {env}, {steps:,} environment steps: {", ".join(labels)} only so far.** ' + '; '.join(
                 f"{l} seed {r['seed']}: greedy return {r['greedy_mean']:.1f}, {r['steps_per_s']:.1f} env steps/s, {r['steps_per_cpu_s']:.1f} per CPU s" for l in labels for r in rs[l]) + '.', '']
             continue
-        lines += [f"**{algo.upper()} on {env}, {steps:,} environment steps** (ours: float32 on {KERNEL_NAMES[default_kernels()]} kernels, its default).", '',
+        lines += [f"**{algo.upper()} on {env}, {steps:,} environment steps** (ours in float32).", '',
                   '| library | seed | greedy return (10 episodes) | env steps/s | env steps per CPU s |', '|---|---:|---:|---:|---:|']
         for l in labels:
             for r in rs[l]: lines.append(f"| {l} | {r['seed']} | {r['greedy_mean']:.1f} | {r['steps_per_s']:.1f} | {r['steps_per_cpu_s']:.1f} |")
@@ -192,8 +193,10 @@ def compare(recs):
         for l in labels:
             if l in ('ours', 'sb3'): continue
             c = ret[l]
-            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); against SB3 {test(c, b)}; against ours in float32 on {KERNEL_NAMES[default_kernels()]} "
-                          f"kernels {test(c, a)}. Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{med(l, 'steps_per_s') / med('sb3', 'steps_per_s'):.2f}x** SB3's; "
+            speed = med(l, 'steps_per_s') / med('sb3', 'steps_per_s')
+            lines += ['', f"Ours with {l[len('ours, '):]}: {np.mean(c):.1f} ± {np.std(c):.1f} ({len(c)} seeds); "
+                          f"against SB3 {test(c, b)}; against ours in float32 {test(c, a)}. "
+                          f"Median speed {med(l, 'steps_per_s'):.1f} environment steps/s, **{speed:.2f}x** SB3's; "
                           f"per CPU second {med(l, 'steps_per_cpu_s'):.1f}, {med(l, 'steps_per_cpu_s') / med('sb3', 'steps_per_cpu_s'):.2f}x."]
         lines.append('')
     var = [r for r in recs if r['variant'] != 'uniform']
@@ -228,18 +231,21 @@ if __name__ == '__main__':
     p.add_argument('--note', default='', help='text added to the stored section')
     p.add_argument('--matmul-precision', choices=['highest', 'medium'], default='highest',
                    help="ours with this matmul_precision, in the suites' runs and --speed ('medium': bfloat16 products where oneDNN has them for float32 matrices, float32 on oneDNN elsewhere; SB3 always 'highest'); recorded in every row")
-    p.add_argument('--kernels', choices=['torch', 'onednn'], help="ours with the layers' float32 products on these kernels, in the suites' runs and --speed "
-                   "(default: the preset's, else the learner's, oneDNN's); SB3 always on torch's; recorded in every row")
+    p.add_argument('--quick', action='store_true', help='with --speed: 300 steps')
     a = p.parse_args()
+    if a.quick and a.speed: a.steps = min(a.steps, 300)
     if a.stored:
         recs = [json.loads(l) for l in a.out.read_text().splitlines() if l.strip()]
         text = compare(recs) + ('\n' + a.note if a.note else '')
-        a.stored.write_text(json.dumps(dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
-                                            machine="this project's 2-core x86_64 machine (CPU only), shared with other jobs during the runs (the text says how much)",
-                                            command='python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants [--envs ...] [--libs ours|sb3] [--kernels torch|onednn] [--matmul-precision medium] --seeds ... --steps ...; '
-                                                    'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--kernels torch|onednn] [--matmul-precision medium]; '
-                                                    'python bench/gemm_ceiling.py [--kernels onednn | --precision medium]; '
-                                                    'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json',
-                                            text=text), indent=1) + '\n')
-    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision, a.kernels)
-    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision, a.kernels)
+        command = '; '.join([
+            'python bench/continuous_bench.py --suite pendulum_sac|pendulum_td3|mujoco|mujoco_td3|variants '
+            '[--envs ...] [--libs ours|sb3] [--matmul-precision medium] --seeds ... --steps ...',
+            'python bench/continuous_bench.py --speed sac|td3 --steps 500 [--matmul-precision medium]',
+            'python bench/gemm_ceiling.py [--precision medium]',
+            'python bench/continuous_bench.py --stored bench/stored/13_continuous_vs_sb3.json'])
+        stored = dict(title='SAC and TD3 against Stable-Baselines3', date=time.strftime('%Y-%m-%d'),
+                      machine=records(latest(recs)), conditions='shared with other jobs (the text says how)',
+                      command=command, text=text)
+        a.stored.write_text(json.dumps(stored, indent=1) + '\n')
+    elif a.speed: speed(a.speed, a.steps, a.out, a.matmul_precision)
+    else: measure(a.suite, a.seeds, a.steps, a.out, a.libs, a.envs, a.matmul_precision)

@@ -14,6 +14,7 @@ ours over SB3's.
     .venv/bin/python bench/dqn_bench.py --seeds 0 1 2 --steps 50000
     .venv/bin/python bench/dqn_bench.py --seeds $(seq 0 19) --libs sb3 --out sb3.json   # one library at a time
     .venv/bin/python bench/dqn_bench.py --stats sb3.json ours.json                         # compare stored runs
+    .venv/bin/python bench/dqn_bench.py --quick    # speed only: seed 0, 20,000 steps (returns not comparable to 50,000)
 
 A run is solved when its greedy return is at least 475, CartPole-v1's reward threshold. Each run also stores its
 learning curve, the return of every training episode and the environment step it ended at; `--stats` compares two
@@ -22,6 +23,7 @@ libraries' greedy returns with a Mann-Whitney U test and their curves by the mea
 """
 import argparse, json, time
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 import numpy as np, torch, gymnasium as gym
 from fastai.callback.core import Callback
 from fastrl_replay.data.gym import play_episodes
@@ -121,7 +123,9 @@ def main():
     p.add_argument('--out', type=Path, default=OUT)
     p.add_argument('--libs', nargs='+', choices=('sb3', 'ours'), default=['sb3', 'ours'], help='the libraries to run')
     p.add_argument('--stats', type=Path, nargs='+', help='compare the runs stored in these files instead of running')
+    p.add_argument('--quick', action='store_true', help='seed 0 and 20,000 steps: the speed, not the returns')
     args = p.parse_args()
+    if args.quick: args.seeds, args.steps = args.seeds[:1], min(args.steps, 20_000)
     if args.stats:
         res = {}
         for f in args.stats:
@@ -142,6 +146,9 @@ def main():
     if ratio: print(f'ours / sb3: steps per second {ratio["steps_per_s"]:.2f}, eval return {ratio["eval_mean"]:.2f}')
     extra = stats({k: v for k, v in res.items() if v}, args.steps)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(settings=dict(ZOO, steps=args.steps, seeds=args.seeds), runs=res, median=med, ratio=ratio, **extra), indent=1))
+    machine = machine_record('stable-baselines3', 'gymnasium', 'scipy')
+    settings = dict(ZOO, steps=args.steps, seeds=args.seeds)
+    report = dict(settings=settings, runs=res, median=med, ratio=ratio, **extra, machine=machine)
+    args.out.write_text(json.dumps(report, indent=1))
 
 if __name__ == '__main__': main()

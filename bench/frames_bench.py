@@ -19,11 +19,11 @@ calls after 20 warm-up calls. Rounds are interleaved with the order rotating; th
 with each of ours' figures as a ratio to the best peer's. Results go to bench/results/frames_bench.json.
 
     .venv/bin/python bench/frames_bench.py             # 3 rounds (about 2 minutes on 2 cores)
-    .venv/bin/python bench/frames_bench.py --rounds 1
+    .venv/bin/python bench/frames_bench.py --rounds 1      # or --quick
 """
-import argparse, gc, json, os, platform, statistics, subprocess, sys, time, warnings
-from importlib import metadata
+import argparse, gc, json, os, statistics, subprocess, sys, time, warnings
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 
 import numpy as np
 
@@ -132,11 +132,6 @@ def child(name):
                       'sample32_ms': median_ms(sample)}), flush=True)
 
 
-def version(pkg):
-    try: return metadata.version(pkg)
-    except metadata.PackageNotFoundError: return None
-
-
 def main(rounds, configs):
     runs = {c: [] for c in configs}
     configs = list(configs)
@@ -176,8 +171,7 @@ def main(rounds, configs):
               f"(higher is better); memory {o['bytes_per_transition'] / FRAME:.4f}x the 7,056-byte frame")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({'setup': dict(capacity=CAP, steps=N, episode=EP, stack=STACK, batch=B, rounds=rounds),
-                               'machine': dict(python=platform.python_version(), cpus=os.cpu_count(), processor=platform.processor()),
-                               'versions': {p: version(p) for p in ('numpy', 'torch', 'cpprb', 'tianshou', 'stable-baselines3')},
+                               'machine': machine_record('cpprb', 'tianshou', 'stable-baselines3', torch_threads=1),
                                'runs': runs, 'median': med, 'best_peer': best, 'ratios': ratios}, indent=1))
     print(f'\nwritten to {OUT}')
 
@@ -186,7 +180,8 @@ if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--configs', nargs='+', default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument('--quick', action='store_true', help='1 round')
     ap.add_argument('--child', help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: child(a.child)
-    else: main(a.rounds, a.configs)
+    else: main(1 if a.quick else a.rounds, a.configs)

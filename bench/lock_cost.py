@@ -17,6 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from machine import machine_record  # noqa: E402  (first: the load average as the run starts)
 import replay_bench as rb, per_bench as pb  # noqa: E402
 
 OUT = HERE/'results'/'lock_cost.json'
@@ -95,6 +96,6 @@ def main():
     print(f'{"operation":<24}{"locked µs":>12}{"unlocked µs":>13}{"locked/unlocked":>17}')
     for k, r in res.items(): print(f'{k:<24}{r["locked_us"]:>12.3f}{r["unlocked_us"]:>13.3f}{r["ratio"]:>17.3f}')
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(blocks=args.blocks, results=res), indent=1))
+    args.out.write_text(json.dumps(dict(blocks=args.blocks, results=res, machine=machine_record()), indent=1))
 
 if __name__ == '__main__': main()

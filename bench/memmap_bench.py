@@ -13,6 +13,7 @@ Results go to bench/results/memmap_bench.json.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 
 N, B, D = 2_000_000, 4_096, 128
 OUT = Path(__file__).resolve().parent/'results'/'memmap_bench.json'
@@ -68,7 +69,7 @@ def main():
               f"{r['adds_per_s']:,.0f} | {r['sample256_ms']:.3f} |")
     print(f"mapped sample(256) time: {res['mapped']['sample256_ms'] / res['ram']['sample256_ms']:.2f}x the in-RAM time")
     OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(res, indent=1))
+    OUT.write_text(json.dumps(dict(res, machine=machine_record(torch_threads=1)), indent=1))
 
 
 if __name__ == '__main__': main()

@@ -22,10 +22,10 @@ Run from the repository root (after `make bench` has installed the peers):
     .venv/bin/python bench/per_bench.py --device cuda --peers torchrl cpprb   # on a GPU machine
     .venv/bin/python bench/per_bench.py --device cuda --tree-device cuda     # our tree on the GPU too
 """
-import argparse, gc, json, logging, os, platform, statistics, time
-from importlib import metadata
+import argparse, gc, json, logging, statistics, time
 from pathlib import Path
 
+from machine import machine_record  # first: the load average as the run starts
 import numpy as np, torch
 from replay_bench import CAP, BS, ACT_DIM, make_data as transitions  # the uniform benchmark's sizes and transitions
 
@@ -259,14 +259,10 @@ def main():
         if k == 'best peer': continue
         cells = [f'{v[op]:.2f}' + (f' ({rats["best peer"][op]})' if k == 'vs best peer' else '') for op in OPS]
         print(f'{k:<14}' + ''.join(f'{c:>18}' for c in cells))
-    vs = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
-    for d in ['fastrl_replay'] + [d for n in args.peers for d in DISTS[n]]:
-        try: vs[d] = metadata.version(d)
-        except metadata.PackageNotFoundError: vs[d] = None
     report = dict(settings=dict(cfg, capacity=CAP, batch=BS, dim=DIM, alpha=ALPHA, beta=BETA, device=args.device,
                                 tree_device=args.tree_device),
-                  versions=vs, machine=dict(platform=platform.platform(), cpus=os.cpu_count()),
-                  median=res, ratios=rats, rounds=rounds, seconds=time.perf_counter() - t0)
+                  machine=machine_record(*(d for n in args.peers for d in DISTS[n])), median=res, ratios=rats,
+                  rounds=rounds, seconds=time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f'\ntotal {report["seconds"]:.0f}s; results written to {args.out}')

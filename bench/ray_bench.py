@@ -21,9 +21,10 @@ these are per-shard costs on a crowded machine, not a scaling curve. Results go 
     .venv/bin/python bench/ray_bench.py            # a few minutes
     .venv/bin/python bench/ray_bench.py --quick
 """
-import argparse, json, platform, time, warnings
+import argparse, json, time, warnings
 from functools import partial
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 import numpy as np, torch
 
 warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated')
@@ -155,10 +156,11 @@ if __name__ == '__main__':
     s = SETTINGS['quick' if p.parse_args().quick else 'full']
     torch.set_num_threads(1)
     init_ray(num_cpus=2)
-    out = dict(settings=s, machine=dict(cpus=2, python=platform.python_version(), ray=ray.__version__), results=[])
+    out = dict(settings=s, results=[])
     out['results'] += ours(s)
     out['results'] += torchrl_peer(s)
     out['results'] += dqn(s)
+    out['machine'] = machine_record('ray', 'torchrl', 'tensordict')
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1))
     print(f'written to {OUT}')

@@ -22,10 +22,10 @@ Run from the repository root:
     .venv/bin/python bench/replay_bench.py --quick          # fewer rounds and calls
     .venv/bin/python bench/replay_bench.py --dims 17 --peers cpprb torchrl
 """
-import argparse, gc, json, logging, os, platform, statistics, time
-from importlib import metadata
+import argparse, gc, json, logging, statistics, time
 from pathlib import Path
 
+from machine import machine_record  # first: the load average as the run starts
 import numpy as np, torch
 
 CAP, BS, ACT_DIM = 1_000_000, 256, 6
@@ -307,14 +307,6 @@ def print_tables(dim, res, rats, n_rounds):
             print(f'{key:<14}' + ''.join(f'{c:>22}' for c in cells))
 
 
-def versions(names):
-    vs = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
-    for d in ['fastrl_replay'] + [d for n in names for d in DISTS.get(n, [])]:
-        try: vs[d] = metadata.version(d)
-        except metadata.PackageNotFoundError: vs[d] = None
-    return vs
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--quick', action='store_true', help='fewer rounds and calls')
@@ -331,8 +323,7 @@ def main():
     names = list(OURS) + args.peers
     print(f'settings: {cfg}, torch threads: {torch.get_num_threads()}')
     t0 = time.perf_counter()
-    report = dict(settings=dict(cfg, capacity=CAP, batch=BS, action_dim=ACT_DIM), versions=versions(names),
-                  machine=dict(platform=platform.platform(), cpus=os.cpu_count()), dims={})
+    report = dict(settings=dict(cfg, capacity=CAP, batch=BS, action_dim=ACT_DIM), dims={})
     for dim in args.dims:
         rounds = bench_dim(dim, names, cfg)
         res = summarize(rounds)
@@ -340,6 +331,7 @@ def main():
         print_tables(dim, res, rats, cfg['rounds'])
         report['dims'][str(dim)] = dict(median=res, ratios=rats, rounds=rounds)
     report['seconds'] = time.perf_counter() - t0
+    report['machine'] = machine_record(*(d for n in names for d in DISTS.get(n, [])))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f'\ntotal {report["seconds"]:.0f}s; results written to {args.out}')

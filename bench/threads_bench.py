@@ -6,10 +6,11 @@ Two small-network workloads, each in a fresh process per setting, alternating se
 - `learner`: the plain fastai `Learner` of the first tutorial (`nbs/tutorials/01_learner_cartpole.ipynb`: `GymLoop` on
   CartPole-v1, `ExperienceReplayCallback`, `DQNTrainer`), without its `TorchThreads` callback, fitted for 3 epochs of
   1,200 batches of 8 environment steps.
-Writes `bench/results/threads.json` (the rates, the machine, the 1-minute load average as each run starts, `uptime` before
-and after)."""
-import argparse, json, os, platform, subprocess, sys, time
+Writes `bench/results/threads.json` (the rates, the machine (`bench/machine.py`), the 1-minute load average as each run
+starts, `uptime` before and after)."""
+import argparse, json, os, subprocess, sys, time
 from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,11 +44,9 @@ def work(kind: str, threads: str) -> float:
     return source.loop.env_steps / (time.perf_counter() - t)
 
 def main(repeats: int):
-    import torch
     uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
-    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), uptime_before=uptime(), machine=f'{platform.machine()}, {os.cpu_count()} CPUs, '
-               f'torch {torch.__version__}, default threads {torch.get_num_threads()}', command='python bench/threads_bench.py',
-               load_before=os.getloadavg(), runs={})
+    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), uptime_before=uptime(),
+               command='python bench/threads_bench.py', runs={})
     for r in range(repeats):
         for kind in ('dqn', 'learner'):
             for threads in ('default', '1') if r % 2 == 0 else ('1', 'default'):
@@ -58,8 +57,8 @@ def main(repeats: int):
                 res['runs'].setdefault(f'{kind} threads={threads}', []).append(round(rate, 1))
                 res.setdefault('load_at_start', {}).setdefault(f'{kind} threads={threads}', []).append(round(load1, 2))
                 print(kind, threads, round(rate, 1), 'load', round(load1, 2), flush=True)
-    res['load_after'] = os.getloadavg()
     res['uptime_after'] = uptime()
+    res['machine'] = machine_record()  # torch's threads in it: its default here
     res['units'] = {'dqn': 'environment steps/s', 'learner': 'environment steps/s'}
     out = ROOT/'bench'/'results'/'threads.json'
     out.parent.mkdir(exist_ok=True); out.write_text(json.dumps(res, indent=1))
