@@ -8,7 +8,7 @@ from fastrl_replay.agents.td3 import td3_learner
 from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.experience_replay import ExperienceReplay
-from fastrl_replay.cli import run_train, resume_train
+from fastrl_replay.runs import run_train, resume_train
 
 BUILD = dict(sac=sac_learner, td3=td3_learner)
 SMALL = dict(replay=dict(warmup_sz=64, bs=32), net=dict(hidden=(32, 32)))
@@ -184,19 +184,33 @@ def test_matmul_precision_is_a_setting_of_the_fit():
 
 
 @pytest.mark.parametrize('algo', ['sac', 'td3'])
-def test_both_kernels_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
-    "By default every linear layer is a OneDNNLinear, net=dict(kernels='torch') an nn.Linear; on either, two runs from a seed are equal, and a stopped run resumes to the whole one"
-    from fastrl_replay.agents.sac import OneDNNLinear
-    for kernels, layer in (('torch', torch.nn.Linear), (None, OneDNNLinear)):
-        net = dict(hidden=(32, 32)) | ({} if kernels is None else dict(kernels=kernels))
-        whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'a{kernels}', every=100)])
-        linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
-        assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is layer for m in linears)
-        same_run(whole, fit(algo, net=net))
-        fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'b{kernels}', every=100), StopAt(230)])
-        resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/f'b{kernels}', every=100, resume=True)])
-        same_run(whole, resumed)
-    with pytest.raises(ValueError, match="'torch' or 'onednn'"): BUILD[algo](net=dict(kernels='mkl'))
+def test_nn_linear_layers_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
+    "Every linear layer is an nn.Linear; two runs from a seed are equal, and a stopped run resumes to the whole one"
+    net = dict(hidden=(32, 32))
+    whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'a', every=100)])
+    linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is torch.nn.Linear for m in linears)
+    same_run(whole, fit(algo, net=net))
+    fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100), StopAt(230)])
+    resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100, resume=True)])
+    same_run(whole, resumed)
+    with pytest.raises(TypeError, match=r"unknown ActorCriticSettings \['kernels'\]"): BUILD[algo](net=dict(kernels='torch'))
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_networks_take_second_order_gradients_vmap_and_empty_batches(algo):
+    "What torch does with nn.Linear holds for the actor and the critics: second-order gradients, vmap, a batch of 0 rows"
+    m = BUILD[algo]('Pendulum-v1', net=dict(hidden=(8, 8)), seed=0).model
+    s, a = torch.randn(5, 3), torch.randn(5, 1)
+    def penalty_grad(q1):  # the gradient, by the first layer's weights, of a gradient penalty: Q1's squared slope in the action
+        x = torch.cat([s, a], 1).to(q1[0].weight.dtype).requires_grad_(True)
+        g, = torch.autograd.grad(q1(x).sum(), x, create_graph=True)
+        return torch.autograd.grad(g[:, -1:].pow(2).sum(), q1[0].weight)[0]
+    got, exact = penalty_grad(m.critic.q1), penalty_grad(copy.deepcopy(m.critic.q1).double())
+    assert exact.abs().sum() > 0 and torch.allclose(got.double(), exact, rtol=1e-3, atol=1e-6)
+    states = torch.randn(4, 5, 3)
+    assert torch.allclose(torch.func.vmap(m.actor)(states), torch.stack([m.actor(x) for x in states]), atol=1e-6)
+    assert m.critic(torch.zeros(0, 3), torch.zeros(0, 1)).shape == (0, 2) and m.actor(torch.zeros(0, 3)).shape == (0, 1)
 
 
 def test_vector_env_and_ready_memory():

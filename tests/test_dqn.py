@@ -2,7 +2,8 @@
 import copy, numpy as np, pytest, torch
 from torch import nn
 from fastrl_replay.core import BD
-from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer, QNet, dqn_learner, evaluate, NetSettings, ExploreSettings, ReplaySettings
+from fastrl_replay.agents.dqn import DQNLoss, DQNTrainer, QNet, dqn_learner, evaluate, NetSettings, ExploreSettings
+from fastrl_replay.agents.common import ReplaySettings
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.callback import ReplayBatch
 

@@ -1,4 +1,4 @@
-"""The advantage actor-critic of Neuromatch Academy's replay tutorial on a fastai `Learner`: on-policy batches of trials, and replay of stored trials with a truncated importance ratio.
+"""Neuromatch Academy's replay-tutorial A2C on fastai: on-policy trials, and replay with a truncated importance ratio.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/agents.a2c.html.md"""
 
@@ -8,12 +8,11 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/agents.a2c.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
-import warnings
 import numpy as np, torch, gymnasium as gym
 from torch import nn
 import torch.nn.functional as F
-with warnings.catch_warnings():
-    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
+from ..errors import importing_fastai
+with importing_fastai():
     from fastai.callback.core import Callback
     from fastai.optimizer import OptimWrapper
     from fastai.learner import CastToTensor
@@ -63,7 +62,7 @@ class PolicySampler:
 
     def __call__(self, state) -> np.ndarray:
         c = self.probs(state).cumsum(-1)
-        return (self.rng.random((len(c), 1)) > c[:, :-1]).sum(-1)  # the first action whose cumulative probability exceeds u
+        return (self.rng.random((len(c), 1)) > c[:, :-1]).sum(-1)  # the first action whose cumulative probability > u
 
 # %% ../../nbs/10b_agents.a2c.ipynb #dc4fe17f
 def returns(reward:torch.Tensor, # (n,) rewards of consecutive trials
@@ -73,7 +72,7 @@ def returns(reward:torch.Tensor, # (n,) rewards of consecutive trials
     "The discounted return of each trial, summed to the end of its episode or of the batch"
     r, d = reward.reshape(-1).double(), done.reshape(-1).bool()
     n = len(r)
-    episode = torch.cat([torch.zeros(1, dtype=torch.long), d[:-1].long().cumsum(0)])  # trials after a last one start anew
+    episode = torch.cat([torch.zeros(1, dtype=torch.long), d[:-1].long().cumsum(0)])  # after a last trial: a new one
     t = torch.arange(n)
     ahead = (t[None] - t[:, None]).double()  # s - t
     m = torch.where((ahead >= 0) & (episode[None] == episode[:, None]), gamma ** ahead.clamp(min=0), 0.)
@@ -99,7 +98,7 @@ def a2c_loss(value:torch.Tensor, # (n,) values of the states
 
 # %% ../../nbs/10b_agents.a2c.ipynb #5de9bae9
 class TrialSource:
-    "Trials of a `ChangingEnv` played by `agent`, handed out `bs` at a time as a `BD` (what `gym_dataloaders` needs of a source)"
+    "Trials of a `ChangingEnv` played by `agent`, handed out `bs` at a time as a `BD` (a source of `gym_dataloaders`)"
     def __init__(self,
                  mode:int=1, # The mode to play
                  agent=None, # Maps a (1, 9) state batch to one action (default: uniformly random)
@@ -119,26 +118,29 @@ class TrialSource:
             self.state = self.env.reset()[0] if term or trunc else obs
         self.n_trials += bs
         return BD._new({'state': torch.from_numpy(np.stack(cols['state'])), 'action': torch.tensor(cols['action']),
-                        'reward': torch.tensor(cols['reward'], dtype=torch.float32), 'done': torch.tensor(cols['done'])})
+                        'reward': torch.tensor(cols['reward'], dtype=torch.float32),
+                        'done': torch.tensor(cols['done'])})
 
 # %% ../../nbs/10b_agents.a2c.ipynb #457803a8
 class A2CTrainer(Callback):
     "Returns, behaviour log-probabilities and the A2C loss for a `Learner` fed by trials of the current policy"
     order = -4
     def __init__(self, gamma:float=0.91, value_cost:float=0.4, entropy_cost:float=0.001, reward_scale:float=0.25):
-        self.gamma, self.value_cost, self.entropy_cost, self.reward_scale = gamma, value_cost, entropy_cost, reward_scale
+        self.gamma, self.reward_scale = gamma, reward_scale
+        self.value_cost, self.entropy_cost = value_cost, entropy_cost
         self.rates = []  # optimal-choice rate of each batch trained on
 
     @property
     def name(self): return 'a2c_trainer'  # `learn.a2c_trainer`
 
     def prepare(self, b:BD) -> BD:
-        "Batch `b` with `ret`, the scaled `reward` returns, and `logp`, the current policy's log-probability of each action"
+        "Batch `b` with `ret`, the scaled `reward` returns, and `logp`, the policy's log-probability of each action"
         r = b['reward'].reshape(-1).float() * self.reward_scale
         ret = returns(r, b['done'].reshape(-1), self.gamma)
         with torch.no_grad(): _, logits = self.model(b['state'].float())
         logp = logits.log_softmax(-1).gather(1, b['action'].long().view(-1, 1))[:, 0]
-        return BD._new({'state': b['state'].float(), 'action': b['action'].reshape(-1).long(), 'ret': ret, 'logp': logp})
+        action = b['action'].reshape(-1).long()
+        return BD._new({'state': b['state'].float(), 'action': action, 'ret': ret, 'logp': logp})
 
     def before_batch(self):
         b = self.prepare(self.xb[0])
@@ -148,7 +150,8 @@ class A2CTrainer(Callback):
 
 class A2CLoss:
     "The A2C loss of a batch that `A2CTrainer` prepared, with the weights of its value loss and entropy bonus"
-    def __init__(self, value_cost:float=0.4, entropy_cost:float=0.001): self.value_cost, self.entropy_cost = value_cost, entropy_cost
+    def __init__(self, value_cost:float=0.4, entropy_cost:float=0.001):
+        self.value_cost, self.entropy_cost = value_cost, entropy_cost
     def __call__(self, pred, b) -> torch.Tensor:
         value, logits = pred
         return a2c_loss(value, logits, b['action'], b['ret'], self.value_cost, self.entropy_cost)
@@ -164,7 +167,7 @@ def a2c_learner(mode:int=1, # The mode of `ChangingEnv` to train on
                 seed:int|None=0, # Seed of the network (when new), the environment and the action draws
                 cbs:list|None=None # More callbacks, such as a `TrialReplay`
                ) -> LeanLearner:
-    "A fastai `Learner` training the tutorial's A2C on `ChangingEnv` in `mode`, one gradient step per episode of 100 trials"
+    "A fastai `Learner` training the tutorial's A2C on `ChangingEnv` in `mode`, a step per episode of 100 trials"
     if model is None:
         if seed is not None: torch.manual_seed(seed)
         model = ActorCritic()
@@ -172,7 +175,9 @@ def a2c_learner(mode:int=1, # The mode of `ChangingEnv` to train on
     dls = gym_dataloaders(src, n=steps * src.env.trials, bs=src.env.trials, device='cpu')
     trainer = A2CTrainer(gamma, value_cost, entropy_cost)
     rmsprop = partial(torch.optim.RMSprop, eps=1e-5)
-    learn = LeanLearner(dls, model, loss_func=A2CLoss(value_cost, entropy_cost), opt_func=partial(OptimWrapper, opt=rmsprop), lr=lr, wd=0.,
+    learn = LeanLearner(dls, model, loss_func=A2CLoss(value_cost, entropy_cost),
+                        opt_func=partial(OptimWrapper, opt=rmsprop),
+                        lr=lr, wd=0.,
                         cbs=[trainer, NoValidation(), *(cbs or [])])
     learn.remove_cb(CastToTensor)
     return learn
@@ -180,11 +185,12 @@ def a2c_learner(mode:int=1, # The mode of `ChangingEnv` to train on
 # %% ../../nbs/10b_agents.a2c.ipynb #07b99b3c
 def replay_loss(model:nn.Module, b:Mapping, value_cost:float=0.4, entropy_cost:float=0.001, rho_max:float=1.,
                 center:bool=True) -> torch.Tensor:
-    "The A2C loss of stored trials `b` under `model`, each row weighted by its truncated importance ratio, advantages centred"
+    "The A2C loss of stored trials `b` under `model`, rows weighted by their truncated importance ratio"
     value, logits = model(b['state'].float())
     logp = logits.log_softmax(-1).gather(1, b['action'].long().view(-1, 1))[:, 0]
     rho = (logp.detach() - b['logp'].reshape(-1)).exp().clamp(max=rho_max)
-    return a2c_loss(value, logits, b['action'].reshape(-1), b['ret'].reshape(-1), value_cost, entropy_cost, weight=rho, center=center)
+    return a2c_loss(value, logits, b['action'].reshape(-1), b['ret'].reshape(-1), value_cost, entropy_cost, weight=rho,
+                    center=center)
 
 class TrialReplay(Callback):
     "Store fresh trials in `memory` ('write'), or follow each gradient step with one on a replayed batch ('read')"
@@ -198,7 +204,8 @@ class TrialReplay(Callback):
     def before_batch(self):
         if self.mode == 'write':
             b = self.xb[0]
-            self.memory + {'state': b['state'], 'action': b['action'][:, None], 'ret': b['ret'][:, None], 'logp': b['logp'][:, None]}
+            self.memory + {'state': b['state'], 'action': b['action'][:, None], 'ret': b['ret'][:, None],
+                           'logp': b['logp'][:, None]}
 
     def after_step(self):
         if self.mode != 'read': return

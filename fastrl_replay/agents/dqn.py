@@ -6,34 +6,27 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/agents.dqn.html.md"""
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ee3da07b
 from __future__ import annotations
-import copy, time
-from dataclasses import dataclass, field, fields
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 import numpy as np, torch, gymnasium as gym
 from torch import nn
 import torch.nn.functional as F
-from ..core import BD
-from ..memory.experience_replay import ExperienceReplay
-from ..callback import ExperienceReplayCallback, ReplayBatch
-from ..memory.prioritized import PrioritizedExperienceReplay
-from ..memory.laber import LaBERExperienceReplay
-from ..data.gym import GymLoop, play_episodes, Source, FirstLast, EpsilonGreedy, NoValidation, TransitionLoader, gym_dataloaders, check_env, env_space_pair
-from fastcore.basics import store_attr, patch
-from fastai.callback.core import Callback
-from fastai.learner import Learner, Metric, CastToTensor
-from functools import partial
-from fastai.optimizer import OptimWrapper
-from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
-from fastai.callback.progress import ProgressCallback
+from ..errors import importing_fastai
+with importing_fastai():
+    from fastai.callback.core import Callback
+    from fastai.callback.schedule import *  # `fit_flat_cos`, `fit_one_cycle`
+from ..callback import ReplayBatch
+from ..data.gym import play_episodes, EpsilonGreedy, env_space_pair
 from ..learner import LeanLearner
-from ..threads import TorchThreads
-from fastai.callback.training import GradientClip
 from ..memory.core import ReplayMemory
+from .common import (ReplaySettings, OptimSettings, settings, replay_settings, loop_metrics,
+                                         bootstrap_targets, replay_data, replay_learner)
 
 # %% auto #0
-__all__ = ['MEMORIES', 'DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'loop_metrics', 'evaluate', 'replay_memory', 'env_spaces',
-           'NetSettings', 'ExploreSettings', 'ReplaySettings', 'OptimSettings', 'settings', 'dqn_assembly',
-           'memory_settings', 'replay_warmup', 'dqn_learner', 'dqn_defaults']
+__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'evaluate', 'env_spaces', 'NetSettings', 'ExploreSettings',
+           'dqn_assembly', 'dqn_learner', 'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -48,7 +41,7 @@ class QNet(nn.Module):
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f10718a8
 class DQNLoss:
-    "A DQN's loss on a replayed batch: the Huber loss of each row's TD error against a target network, reported to the batch"
+    "A DQN's loss on a replayed batch: the Huber loss of each row's TD error against a target network"
     def __init__(self,
                  model:nn.Module, # The online network: the `Learner`'s model
                  double:bool=True, # Double DQN: the online network picks the next action, the target one values it
@@ -62,31 +55,29 @@ class DQNLoss:
 
     def td_targets(self, b:Mapping) -> torch.Tensor:
         "R + discount * Q'(s', a*) for each row of batch `b`, with no bootstrap for terminated rows"
-        if self.target is None: raise ValueError("DQNLoss has no target network yet: add DQNTrainer(loss) to the Learner's callbacks, which makes and updates it")
-        if 'discount' not in b:
-            raise ValueError("the batch has no 'discount' column: fold the environment steps into n-step transitions with "
-                             "Source([GymLoop(...), FirstLast(gamma)]) (GymLoop(n_steps=1) for one-step returns)")
+        if self.target is None:
+            raise ValueError("DQNLoss has no target network yet: add DQNTrainer(loss) to the Learner's callbacks, "
+                             "which makes and updates it")
         with torch.no_grad():
             q_next = self.target(b['next_state'])
             a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
-            boot = q_next.gather(1, a_star) * b['discount'] * (~b['terminated']).float()
-        return b['reward'] + boot
+            return bootstrap_targets(b, q_next.gather(1, a_star))
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
-        "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, which a `ReplayBatch` `b` is told of"
+        "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, told to a `ReplayBatch` `b`"
         td = pred.gather(1, b['action'].long()) - self.td_targets(b)
         if isinstance(b, ReplayBatch): b.set_td_error(td)
         per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
         return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
 
     def surrogate_priorities(self, b:Mapping) -> torch.Tensor:
-        "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's surrogate priorities"
+        "|TD error| of each row of batch `b` under the current networks, without gradients: LaBER's scores"
         b = b.to(next(self.model.parameters()).device)
         with torch.no_grad(): td = self.model(b).gather(1, b['action'].long()) - self.td_targets(b)
         return td.abs().flatten()
 
 class DQNTrainer(Callback):
-    "Makes a `DQNLoss`'s target network and updates it: a hard copy every `target_sync` optimizer steps, or Polyak averaging"
+    "Makes a `DQNLoss`'s target network and updates it: a hard copy every `target_sync` steps, or Polyak averaging"
     order = -4  # after the replay callback has swapped in the sampled batch
     def __init__(self,
                  dqn_loss:DQNLoss, # The loss whose target network this trainer keeps
@@ -114,22 +105,6 @@ class DQNTrainer(Callback):
         if state['target'] is not None: self.dqn_loss.make_target().load_state_dict(state['target'])
         self.n_updates = state['n_updates']
 
-# %% ../../nbs/10a_agents.dqn.ipynb #f5876050
-class _SourceMetric(Metric):
-    "A value of what the training source reports (`stats()`), read when the recorder asks for it"
-    def __init__(self, name, get): self._name, self.get, self.source = name, get, None
-    def reset(self): pass
-    def accumulate(self, learn): self.source = learn.dls.train.dataset
-    @property
-    def value(self): return None if self.source is None else self.get(self.source.stats())
-    @property
-    def name(self): return self._name
-
-def loop_metrics():
-    "The rolling return of the last 100 finished episodes, the episode count and epsilon, as the training source reports them"
-    return [_SourceMetric('return', lambda s: s.recent_return), _SourceMetric('episodes', lambda s: s.episodes),
-            _SourceMetric('epsilon', lambda s: None if s.epsilon is None else round(s.epsilon, 4))]
-
 # %% ../../nbs/10a_agents.dqn.ipynb #98409bde
 def evaluate(model:nn.Module, # Maps a state batch to action values
              env:str|gym.Env='CartPole-v1', # Environment id, or a ready single environment
@@ -145,22 +120,13 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
         with torch.no_grad(): return int(model((x if x.dtype == torch.uint8 else x.float())[None]).argmax())
     return play_episodes(greedy, env, n_episodes, seed, max_steps, stack_size)
 
-# %% ../../nbs/10a_agents.dqn.ipynb #11ce47a4
-MEMORIES = {'uniform': ExperienceReplay, 'per': PrioritizedExperienceReplay, 'laber': LaBERExperienceReplay}
-
-def replay_memory(kind:str, # 'uniform', 'per' or 'laber': a key of `MEMORIES`
-                  **settings # The memory's settings: `bs`, `max_sz`, `warmup_sz`, `seed`, ...; `score` for 'laber'
-                 ) -> ReplayMemory:
-    "A new replay memory of the kind `kind` names"
-    if kind not in MEMORIES: raise ValueError(f"replay must be 'uniform', 'per' or 'laber', got {kind!r}")
-    return MEMORIES[kind](**settings)
-
 # %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
 def env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
     "The observation space and the action space of one environment of `env`, which must have discrete actions"
     obs_sp, act_sp = env_space_pair(env)
     if not isinstance(act_sp, gym.spaces.Discrete):
-        raise ValueError(f'DQN needs discrete actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
+        name = getattr(env, "spec", None) and env.spec.id or env
+        raise ValueError(f'DQN needs discrete actions; {name} has {act_sp}')
     return obs_sp, act_sp
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f8fb6664
@@ -180,32 +146,6 @@ class ExploreSettings:
     eps_steps:int = 10_000 # Environment steps over which exploration decays linearly
     random_warmup:bool = True # Act uniformly at random until the memory holds its warm-up
 
-@dataclass
-class ReplaySettings:
-    "The replay memory a learner makes when it is given none"
-    kind:str = 'uniform' # 'uniform', 'per' (prioritized, Schaul et al.) or 'laber' (large batches scored by |TD|)
-    bs:int = 128 # Replayed transitions per gradient step
-    max_sz:int = 50_000 # Capacity: transitions kept before the oldest are overwritten
-    warmup_sz:int = 1_000 # Transitions stored before training starts
-    options:dict = field(default_factory=dict) # The kind's own settings: `alpha`, `beta`, `beta_steps`, `weight_norm` for 'per'; `m`, `variant` for 'laber'; `device`
-
-@dataclass
-class OptimSettings:
-    "How often, and how, the network trains"
-    lr:float = 1e-3 # Learning rate (fastai's `fit` may give its own)
-    train_every:int = 4 # Environment steps collected between trainings: the batch size of the data loader
-    grad_steps:int = 1 # Gradient steps after each `train_every` environment steps, one fastai batch each
-    max_grad_norm:float|None = None # Clip the gradients' global norm to this (None: no clipping)
-
-def settings(cls:type, given) -> object:
-    "`given` as a `cls`: a `cls` as it is, a dict of its fields, or None for its defaults; an unknown field raises"
-    if given is None: return cls()
-    if isinstance(given, cls): return given
-    if not isinstance(given, Mapping): raise TypeError(f'{cls.__name__}: expected a {cls.__name__} or a dict of its fields, got a {type(given).__name__}')
-    known = [f.name for f in fields(cls)]
-    if unknown := sorted(set(given) - set(known)): raise TypeError(f'unknown {cls.__name__} {unknown}; its settings are {known}')
-    return cls(**given)
-
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0004
 def dqn_assembly(dls, # The loaders: fresh transitions in training batches, an empty validation loader
                  loss:DQNLoss, # The loss, holding the model it trains
@@ -215,38 +155,14 @@ def dqn_assembly(dls, # The loaders: fresh transitions in training batches, an e
                  cbs=() # More callbacks
                 ) -> LeanLearner:
     "The DQN `Learner` of `loss.model` trained on `dls` through `memory`: the assembly every DQN builder shares"
-    adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
-    clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
-    learn = LeanLearner(dls, loss.model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=loop_metrics(),
-                        cbs=[ExperienceReplayCallback(memory), DQNTrainer(loss, net.target_sync, net.tau), NoValidation(),
-                             TorchThreads(1), *clip, *cbs])  # one thread: see `threads`
-    learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
-    learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
-    return learn
-
-def memory_settings(replay:ReplaySettings, # The replay settings
-                    n_batches:int, # Training batches per epoch: prioritized replay anneals its weights over 10 epochs
-                    seed:int|None # The memory's seed
-                   ) -> dict:
-    "The settings of the memory `replay` describes, with the DQN's defaults for prioritized replay (`options` take their place)"
-    per = dict(beta_steps=10 * n_batches, weight_norm='batch') if replay.kind == 'per' else {}
-    return dict(bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, seed=seed, **(per | replay.options))
-
-# %% ../../nbs/10a_agents.dqn.ipynb #79e68731
-def replay_warmup(memory:ReplayMemory|None, # A ready memory, or None for the one `replay` describes
-                  replay:ReplaySettings) -> int:
-    "The rows the memory needs before it samples; a `TypeError` for a `memory` that does not follow `ReplayMemory`"
-    if memory is None: return replay.warmup_sz
-    if not isinstance(memory, ReplayMemory):
-        raise TypeError(f'memory must follow the ReplayMemory protocol (declare warmup_sz, makes_n_step, prioritized; '
-                        f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
-    return memory.warmup_sz
+    trainer = DQNTrainer(loss, net.target_sync, net.tau)
+    return replay_learner(dls, loss.model, loss, memory, optim, trainer, loop_metrics(), cbs)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
-def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium environment id, or a ready environment (single or vector); discrete actions
+def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Environment id, or a ready one; discrete actions
                 *,
-                memory:ReplayMemory|None=None, # A ready replay memory (e.g. a `FrameReplay`); default: the one `replay` describes
-                model:nn.Module|None=None, # Maps a batch, or a state tensor, to one value per action (default: a `QNet` of `net.hidden`)
+                memory:ReplayMemory|None=None, # A ready replay memory (as a `FrameReplay`); default: `replay`'s
+                model:nn.Module|None=None, # Maps a batch, or states, to one value per action (default: a `QNet`)
                 cbs=(), # More callbacks
                 net:NetSettings|dict|None=None, # The Q-network and its target
                 explore:ExploreSettings|dict|None=None, # Epsilon-greedy exploration
@@ -256,19 +172,19 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
                 gamma:float=0.99, # Discount factor
                 n_steps:int=3, # Steps folded into each transition (n-step returns)
                 n_envs:int=1, # Environments stepped together (for an environment id)
-                stack_size:int=1, # Observations the model reads, stacked by the loop from single ones; a memory fed single steps builds the same stacks
+                stack_size:int=1, # Observations the model reads, stacked by the loop and by the memory
                 seed:int|None=0, # Seed for the network, the environments, exploration and replay
                 device=None # Device for the model and the batches (default: fastai's default device)
                ) -> LeanLearner:
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
     net, explore, optim = settings(NetSettings, net), settings(ExploreSettings, explore), settings(OptimSettings, optim)
-    if memory is not None and replay is not None:
-        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
+    replay = replay_settings(memory, replay)
     if model is not None and net.hidden != NetSettings.hidden:
-        raise ValueError('net.hidden sizes the default QNet, and a ready model has its own layers: give model= or net.hidden, not both')
-    replay = settings(ReplaySettings, replay)
+        raise ValueError('net.hidden sizes the default QNet, and a ready model has its own layers: '
+                         'give model= or net.hidden, not both')
     if stack_size > 1 and (memory is None or not memory.makes_n_step):
-        raise ValueError('stacks are built by a memory fed single steps, which stacks them again when it samples (e.g. a FrameReplay): give memory=')
+        raise ValueError('stacks are built by a memory fed single steps, which stacks them again when it samples '
+                         '(e.g. a FrameReplay): give memory=')
     obs_sp, act_sp = env_spaces(env)
     state_shape = obs_sp.shape if stack_size == 1 else (stack_size, *obs_sp.shape)
     n_actions = int(act_sp.n)
@@ -276,31 +192,25 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Gymnasium 
     model = model if model is not None else QNet(int(np.prod(state_shape)), n_actions, net.hidden)
     obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
-        with torch.no_grad(): model(torch.zeros(1, *state_shape, dtype=torch.uint8 if obs_dtype is np.uint8 else torch.float32))
-    warmup_sz = replay_warmup(memory, replay)
-    ready = None if isinstance(env, str) else env
-    n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
-    agent = EpsilonGreedy(model, n_actions, explore.eps_start, explore.eps_end, explore.eps_steps, seed=seed,
-                          random_steps=-(-warmup_sz // n_par) if explore.random_warmup else 0)
-    folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
-    loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed,
-                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype, stack_size=stack_size)
-    source = Source([loop] if folds else [loop, FirstLast(gamma)])
-    dls = gym_dataloaders(source, n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
+        dtype = torch.uint8 if obs_dtype is np.uint8 else torch.float32
+        with torch.no_grad(): model(torch.zeros(1, *state_shape, dtype=dtype))
     loss = DQNLoss(model, double=net.double)
-    if memory is None:
-        score = dict(score=loss.surrogate_priorities) if replay.kind == 'laber' else {}
-        memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed), **score)
+    agent = partial(EpsilonGreedy, model, n_actions, explore.eps_start, explore.eps_end, explore.eps_steps, seed=seed)
+    dls, memory = replay_data(env, agent, memory, replay, optim, random_warmup=explore.random_warmup,
+                              steps_per_epoch=steps_per_epoch,
+                              gamma=gamma, n_steps=n_steps, n_envs=n_envs, seed=seed, device=device,
+                              score=loss.surrogate_priorities, obs_dtype=obs_dtype, stack_size=stack_size)
     return dqn_assembly(dls, loss, memory, net, optim, cbs)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ad1aae18
 DQN_DEFAULTS = {
     'CartPole-v1': dict(steps=50_000),
     'Acrobot-v1': dict(steps=100_000),
-    'MountainCar-v0': dict(steps=120_000, gamma=0.98, replay=dict(max_sz=10_000), optim=dict(lr=4e-3, train_every=16, grad_steps=8),
+    'MountainCar-v0': dict(steps=120_000, gamma=0.98, replay=dict(max_sz=10_000),
+                           optim=dict(lr=4e-3, train_every=16, grad_steps=8),
                            net=dict(target_sync=300), explore=dict(eps_end=0.07, eps_steps=24_000)),
 }
 
 def dqn_defaults(env:str) -> dict:
-    "`steps` and the `dqn_learner` settings, grouped as its arguments, to train a DQN on `env`: `DQN_DEFAULTS[env]`, CartPole-v1's for another"
+    "`steps` and the `dqn_learner` settings, grouped as its arguments, to train a DQN on `env` (else CartPole-v1's)"
     return dict(steps=50_000) | DQN_DEFAULTS.get(env, {})

@@ -1,4 +1,4 @@
-"""`dqn_ray_learner`: the DQN of `agents.dqn`, with the same settings and the same assembly, trained on what collector actors write to replay shards on Ray.
+"""`dqn_ray_learner`: the DQN of `agents.dqn`, same settings and assembly, trained on replay shards filled on Ray.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/agents.dqn_ray.html.md"""
 
@@ -13,9 +13,10 @@ from fastcore.basics import ifnone
 from ..memory.core import Replay
 from ..data.gym import gym_dataloaders
 from ..learner import LeanLearner
-from .dqn import (QNet, DQNLoss, NetSettings, ExploreSettings, ReplaySettings, OptimSettings, MEMORIES, settings,
-                                      env_spaces, dqn_assembly, memory_settings)
-from ..distributed import RayReplay, CollectorFleet, RaySource, FleetCallback, init_ray, fleet_metrics, close_learner
+from .common import ReplaySettings, OptimSettings, MEMORIES, settings, memory_settings
+from .dqn import QNet, DQNLoss, NetSettings, ExploreSettings, env_spaces, dqn_assembly
+from ..distributed import (RayReplay, CollectorFleet, RaySource, FleetCallback, init_ray, fleet_metrics,
+                                       close_learner)
 
 # %% auto #0
 __all__ = ['RaySettings', 'shard_memory', 'dqn_ray_learner']
@@ -26,7 +27,7 @@ class RaySettings:
     "Where the collectors and the replay shards run, and how they work with the learner"
     actors:int = 2 # Collector actors
     shards:int = 1 # Replay shard actors: each holds `replay.max_sz // shards` rows
-    epsilons:list|None = None # A fixed exploration per collector, e.g. Ape-X's `apex_epsilons(actors)`, instead of `explore`'s schedule
+    epsilons:list|None = None # A fixed exploration per collector (as `apex_epsilons(actors)`), not `explore`'s
     sync_every:int = 50 # Optimizer steps between publications of the weights to the collectors
     chunk:int = 100 # Environment steps per chunk of a collector's work
     prefetch:int = 2 # Samples kept in flight
@@ -58,13 +59,17 @@ def dqn_ray_learner(env:str='CartPole-v1', # Gymnasium environment id, which eac
                     seed:int|None=0, # Seed for the network, the collectors and the shards
                     device=None # Device for the model and the batches
                    ) -> LeanLearner:
-    "`dqn_learner`'s DQN, with the same settings and assembly, trained on what `ray.actors` collectors write to `ray.shards` replay shards"
-    rs, net, optim, replay = settings(RaySettings, ray), settings(NetSettings, net), settings(OptimSettings, optim), settings(ReplaySettings, replay)
+    "`dqn_learner`'s DQN, with the same settings and assembly, trained on what collectors write to replay shards on Ray"
+    rs, net = settings(RaySettings, ray), settings(NetSettings, net)
+    optim, replay = settings(OptimSettings, optim), settings(ReplaySettings, replay)
     if rs.epsilons is not None and explore is not None:
         raise ValueError("ray.epsilons fixes each collector's exploration and explore schedules it: give one, not both")
     explore = settings(ExploreSettings, explore)
-    if not isinstance(env, str): raise ValueError(f'each collector makes its environment from an id: pass env as a gymnasium id, got a {type(env).__name__}')
-    if replay.kind not in ('uniform', 'per'): raise ValueError(f"the sharded replay is 'uniform' or 'per', got {replay.kind!r}")
+    if not isinstance(env, str):
+        raise ValueError('each collector makes its environment from an id: pass env as a gymnasium id, '
+                         f'got a {type(env).__name__}')
+    if replay.kind not in ('uniform', 'per'):
+        raise ValueError(f"the sharded replay is 'uniform' or 'per', got {replay.kind!r}")
     if not rs.local: init_ray(rs.address)
     obs_sp, act_sp = env_spaces(env)
     obs_dim, n_actions = int(np.prod(obs_sp.shape)), int(act_sp.n)
@@ -73,13 +78,19 @@ def dqn_ray_learner(env:str='CartPole-v1', # Gymnasium environment id, which eac
     model = QNet(obs_dim, n_actions, net.hidden)
     n_batches = steps_per_epoch // optim.train_every * optim.grad_steps
     mem = memory_settings(replay, n_batches, seed) | dict(max_sz=max(replay.max_sz // rs.shards, 1), warmup_sz=0)
-    rr = RayReplay(partial(shard_memory, MEMORIES[replay.kind], mem), rs.shards, bs=replay.bs, warmup_sz=replay.warmup_sz, seed=seed,
-                   prefetch=rs.prefetch, async_td=rs.async_td, folder=rs.folder, checkpoint_every=rs.checkpoint_every, local=rs.local)
+    rr = RayReplay(partial(shard_memory, MEMORIES[replay.kind], mem), rs.shards, bs=replay.bs,
+                   warmup_sz=replay.warmup_sz,
+                   seed=seed, prefetch=rs.prefetch, async_td=rs.async_td, folder=rs.folder,
+                   checkpoint_every=rs.checkpoint_every, local=rs.local)
     n_par = rs.actors * n_envs  # environments stepped at once over the fleet
     schedule = None if rs.epsilons is not None else dict(
         eps_start=explore.eps_start, eps_end=explore.eps_end, eps_steps=-(-explore.eps_steps // rs.actors),
         random_steps=-(-replay.warmup_sz // n_par) if explore.random_warmup else 0)
-    fleet = CollectorFleet(env, partial(QNet, obs_dim, n_actions, net.hidden), n_actions, rr.shards, rs.actors, rs.epsilons, explore=schedule,
-                           chunk=rs.chunk, local=rs.local, n_steps=n_steps, gamma=gamma, seed=seed, n_envs=n_envs)
-    dls = gym_dataloaders(RaySource(fleet, obs_dim), n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
-    return dqn_assembly(dls, DQNLoss(model, double=net.double), rr, net, optim, cbs=[FleetCallback(fleet, rr, rs.sync_every), *cbs])
+    fleet = CollectorFleet(env, partial(QNet, obs_dim, n_actions, net.hidden), n_actions, rr.shards, rs.actors,
+                           rs.epsilons,
+                           explore=schedule, chunk=rs.chunk, local=rs.local, n_steps=n_steps, gamma=gamma, seed=seed,
+                           n_envs=n_envs)
+    dls = gym_dataloaders(RaySource(fleet, obs_dim), n=steps_per_epoch, bs=optim.train_every, device=device,
+                          updates=optim.grad_steps)
+    cbs = [FleetCallback(fleet, rr, rs.sync_every), *cbs]
+    return dqn_assembly(dls, DQNLoss(model, double=net.double), rr, net, optim, cbs=cbs)

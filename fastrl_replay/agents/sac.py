@@ -8,80 +8,38 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/agents.sac.html.md"""
 from __future__ import annotations
 import copy
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Mapping, Callable
-from fastcore.meta import delegates
 from functools import partial
+from fastcore.meta import delegates
 import numpy as np, torch, gymnasium as gym
 from torch import nn
-from fastai.callback.core import Callback
-from fastai.learner import CastToTensor, Metric
-from fastai.optimizer import OptimWrapper
-from fastai.callback.training import GradientClip
-from ..callback import ExperienceReplayCallback, ReplayBatch
-from ..data.gym import SteppedAgent, play_episodes, GymLoop, Source, FirstLast, NoValidation, gym_dataloaders, check_env, env_space_pair
+from ..errors import importing_fastai
+with importing_fastai():
+    from fastai.callback.core import Callback
+    from fastai.learner import Metric
+from ..callback import ReplayBatch
+from ..data.gym import SteppedAgent, play_episodes, env_space_pair
 from ..learner import LeanLearner
-from ..threads import TorchThreads
 from ..memory.core import ReplayMemory
-from .dqn import settings, replay_memory, replay_warmup, memory_settings, loop_metrics, ReplaySettings, OptimSettings
+from .common import (ReplaySettings, OptimSettings, settings, replay_settings, loop_metrics,
+                                         bootstrap_targets, replay_data, replay_learner)
 
 # %% auto #0
-__all__ = ['LINEARS', 'LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'OneDNNLinear',
-           'linear_layer', 'ActionScale', 'TwinCritic', 'frozen', 'polyak', 'GaussianActor', 'EntropyCoef', 'SACModel',
+__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
+           'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel', 'twin_critic_loss',
            'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent', 'evaluate_actor',
-           'box_spaces', 'grouped', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings',
-           'actor_critic_learner', 'sac_learner', 'sac_defaults']
+           'box_spaces', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings', 'actor_critic_learner',
+           'sac_learner', 'sac_defaults']
 
 # %% ../../nbs/10d_agents.sac.ipynb #d04305eb
 def mlp(sizes:tuple, # Layer sizes, input first, output last
-        out:nn.Module|None=None, # Activation after the last layer (default: none)
-        linear:type=nn.Linear # The linear layer (`OneDNNLinear` for oneDNN's float32 kernels)
+        out:nn.Module|None=None # Activation after the last layer (default: none)
        ) -> nn.Sequential:
     "Linear layers of `sizes` with ReLU between them"
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])): layers += [linear(a, b), nn.ReLU()] if i < len(sizes) - 2 else [linear(a, b)]
-    return nn.Sequential(*layers, *([out] if out is not None else []))
-
-# %% ../../nbs/10d_agents.sac.ipynb #ecd6f3a9
-def _onednn_product():
-    "oneDNN's float32 linear product in this torch build, or None where it has none"
-    try: return torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
-    except (AttributeError, RuntimeError): return None
-
-_ONEDNN = _onednn_product()
-
-def _dnn(x:torch.Tensor, w:torch.Tensor, b:torch.Tensor|None=None) -> torch.Tensor:
-    "x @ w.T (+ b), by oneDNN"
-    return _ONEDNN(x, w, b, 'none', [], '')
-
-class _OneDNNLinearFn(torch.autograd.Function):
-    "x @ W.T + b and its gradients, each product one of oneDNN's"
-    @staticmethod
-    def forward(ctx, x, w, b):
-        x = x.contiguous()  # a strided view (a column slice) would take oneDNN's slow reference kernels
-        ctx.save_for_backward(x, w)
-        return _dnn(x, w, b)
-    @staticmethod
-    def backward(ctx, g):
-        x, w, g = *ctx.saved_tensors, g.contiguous()
-        gx = _dnn(g, w.t()) if ctx.needs_input_grad[0] else None
-        gw = _dnn(g.t(), x.t()) if ctx.needs_input_grad[1] else None
-        gb = g.sum(0) if ctx.needs_input_grad[2] else None
-        return gx, gw, gb
-
-class OneDNNLinear(nn.Linear):
-    "`nn.Linear` whose float32 products on the CPU, forward and backward, run on oneDNN's kernels; other inputs as `nn.Linear`"
-    def forward(self, x:torch.Tensor) -> torch.Tensor:
-        if _ONEDNN is None or x.dim() != 2 or x.dtype != torch.float32 or x.device.type != 'cpu' or self.weight.dtype != torch.float32:
-            return super().forward(x)
-        return _OneDNNLinearFn.apply(x, self.weight, self.bias)
-
-LINEARS = dict(torch=nn.Linear, onednn=OneDNNLinear)
-
-def linear_layer(kernels:str) -> type:
-    "The linear layer whose float32 products run on `kernels`: 'torch' (torch's own: MKL's on x86) or 'onednn'"
-    if kernels not in LINEARS: raise ValueError(f"kernels is 'torch' or 'onednn'; got {kernels!r}")
-    return LINEARS[kernels]
+    for a, b in zip(sizes[:-2], sizes[1:-1]): layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(*sizes[-2:]), *([out] if out is not None else []))
 
 # %% ../../nbs/10d_agents.sac.ipynb #550cbd04
 class ActionScale(nn.Module):
@@ -94,14 +52,15 @@ class ActionScale(nn.Module):
     @property
     def dim(self) -> int: return len(self.low)
     def to_env(self, a:torch.Tensor) -> torch.Tensor: return self.low + (a + 1) * 0.5 * (self.high - self.low)
-    def from_env(self, a:torch.Tensor) -> torch.Tensor: return (2 * (a.flatten(1) - self.low) / (self.high - self.low) - 1)
+    def from_env(self, a:torch.Tensor) -> torch.Tensor:
+        return (2 * (a.flatten(1) - self.low) / (self.high - self.low) - 1)
 
 # %% ../../nbs/10d_agents.sac.ipynb #eda587f8
 class TwinCritic(nn.Module):
     "Two Q-networks of a state and a [-1, 1] action: `(bs, 2)` values"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256), linear:type=nn.Linear):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
-        self.q1, self.q2 = mlp((obs_dim + act_dim, *hidden, 1), linear=linear), mlp((obs_dim + act_dim, *hidden, 1), linear=linear)
+        self.q1, self.q2 = mlp((obs_dim + act_dim, *hidden, 1)), mlp((obs_dim + act_dim, *hidden, 1))
     def forward(self, s:torch.Tensor, a:torch.Tensor) -> torch.Tensor:
         x = torch.cat([s.flatten(1), a], 1)
         return torch.cat([self.q1(x), self.q2(x)], 1)
@@ -133,17 +92,17 @@ _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 # %% ../../nbs/10d_agents.sac.ipynb #62459e2a
 class GaussianActor(nn.Module):
     "SAC's policy: a Gaussian of state-dependent mean and spread, squashed into [-1, 1] by tanh"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256), linear:type=nn.Linear):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
-        self.body = mlp((obs_dim, *hidden), nn.ReLU(), linear)
-        self.mu, self.log_std = linear(hidden[-1], act_dim), linear(hidden[-1], act_dim)
+        self.body = mlp((obs_dim, *hidden), nn.ReLU())
+        self.mu, self.log_std = nn.Linear(hidden[-1], act_dim), nn.Linear(hidden[-1], act_dim)
 
     def forward(self, s:torch.Tensor) -> torch.Tensor:
         "The policy's mode, squashed: the greedy action"
         return torch.tanh(self.mu(self.body(s.flatten(1))))
 
     def sample(self, s:torch.Tensor, eps:torch.Tensor|None=None) -> tuple[torch.Tensor, torch.Tensor]:
-        "Actions drawn with standard normal `eps` (default: drawn from torch's generator) and their log-probabilities, `(bs, 1)`"
+        "Actions drawn with standard normal `eps` (default: torch's generator's) and their log-probabilities, `(bs, 1)`"
         h = self.body(s.flatten(1))
         mu, log_std = self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
         if eps is None: eps = torch.randn_like(mu)
@@ -170,54 +129,57 @@ class EntropyCoef(nn.Module):
     @property
     def alpha(self) -> torch.Tensor: return self.log_alpha.detach().exp()
     def loss(self, logp:torch.Tensor) -> torch.Tensor:
-        "The loss whose gradient moves alpha toward the target entropy, given the log-probabilities of actions the policy drew"
+        "The loss whose gradient moves alpha toward the target entropy, given log-probabilities of the policy's actions"
         if not self.auto: return logp.new_zeros(())
         return -(self.log_alpha * (logp.detach() + self.target)).mean()
 
 # %% ../../nbs/10d_agents.sac.ipynb #df064acc
-class SACModel(nn.Module):
-    "SAC's networks: a squashed Gaussian actor, twin critics and their Polyak-averaged target, the entropy coefficient; maps a batch to its twin Q-values"
-    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(256, 256), ent_coef:str|float='auto', ent_init:float=1., target_entropy:float|None=None,
-                 linear:type=nn.Linear):
-        super().__init__()
-        self.scale = ActionScale(action_space)
-        self.actor, self.critic = GaussianActor(obs_dim, self.scale.dim, hidden, linear), TwinCritic(obs_dim, self.scale.dim, hidden, linear)
-        auto = ent_coef == 'auto'
-        self.entropy = EntropyCoef(self.scale.dim, ent_init if auto else float(ent_coef), auto, target_entropy)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-
+class ActorCriticModel(nn.Module):
+    "An actor-critic's networks: `scale`, `actor`, twin `critic`s and target networks; maps a batch to its Q-values"
     def forward(self, b:Mapping) -> torch.Tensor:
         "The twin critics' values of each row's state and action, `(bs, 2)`"
         return self.critic(b['state'], self.scale.from_env(b['action']))
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        "Each network and the target network that follows it"
-        return [(self.critic, self.critic_target)]
+        "Each network and the target network that follows it (`actor_target`, where there is one, and `critic_target`)"
+        followed = [n for n in ('actor', 'critic') if hasattr(self, f'{n}_target')]
+        return [(getattr(self, n), getattr(self, f'{n}_target')) for n in followed]
 
-# %% ../../nbs/10d_agents.sac.ipynb #c8f66679
-def _bootstrap(b:Mapping, next_v:torch.Tensor) -> torch.Tensor:
-    "R + discount * V(s') for each row, with no bootstrap for terminated rows"
-    if 'discount' not in b:
-        raise ValueError("the batch has no 'discount' column: fold the environment steps into n-step transitions with "
-                         "Source([GymLoop(...), FirstLast(gamma)]) (GymLoop(n_steps=1) for one-step returns)")
-    return b['reward'] + b['discount'] * (~b['terminated']).float() * next_v
+class SACModel(ActorCriticModel):
+    "SAC's networks: a squashed Gaussian actor, twin critics and their target, the entropy coefficient"
+    def __init__(self, obs_dim:int, # Observation size
+                 action_space:gym.spaces.Box, # The environment's actions
+                 hidden:tuple=(256, 256), # Hidden layer sizes of the actor and of each critic
+                 ent_coef:str|float='auto', # 'auto': alpha tuned; a number: alpha fixed
+                 ent_init:float=1., # Alpha at the start, when tuned
+                 target_entropy:float|None=None): # The entropy alpha keeps (default: minus the action dimensions)
+        super().__init__()
+        self.scale = ActionScale(action_space)
+        self.actor = GaussianActor(obs_dim, self.scale.dim, hidden)
+        self.critic = TwinCritic(obs_dim, self.scale.dim, hidden)
+        auto = ent_coef == 'auto'
+        self.entropy = EntropyCoef(self.scale.dim, ent_init if auto else float(ent_coef), auto, target_entropy)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
 
 # %% ../../nbs/10d_agents.sac.ipynb #6cba98c2
-def _critic_loss(td:torch.Tensor, b:Mapping, half:bool) -> torch.Tensor:
-    "The (importance-weighted, when `b` has `weight`) squared TD errors of both critics; their mean TD error is reported to a `ReplayBatch`"
+def twin_critic_loss(td:torch.Tensor, # Each row's TD error of each critic, `(bs, 2)`
+                     b:Mapping, # The batch: its `weight` column, when it has one, weights the rows
+                     half:bool # Halve the squared errors (SAC's loss) or not (TD3's)
+                    ) -> torch.Tensor:
+    "The mean (importance-weighted) squared TD errors of both critics; a `ReplayBatch` `b` is told their mean TD error"
     if isinstance(b, ReplayBatch): b.set_td_error(td.mean(1, keepdim=True))
     per_row = (td ** 2).sum(1, keepdim=True) * (0.5 if half else 1.)
     return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
 
 # %% ../../nbs/10d_agents.sac.ipynb #bf7a7009
 class ActorCriticLoss:
-    "What the actor-critic losses share: called on a batch, the critics' loss; `actor_loss` of the same batch, the actor's, taken after the critics' step"
+    "An actor-critic's losses: called on a batch, the critics' loss; `actor_loss`, the actor's, after the critics' step"
     def actor_loss(self, b:Mapping) -> torch.Tensor:
         "The actor's loss on batch `b` against the critics as they are now"
         raise NotImplementedError
 
 class SACLoss(ActorCriticLoss):
-    "SAC's losses on a replayed batch: the critics' TD loss (reported to the batch); then the actor's and the entropy coefficient's, summed"
+    "SAC's losses on a replayed batch: the critics' TD loss (reported to the batch); the actor's and alpha's, summed"
     def __init__(self, model:SACModel): self.model = model
 
     def td_targets(self, b:Mapping) -> torch.Tensor:
@@ -225,35 +187,36 @@ class SACLoss(ActorCriticLoss):
         m = self.model
         with torch.no_grad():
             a2, logp2 = m.actor.sample(b['next_state'])
-            return _bootstrap(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0] - m.entropy.alpha * logp2)
+            next_v = m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0] - m.entropy.alpha * logp2
+            return bootstrap_targets(b, next_v)
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
         "The critics' loss; `pred` is the model's twin Q-values of the batch"
-        return _critic_loss(pred - self.td_targets(b), b, half=True)
+        return twin_critic_loss(pred - self.td_targets(b), b, half=True)
 
     def actor_loss(self, b:Mapping) -> torch.Tensor:
-        "E[alpha log pi - min Q] of actions the policy draws at the batch's states, plus alpha's loss of their log-probabilities"
+        "E[alpha log pi - min Q] of actions the policy draws at the batch's states, plus alpha's loss"
         m = self.model
         a_pi, logp = m.actor.sample(b['state'])
         with frozen(m.critic): q_pi = m.critic(b['state'], a_pi).min(1, keepdim=True)[0]
         return (m.entropy.alpha * logp - q_pi).mean() + m.entropy.loss(logp)
 
-
 # %% ../../nbs/10d_agents.sac.ipynb #250f7247
 class ActorCriticTrainer(Callback):
-    "After each critics' step, the actor's step (every `policy_delay`-th) against the updated critics, then the target networks' Polyak averaging"
+    "After the critics' step, the actor's (every `policy_delay`-th) against them, then the targets' averaging"
     order = -4  # after the replay callback has swapped in the sampled batch
     def __init__(self, loss:ActorCriticLoss, # The losses, whose `model` has `target_pairs()`
                  tau:float=0.005, # Polyak factor of the target networks' updates
                  target_every:int=1, # Optimizer steps between the target networks' updates
                  policy_delay:int=1, # Critic steps between the actor's (the critics train at each)
-                 matmul_precision:str='highest', # torch's float32 matmul precision while fitting: 'highest' (float32) or 'medium' (see `ActorCriticSettings`)
+                 matmul_precision:str='highest', # torch's float32 matmul precision while fitting: 'highest' or 'medium'
                  beta:float=0.98): # Smoothing of the recorded actor loss, as the recorder smooths the critics'
         if matmul_precision not in ('highest', 'high', 'medium'):
             raise ValueError(f"matmul_precision is torch's: 'highest', 'high' or 'medium'; got {matmul_precision!r}")
-        self.loss, self.tau, self.target_every, self.policy_delay, self.n_updates = loss, tau, target_every, policy_delay, 0
+        self.loss, self.tau, self.target_every, self.policy_delay = loss, tau, target_every, policy_delay
+        self.n_updates = 0
         self.matmul_precision, self.beta, self.precision_before = matmul_precision, beta, None
-        self.smooth, self.n_actor = torch.zeros(()), 0  # the actor losses' exponential moving average, and how many it holds
+        self.smooth, self.n_actor = torch.zeros(()), 0  # the actor losses' moving average, and how many it holds
 
     def before_fit(self):
         self.pairs = self.loss.model.target_pairs()
@@ -271,7 +234,7 @@ class ActorCriticTrainer(Callback):
             for online, target in self.pairs: polyak(online, target, self.tau)
 
     def step_actor(self):
-        "One step of the optimizer on the actor's loss of the batch the critics just trained on (the learner's `before_step` callbacks, as gradient clipping, see it too)"
+        "One optimizer step on the actor's loss of the critics' batch (`before_step` callbacks, as clipping, see it)"
         opt = self.learn.opt
         opt.zero_grad()  # the critics' gradients are spent
         loss = self.loss.actor_loss(self.learn.yb[0])
@@ -290,11 +253,12 @@ class ActorCriticTrainer(Callback):
         return dict(n_updates=self.n_updates, actor_loss=float(self.smooth), n_actor=self.n_actor)
 
     def load_state_dict(self, state:dict):
-        "Restore the step count and the smoothed actor loss; a state saved before the actor loss was kept restarts its average"
-        self.n_updates, self.smooth, self.n_actor = state['n_updates'], torch.tensor(state.get('actor_loss', 0.)), state.get('n_actor', 0)
+        "Restore the step count and the smoothed actor loss (a state saved without it restarts the average)"
+        self.n_updates, self.n_actor = state['n_updates'], state.get('n_actor', 0)
+        self.smooth = torch.tensor(state.get('actor_loss', 0.))
 
 class ActorLoss(Metric):
-    "The trainer's smoothed actor loss at the end of each epoch: a column of the recorder's table beside the critics' `train_loss`"
+    "The trainer's smoothed actor loss at the end of each epoch: a column beside the critics' `train_loss`"
     def __init__(self, trainer:ActorCriticTrainer): self.trainer = trainer
     def reset(self): pass
     def accumulate(self, learn): pass
@@ -303,10 +267,9 @@ class ActorLoss(Metric):
     @property
     def name(self): return 'actor_loss'
 
-
 # %% ../../nbs/10d_agents.sac.ipynb #3837eb41
 class ActorAgent(SteppedAgent):
-    "Acts with the model's exploring actor in its `Box` action space; uniformly at random for the first `random_steps` steps"
+    "Acts with the model's exploring actor in its `Box` action space; at random for the first `random_steps` steps"
     def __init__(self, model:nn.Module, # Has an `actor` with `explore(state, eps)` and a `scale` (`ActionScale`)
                  seed:int|None=None, # Seed of the exploration noise
                  random_steps:int=0): # First steps acted uniformly at random, as during a replay warm-up
@@ -343,17 +306,14 @@ def box_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.spa
     "The observation space and the action space of one environment of `env`, which must have `Box` actions"
     obs_sp, act_sp = env_space_pair(env)
     if not isinstance(act_sp, gym.spaces.Box):
-        raise ValueError(f'an actor-critic needs continuous (Box) actions; {getattr(env, "spec", None) and env.spec.id or env} has {act_sp}')
+        name = getattr(env, "spec", None) and env.spec.id or env
+        raise ValueError(f'an actor-critic needs continuous (Box) actions; {name} has {act_sp}')
     if not (np.isfinite(act_sp.low).all() and np.isfinite(act_sp.high).all()):
         raise ValueError(f'the actions must be bounded (the actor acts in [-1, 1], scaled to the bounds); got {act_sp}')
     return obs_sp, act_sp
 
 # %% ../../nbs/10d_agents.sac.ipynb #71ead121
-def grouped(cls:type, given, defaults:dict) -> object:
-    "`given` as a `cls` as `settings` makes it, the missing fields of a dict (or None) taken from `defaults`"
-    return given if isinstance(given, cls) else settings(cls, defaults | dict(given or {}) if given is None or isinstance(given, Mapping) else given)
-
-SB3_REPLAY = dict(bs=256, max_sz=1_000_000, warmup_sz=100)  # SB3's SAC and TD3: batch_size, buffer_size, learning_starts
+SB3_REPLAY = dict(bs=256, max_sz=1_000_000, warmup_sz=100)  # SB3's batch_size, buffer_size, learning_starts
 SB3_OPTIM = dict(train_every=1, grad_steps=1)  # SB3's train_freq and gradient_steps
 
 # %% ../../nbs/10d_agents.sac.ipynb #94b0e7f4
@@ -363,9 +323,7 @@ class ActorCriticSettings:
     hidden:tuple = (256, 256) # Hidden layer sizes of the actor and of each critic
     tau:float = 0.005 # Polyak factor of the target networks' updates
     target_every:int = 1 # Optimizer steps between the target networks' updates
-    kernels:str = 'onednn' # Where the layers' float32 products run: 'onednn' (`OneDNNLinear`) or 'torch' (`nn.Linear`: MKL's kernels on x86), float32 either way
-    matmul_precision:str = 'highest' # torch's float32 matmul precision while fitting: 'highest' (float32), or 'medium': bfloat16 products where oneDNN has them for float32 matrices (CPUs with AMX), float32 through oneDNN elsewhere
-
+    matmul_precision:str = 'highest' # torch's float32 matmul precision in the fit: 'highest' or 'medium' (bfloat16)
 
 # %% ../../nbs/10d_agents.sac.ipynb #fac7690a
 @dataclass
@@ -382,15 +340,15 @@ class SACExploreSettings:
     random_warmup:bool = True # Act uniformly at random until the memory holds its warm-up
 
 # %% ../../nbs/10d_agents.sac.ipynb #691cd45e
-def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id, or a ready environment (single or vector); Box actions
-                         parts:Callable, # `(observation size, action space) -> (model, loss, trainer)`, called once the seed is set
+def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Environment id, or a ready one; Box actions
+                         parts:Callable, # `(observation size, action space) -> (model, loss, trainer)`, seeded
                          *,
                          lr:float, # The learning rate when `optim` gives none
                          random_warmup:bool, # Uniformly random actions while the memory warms up
                          memory:ReplayMemory|None=None, # A ready replay memory; default: the one `replay` describes
                          cbs=(), # More callbacks
-                         replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None (SB3's defaults: bs 256, 1e6 rows, warm-up 100)
-                         optim:OptimSettings|dict|None=None, # Learning rate (the builder's default), training frequency, gradient clipping
+                         replay:ReplaySettings|dict|None=None, # The memory to make, without `memory` (SB3's defaults)
+                         optim:OptimSettings|dict|None=None, # Learning rate, training frequency, gradient clipping
                          steps_per_epoch:int=2_000, # Environment steps per fastai epoch
                          gamma:float=0.99, # Discount factor
                          n_steps:int=1, # Steps folded into each transition (n-step returns)
@@ -398,44 +356,33 @@ def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium envir
                          seed:int|None=0, # Seed for the networks, the environments, exploration and replay
                          device=None # Device for the model and the batches (default: the CPU)
                         ) -> LeanLearner:
-    "The `Learner` that trains the networks `parts` makes on transitions from `env`, acted by their actor, through a replay memory: what SAC and TD3 share"
-    if memory is not None and replay is not None:
-        raise ValueError('replay settings describe a memory to make, and a ready memory comes with its own: give memory= or replay=, not both')
-    replay, optim = grouped(ReplaySettings, replay, SB3_REPLAY), grouped(OptimSettings, optim, SB3_OPTIM | dict(lr=lr))
+    "The `Learner` of the networks `parts` makes, acting on `env` with their actor, trained through a replay memory"
+    replay = replay_settings(memory, replay, SB3_REPLAY)
+    optim = settings(OptimSettings, optim, SB3_OPTIM | dict(lr=lr))
     obs_sp, act_sp = box_spaces(env)
     if seed is not None: torch.manual_seed(seed)
     model, loss, trainer = parts(int(np.prod(obs_sp.shape)), act_sp)
-    warmup_sz = replay_warmup(memory, replay)
-    ready = None if isinstance(env, str) else env
-    n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
     if device is not None: model.to(device)
-    agent = ActorAgent(model, seed=seed, random_steps=-(-warmup_sz // n_par) if random_warmup else 0)
-    folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
-    loop = GymLoop(env if ready is None else None, agent=agent, n_steps=1 if folds else n_steps, seed=seed, n_envs=n_envs, env=ready)
-    source = Source([loop] if folds else [loop, FirstLast(gamma)])
-    dls = gym_dataloaders(source, n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
-    if memory is None: memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed))
-    adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters
-    clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
-    learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0., metrics=[*loop_metrics()[:2], ActorLoss(trainer)],
-                        cbs=[ExperienceReplayCallback(memory), trainer, NoValidation(), TorchThreads(1), *clip, *cbs])
-    learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
-    learn.remove_cb(CastToTensor)
-    return learn
+    agent = partial(ActorAgent, model, seed=seed)
+    dls, memory = replay_data(env, agent, memory, replay, optim, random_warmup=random_warmup,
+                              steps_per_epoch=steps_per_epoch, gamma=gamma, n_steps=n_steps, n_envs=n_envs, seed=seed,
+                              device=device)
+    return replay_learner(dls, model, loss, memory, optim, trainer, [*loop_metrics()[:2], ActorLoss(trainer)], cbs)
 
 # %% ../../nbs/10d_agents.sac.ipynb #341bd766
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
-def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
+def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Environment id, or a ready one; Box actions
                 *, model:SACModel|None=None, # The networks (default: a `SACModel` of `net.hidden` and `entropy`)
-                net:ActorCriticSettings|dict|None=None, # Network sizes, their kernels and target updates
+                net:ActorCriticSettings|dict|None=None, # Network sizes, target updates, matmul precision
                 entropy:EntropySettings|dict|None=None, # The entropy coefficient
                 explore:SACExploreSettings|dict|None=None, # Random actions during the warm-up
                 **kwargs) -> LeanLearner:
-    "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay (learning rate 3e-4 unless `optim` gives one)"
-    net, entropy, explore = settings(ActorCriticSettings, net), settings(EntropySettings, entropy), settings(SACExploreSettings, explore)
-    linear = linear_layer(net.kernels)
+    "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay (learning rate 3e-4)"
+    net, entropy = settings(ActorCriticSettings, net), settings(EntropySettings, entropy)
+    explore = settings(SACExploreSettings, explore)
     def parts(n_obs:int, act_sp:gym.spaces.Box):
-        m = model if model is not None else SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target, linear)
+        m = model if model is not None else \
+            SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
         loss = SACLoss(m)
         return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every, matmul_precision=net.matmul_precision)
     return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)
@@ -445,12 +392,12 @@ _MUJOCO_SAC = dict(steps=1_000_000, replay=dict(warmup_sz=10_000))
 SAC_DEFAULTS = {
     'Pendulum-v1': dict(steps=20_000, optim=dict(lr=1e-3)),
     'MountainCarContinuous-v0': dict(steps=50_000, gamma=0.9999, replay=dict(max_sz=50_000, bs=512, warmup_sz=512),
-                                     optim=dict(lr=3e-4, train_every=32, grad_steps=32), net=dict(hidden=(64, 64), tau=0.01),
-                                     entropy=dict(coef=0.1)),
+                                     optim=dict(lr=3e-4, train_every=32, grad_steps=32),
+                                     net=dict(hidden=(64, 64), tau=0.01), entropy=dict(coef=0.1)),
     'HalfCheetah-v5': _MUJOCO_SAC, 'Hopper-v5': _MUJOCO_SAC,
 }
 
 # %% ../../nbs/10d_agents.sac.ipynb #4a4c9850
 def sac_defaults(env:str) -> dict:
-    "`steps` and the `sac_learner` settings, grouped as its arguments, to train SAC on `env` (rl-baselines3-zoo's): `SAC_DEFAULTS[env]`, Pendulum-v1's for another"
+    "`steps` and the `sac_learner` settings, grouped as its arguments, to train SAC on `env`: rl-baselines3-zoo's"
     return copy.deepcopy(SAC_DEFAULTS.get(env, SAC_DEFAULTS['Pendulum-v1']))

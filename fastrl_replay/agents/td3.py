@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from fastcore.meta import delegates
 import numpy as np, torch, gymnasium as gym
 from torch import nn
-from .dqn import settings
 from ..learner import LeanLearner
-from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, _bootstrap, _critic_loss, ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings,
-                 actor_critic_learner, grouped, linear_layer)
+from .common import settings, bootstrap_targets
+from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, ActorCriticModel,
+                                      twin_critic_loss,
+                                      ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings, actor_critic_learner)
 
 # %% auto #0
 __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Settings', 'GaussianExploreSettings', 'td3_learner',
@@ -24,34 +25,31 @@ __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Sett
 # %% ../../nbs/10e_agents.td3.ipynb #d9d971d3
 class DeterministicActor(nn.Module):
     "TD3's policy: a state's action in [-1, 1], explored with Gaussian noise of standard deviation `noise`"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(400, 300), noise:float=0.1, linear:type=nn.Linear):
+    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(400, 300), noise:float=0.1):
         super().__init__()
-        self.net, self.noise = mlp((obs_dim, *hidden, act_dim), nn.Tanh(), linear), noise
+        self.net, self.noise = mlp((obs_dim, *hidden, act_dim), nn.Tanh()), noise
     def forward(self, s:torch.Tensor) -> torch.Tensor: return self.net(s.flatten(1))
     def explore(self, s:torch.Tensor, eps:torch.Tensor) -> torch.Tensor:
         "The action plus `noise` times standard normal `eps`, clipped to [-1, 1]"
         return (self(s) + self.noise * eps).clamp(-1, 1)
 
 # %% ../../nbs/10e_agents.td3.ipynb #948f6401
-class TD3Model(nn.Module):
-    "TD3's networks: a deterministic actor, twin critics and the target networks of both; maps a batch to its twin Q-values"
-    def __init__(self, obs_dim:int, action_space:gym.spaces.Box, hidden:tuple=(400, 300), noise:float=0.1, linear:type=nn.Linear):
+class TD3Model(ActorCriticModel):
+    "TD3's networks: a deterministic actor, twin critics and the target networks of both; maps a batch to its Q-values"
+    def __init__(self, obs_dim:int, # Observation size
+                 action_space:gym.spaces.Box, # The environment's actions
+                 hidden:tuple=(400, 300), # Hidden layer sizes of the actor and of each critic
+                 noise:float=0.1): # Standard deviation of the actor's exploration noise, in the [-1, 1] action scale
         super().__init__()
         self.scale = ActionScale(action_space)
-        self.actor, self.critic = DeterministicActor(obs_dim, self.scale.dim, hidden, noise, linear), TwinCritic(obs_dim, self.scale.dim, hidden, linear)
-        self.actor_target, self.critic_target = copy.deepcopy(self.actor).requires_grad_(False), copy.deepcopy(self.critic).requires_grad_(False)
-
-    def forward(self, b:Mapping) -> torch.Tensor:
-        "The twin critics' values of each row's state and action, `(bs, 2)`"
-        return self.critic(b['state'], self.scale.from_env(b['action']))
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        "Each network and the target network that follows it"
-        return [(self.actor, self.actor_target), (self.critic, self.critic_target)]
+        self.actor = DeterministicActor(obs_dim, self.scale.dim, hidden, noise)
+        self.critic = TwinCritic(obs_dim, self.scale.dim, hidden)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
 
 # %% ../../nbs/10e_agents.td3.ipynb #380cb0e2
 class TD3Loss(ActorCriticLoss):
-    "TD3's losses on a replayed batch: the critics' TD loss against smoothed target actions (reported to the batch); the actor's, -Q1 of its action"
+    "TD3's losses on a replayed batch: the critics' TD loss against smoothed target actions; the actor's, -Q1"
     def __init__(self, model:TD3Model, # The networks
                  target_noise:float=0.2, # Standard deviation of the noise added to the target actor's actions
                  noise_clip:float=0.5): # That noise is clipped to plus or minus this
@@ -63,11 +61,11 @@ class TD3Loss(ActorCriticLoss):
         with torch.no_grad():
             a2 = m.actor_target(b['next_state'])
             a2 = (a2 + (torch.randn_like(a2) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)).clamp(-1, 1)
-            return _bootstrap(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0])
+            return bootstrap_targets(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0])
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
         "The critics' loss; `pred` is the model's twin Q-values of the batch"
-        return _critic_loss(pred - self.td_targets(b), b, half=False)
+        return twin_critic_loss(pred - self.td_targets(b), b, half=False)
 
     def actor_loss(self, b:Mapping) -> torch.Tensor:
         "-Q1 of the actor's actions at the batch's states, a gradient to the actor only"
@@ -91,17 +89,17 @@ class GaussianExploreSettings:
 
 # %% ../../nbs/10e_agents.td3.ipynb #4d2cbe45
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
-def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium environment id, or a ready environment (single or vector); Box actions
+def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Environment id, or a ready one; Box actions
                 *, model:TD3Model|None=None, # The networks (default: a `TD3Model` of `net.hidden`)
-                net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)), their kernels and target updates
+                net:ActorCriticSettings|dict|None=None, # Network sizes (default (400, 300)), target updates
                 td3:TD3Settings|dict|None=None, # Policy delay and target smoothing
                 explore:GaussianExploreSettings|dict|None=None, # Exploration noise, random actions during the warm-up
                 **kwargs) -> LeanLearner:
     "A fastai `Learner` that trains TD3 on `env` with experience replay (learning rate 1e-3 unless `optim` gives one)"
-    net, td3 = grouped(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
-    explore, linear = settings(GaussianExploreSettings, explore), linear_layer(net.kernels)
+    net, td3 = settings(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
+    explore = settings(GaussianExploreSettings, explore)
     def parts(n_obs:int, act_sp:gym.spaces.Box):
-        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise, linear)
+        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise)
         loss = TD3Loss(m, td3.target_noise, td3.noise_clip)
         return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay, net.matmul_precision)
     return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)
@@ -109,12 +107,13 @@ def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Gymnasium 
 # %% ../../nbs/10e_agents.td3.ipynb #e381d89a
 _MUJOCO_TD3 = dict(steps=1_000_000, replay=dict(warmup_sz=10_000), explore=dict(noise=0.1))
 TD3_DEFAULTS = {
-    'Pendulum-v1': dict(steps=20_000, gamma=0.98, replay=dict(max_sz=200_000, warmup_sz=10_000), explore=dict(noise=0.1)),
+    'Pendulum-v1': dict(steps=20_000, gamma=0.98, replay=dict(max_sz=200_000, warmup_sz=10_000),
+                        explore=dict(noise=0.1)),
     'MountainCarContinuous-v0': dict(steps=300_000, explore=dict(noise=0.5)),
     'HalfCheetah-v5': _MUJOCO_TD3, 'Hopper-v5': _MUJOCO_TD3,
 }
 
 # %% ../../nbs/10e_agents.td3.ipynb #97e3ae70
 def td3_defaults(env:str) -> dict:
-    "`steps` and the `td3_learner` settings, grouped as its arguments, to train TD3 on `env` (rl-baselines3-zoo's): `TD3_DEFAULTS[env]`, Pendulum-v1's for another"
+    "`steps` and the `td3_learner` settings, grouped as its arguments, to train TD3 on `env`: rl-baselines3-zoo's"
     return copy.deepcopy(TD3_DEFAULTS.get(env, TD3_DEFAULTS['Pendulum-v1']))
