@@ -7,14 +7,22 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/callback.html.md"""
 # %% ../nbs/09_callback.ipynb #9c0a0003
 from __future__ import annotations
 from collections.abc import Mapping
-import torch
-from fastai.callback.core import Callback, CancelBatchException
+from contextlib import ExitStack
+import numpy as np, torch
+from fastcore.basics import ifnone
+from fastcore.foundation import L
+from .errors import importing_fastai
+with importing_fastai():
+    from fastai.learner import AvgLoss
+    from fastai.callback.core import Callback, CancelBatchException, CancelValidException
 from .core import BD
 from .memory.core import ExperienceReplayException, WarmupNotReached, ReplayMemory
 from .memory.experience_replay import ExperienceReplay
+from .errors import check_positive
+from .data.gym import Source, NoValidation, evaluation_episodes, drop_valid_columns, check_fastai_tools
 
 # %% auto #0
-__all__ = ['ReplayBatch', 'ExperienceReplayCallback']
+__all__ = ['ReplayBatch', 'ExperienceReplayCallback', 'EpisodeValidation', 'default_validation']
 
 # %% ../nbs/09_callback.ipynb #9c0a000a
 class ReplayBatch(BD):
@@ -35,9 +43,10 @@ class ReplayBatch(BD):
         return dict.get(self, 'weight')
 
     def set_td_error(self, td:torch.Tensor):
-        "Report each row's TD error, a tensor of shape `(bs,)` or `(bs, 1)`, for the callback to write back to the memory"
+        "Report each row's TD error, a tensor of shape `(bs,)` or `(bs, 1)` (a batch of slices, with a `mask`, may give one per step: `(bs, steps)`), for the callback to write back to the memory"
         n = self.bs()
-        if not isinstance(td, torch.Tensor) or tuple(td.shape) not in ((n,), (n, 1)):
+        per_step = isinstance(td, torch.Tensor) and td.ndim == 2 and len(td) == n and 'mask' in self
+        if not isinstance(td, torch.Tensor) or (tuple(td.shape) not in ((n,), (n, 1)) and not per_step):
             got = f'shape {tuple(td.shape)}' if isinstance(td, torch.Tensor) else f'a {type(td).__name__}'
             raise ExperienceReplayException(f'set_td_error expects one TD error per row, a tensor of shape ({n},) or ({n}, 1); got {got}')
         self.new_td_error = td.detach()
@@ -69,6 +78,10 @@ class ExperienceReplayCallback(Callback):
             raise ExperienceReplayException('fastai validates after each epoch and needs a validation loader, `dls.valid`: make the '
                                             'loaders with gym_dataloaders(source, ...), whose validation loader is empty')
         self.fresh = self.batch = None
+        self._finding = hasattr(self.learn, 'lr_finder')
+        if not hasattr(self.learn, 'smooth_loss'):  # the recorder sets it after a trained batch; fastai's tools read it
+            self.learn.smooth_loss = torch.tensor(float('nan'))  # after each batch: none yet in the warm-up
+        if self._finding: self.warm_up()  # `lr_find` needs trained batches from its first
 
     def before_batch(self):
         "Add the fresh transitions to the memory; cancel the batch during warm-up, else train on a `ReplayBatch` sampled from it"
@@ -88,12 +101,26 @@ class ExperienceReplayCallback(Callback):
     def after_batch(self):
         "Write the TD errors reported for the `ReplayBatch` back to the memory"
         b = self.batch
-        if b is None or not self._lossed: return
+        if b is None or not self._lossed or self._finding: return  # `lr_find`'s models, and TD errors, are dropped
         if b.new_td_error is None:
             raise ExperienceReplayException('the loss reported no TD errors: call `batch.set_td_error(td)` in the loss (its second '
                                             'argument is the ReplayBatch), with one TD error per row, so the memory can update them')
         if b.generations is None: self.memory.update_td(b.new_td_error, b.idxs)
         else: self.memory.update_td(b.new_td_error, b.idxs, b.generations)
+
+    def warm_up(self) -> int:
+        "Add batches of the training loader to the memory until it holds its warm-up, as a fit's first batches do"
+        need, start = max(self.memory.warmup_sz, 1), len(self.memory)
+        while len(self.memory) < need:
+            before = len(self.memory)
+            for b in self.dls.train:
+                self.memory + b[0]
+                if len(self.memory) >= need: break
+            if len(self.memory) == before:
+                raise ExperienceReplayException(f'the memory holds {before} rows and needs {need} to sample, and a '
+                                                'pass of the training loader added none: give the loader transitions, '
+                                                'or the memory a smaller warmup_sz')
+        return len(self.memory) - start
 
     def _check_model(self):
         "Raise, saying what to do, unless the model maps the sampled batch to one row per transition (run without gradients, in eval mode)"
@@ -111,3 +138,97 @@ class ExperienceReplayCallback(Callback):
             got = f'shape {tuple(pred.shape)}' if isinstance(pred, torch.Tensor) else f'a {type(pred).__name__}'
             raise ExperienceReplayException(f'the model must give one row per transition of the sampled batch, ({self.batch.bs()}, ...); got {got}')
         self._model_checked = True
+
+# %% ../nbs/09_callback.ipynb #bc6957f9
+class EpisodeValidation(Callback):
+    "fastai's validation phase as greedy episodes: their mean return is `valid_return`, their loss `valid_loss`"
+    order, run_train = 55, False  # after the recorder names its columns (50), before the bar, CSVLogger, trackers
+    def __init__(self,
+                 n_episodes:int=5, # Episodes played at each validation
+                 seed:int=10_000, # Seed of the episodes' environment, made anew at each validation: the same starts
+                 act=None, # Maps a `(1, *obs)` state array to an action (default: the training agent's `greedy`)
+                 env=None, # An environment id, or a function that makes one (default: the training loop's id)
+                 bs:int=1024, # Transitions per validation batch
+                 loss:bool|None=None): # Record their `valid_loss` (default: unless the memory makes its transitions)
+        check_positive(n_episodes, 'n_episodes'); check_positive(bs, 'bs')
+        self.n_episodes, self.seed, self.act, self.env, self.bs, self.loss = n_episodes, seed, act, env, bs, loss
+        self.returns, self._loss, self._rng, self._playing = [], AvgLoss(), ExitStack(), False
+
+    @property
+    def valid_return(self) -> float|None:
+        "The mean return of the last validation's episodes"
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def before_fit(self):
+        self.run = not (hasattr(self.learn, 'lr_finder') or hasattr(self.learn, 'gather_preds'))  # as fastai's trackers
+        if not self.run: return
+        if any(isinstance(cb, NoValidation) for cb in self.learn.cbs):
+            raise ExperienceReplayException('NoValidation skips the validation that EpisodeValidation plays: keep one')
+        self._policy = self._resolve_policy()
+        memory = getattr(getattr(self.learn, 'experience_replay', None), 'memory', None)
+        self._with_loss = ifnone(self.loss, not getattr(memory, 'makes_n_step', False))
+        self._own_loss = False
+        if getattr(self.learn, 'recorder', None) is None: return
+        self._name_columns(self.learn.recorder)
+        check_fastai_tools(self.learn, "monitor='valid_return', the mean return of the validation episodes")
+
+    def _resolve_policy(self):
+        "The policy the episodes are played with: `act`, or the training agent's `greedy`"
+        if not isinstance(getattr(self.dls.train, 'dataset', None), Source):
+            raise ExperienceReplayException("EpisodeValidation shapes the episodes' transitions as the training "
+                                            'source does: the training loader must serve a Source (gym_dataloaders)')
+        if self.act is not None: return self.act
+        agent = self.dls.train.dataset.loop.agent
+        if not callable(getattr(agent, 'greedy', None)):
+            raise ExperienceReplayException(f"EpisodeValidation plays the training agent's `greedy(state)`, and "
+                                            f'{type(agent).__name__} has none: give the policy as '
+                                            'EpisodeValidation(act=...), a function of a (1, *obs) state array')
+        return agent.greedy
+
+    def _name_columns(self, r):
+        "Give the recorder's table a `valid_loss` column (after `train_loss`, as fastai's) and a `valid_return` one"
+        if not self._with_loss: drop_valid_columns(r)
+        names = list(r.metric_names)
+        self._own_loss = self._with_loss and 'valid_loss' not in names  # a recorder without `valid_metrics` has none
+        if self._own_loss: names.insert(2, 'valid_loss')
+        names.insert(len(names) - bool(r.add_time), 'valid_return')
+        r.metric_names = L(names)
+
+    def before_validate(self):
+        "Play the episodes; then make their transitions fastai's batches, or cancel these without a loss to record"
+        if hasattr(self.learn, 'gather_preds'): return  # `get_preds`, which `summary` uses, brings its own batches
+        self.returns, rows = evaluation_episodes(self.dls.train.dataset, self._policy, self.n_episodes, self.seed,
+                                                 self.env)
+        if not self._with_loss: raise CancelValidException()
+        self._rng.enter_context(torch.random.fork_rng())  # a loss that draws (SAC's) draws the same each time,
+        torch.manual_seed(self.seed)                      # and the training's draws go on as if it had not run
+        self._loss.reset()
+        self.learn.dl, self._playing = [(rows[i:i + self.bs],) for i in range(0, rows.bs(), self.bs)], True
+
+    def before_batch(self):
+        if self._playing: self.learn.yb = self.learn.xb  # the loss reads the transitions, as it reads a `ReplayBatch`
+
+    def after_batch(self):
+        if self._playing and self._own_loss: self._loss.accumulate(self.learn)
+
+    def after_validate(self):
+        "Add the validation's values to the recorder's log: `valid_loss` where it keeps none, and `valid_return`"
+        self._rng.close()
+        playing, self._playing = self._playing, False
+        r = getattr(self.learn, 'recorder', None)
+        if r is None or hasattr(self.learn, 'gather_preds'): return
+        if self._own_loss:  # None where another callback cancelled the batches
+            v = self._loss.value if playing else None
+            r.log.insert(min(2, len(r.log)), v.item() if isinstance(v, torch.Tensor) else v)
+        r.log.append(self.valid_return)
+
+# %% ../nbs/09_callback.ipynb #4fd65141
+def default_validation(dls, # The learner's loaders: the training one serves a `Source`
+                       **kwargs # `EpisodeValidation`'s settings
+                      ) -> Callback:
+    "`EpisodeValidation(**kwargs)` where the environment can be made anew and the agent (or `act`) plays greedily"
+    src = getattr(dls.train, 'dataset', None)
+    if not isinstance(src, Source): return NoValidation()
+    env_ok = kwargs.get('env') is not None or getattr(src.loop, 'from_id', False)
+    act_ok = kwargs.get('act') is not None or callable(getattr(src.loop.agent, 'greedy', None))
+    return EpisodeValidation(**kwargs) if env_ok and act_ok else NoValidation()

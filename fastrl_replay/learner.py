@@ -7,14 +7,19 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/learner.html.md"""
 # %% ../nbs/08_learner.ipynb #749cec1b
 from __future__ import annotations
 import cloudpickle
-from fastai.learner import Learner, Recorder, event
-from fastai.callback.core import TrainEvalCallback
-from fastai.optimizer import OptimWrapper
+from contextlib import contextmanager
+from fastcore.basics import ifnone
+from .errors import importing_fastai
+with importing_fastai():
+    from fastai.learner import Learner, Recorder, event
+    from fastai.callback.core import TrainEvalCallback
+    from fastai.callback.progress import ProgressCallback
+    from fastai.optimizer import OptimWrapper
 from .core import BD
 from .data.gym import TransitionLoader
 
 # %% auto #0
-__all__ = ['LeanRecorder', 'LeanLearner']
+__all__ = ['LeanRecorder', 'fit_text', 'LeanProgress', 'LeanLearner']
 
 # %% ../nbs/08_learner.ipynb #45567591
 class LeanRecorder(Recorder):
@@ -38,6 +43,35 @@ class LeanRecorder(Recorder):
         self.losses.append(v := self.smooth_loss.value)
         self.learn.smooth_loss = v
 
+    def plot_loss(self, skip_start=5, with_valid=None, log=False, show_epochs=False, ax=None):
+        "`Recorder.plot_loss`, with the validation loss where the table has a `valid_loss` column (`with_valid=None`)"
+        with_valid = ifnone(with_valid, 'valid_loss' in getattr(self, 'metric_names', []))
+        return super().plot_loss(skip_start, with_valid, log, show_epochs, ax)
+
+# %% ../nbs/08_learner.ipynb #2225b048
+def fit_text(v, width:int) -> str:
+    "`v` as fastai's table shows it, a float with six decimals, with fewer where that is wider than `width`"
+    if not isinstance(v, float): return str(v)
+    for d in range(6, -1, -1):
+        if len(s := f'{v:.{d}f}') <= width: return s
+    return f'{v:.3g}'
+
+class LeanProgress(ProgressCallback):
+    "fastai's progress bar, whose table keeps its columns apart: each as wide as its name and 10 characters at least"
+    @property
+    def name(self): return 'progress'  # `learn.progress`, as fastai's code expects
+
+    def before_fit(self):
+        self.widths = None
+        super().before_fit()
+
+    def _write_stats(self, log):
+        if not getattr(self, 'mbar', False): return
+        if self.widths is None:  # the names, written first
+            self.widths = [max(len(str(n)), 10) for n in log]
+            self.mbar.write([str(n).ljust(w) for n, w in zip(log, self.widths)], table=True)
+        else: self.mbar.write([fit_text(v, w) for v, w in zip(log, self.widths)], table=True)
+
 # %% ../nbs/08_learner.ipynb #8f9513fd
 class LeanLearner(Learner):
     "A `Learner` whose events go only to the callbacks that handle them, recorded by a `LeanRecorder`: the same training with less overhead per batch"
@@ -47,6 +81,24 @@ class LeanLearner(Learner):
             r = self.recorder
             self.remove_cb(r)
             self.add_cb(LeanRecorder(r.add_time, r.train_metrics, r.valid_metrics, r.smooth_loss.beta))
+        if type(getattr(self, 'progress', None)) is ProgressCallback:
+            self.remove_cb(self.progress)
+            self.add_cb(LeanProgress())
+
+    @contextmanager
+    def no_bar(self):
+        "fastai's `no_bar`: no progress bar inside the block, the learner's own after it"
+        bar = getattr(self, 'progress', None)
+        if bar is not None: self.remove_cb(bar)
+        try: yield self
+        finally:
+            if bar is not None: self.add_cb(bar)
+
+    def to(self, device) -> LeanLearner:
+        "Put the loaders and the model on `device`: the batches, fresh or replayed, and the agent acting follow them"
+        self.dls.to(device)
+        self.model.to(device)
+        return self
 
     def _call_one(self, event_name):
         key = (event_name, *map(id, self.cbs))  # a new list when callbacks are added or removed

@@ -1,5 +1,5 @@
 "`ExperienceReplayCallback` inside a real fastai `Learner.fit`."
-import pytest, torch
+import numpy as np, pytest, torch
 from fastai.callback.core import Callback
 from fastai.data.core import DataLoaders
 from fastai.data.load import DataLoader
@@ -114,3 +114,23 @@ def test_the_sampled_batch_is_a_replay_batch_whose_loss_reports_td_errors():
     learn = synth_replay_learner(n_batches=2, bs=6, cbs=[ExperienceReplayCallback(bs=4, max_sz=20, warmup_sz=6, seed=0), Look()])
     fit(learn)
     assert seen == [(ReplayBatch, (4, 1), None)] * 2
+
+
+def test_warm_up_fills_the_memory_from_the_training_loader():
+    learn = synth_replay_learner(n_batches=5, bs=4, cbs=[ExperienceReplayCallback(bs=4, max_sz=50, warmup_sz=10, seed=0)])
+    cb = learn.experience_replay
+    assert cb.warm_up() == 12 and len(cb.memory) == 12  # three batches of four: the first to reach the warm-up
+    assert cb.warm_up() == 0
+    empty = synth_replay_learner(n_batches=0, bs=4, cbs=[ExperienceReplayCallback(bs=4, max_sz=50, warmup_sz=10, seed=0)])
+    with pytest.raises(ExperienceReplayException, match='a pass of the training loader added none'): empty.experience_replay.warm_up()
+    assert len(empty.experience_replay.memory) == 0
+
+
+def test_smooth_loss_is_nan_until_a_batch_trains():
+    class Seen(Callback):
+        order = 60
+        def before_fit(self): self.seen = []
+        def after_batch(self): self.seen.append(float(self.learn.smooth_loss))
+    spy = Seen()
+    fit(synth_replay_learner(n_batches=3, bs=10, cbs=[ExperienceReplayCallback(bs=5, max_sz=20, warmup_sz=11, seed=0), spy]))
+    assert np.isnan(spy.seen[0]) and all(np.isfinite(spy.seen[1:]))

@@ -133,3 +133,32 @@ def test_bad_updates_for_the_dataloaders():
     for u in (0, -1, 1.5, None):
         with pytest.raises(ValueError) as e: gym_dataloaders(Source([GymLoop(env=count_vec([3]))]), updates=u)
         assert str(e.value) == f'updates must be a positive int, got {u!r}'
+
+
+def test_peek_and_one_batch_leave_the_transitions_for_the_next_batch():
+    src, twin = (Source([GymLoop(env=count_vec([4, 6]), n_steps=2, seed=0), FirstLast(0.5)]) for _ in range(2))
+    shown = src.peek(5)
+    assert all(torch.equal(shown[k], v) for k, v in src.batch(5).items())
+    assert all(torch.equal(shown[k], v) for k, v in twin.batch(5).items())  # as if never peeked
+    dl = gym_dataloaders(src, n=12, bs=3).train
+    first = dl.one_batch()[0]
+    assert all(torch.equal(first[k], v) for k, v in next(iter(dl))[0].items())
+    with pytest.raises(ValueError, match='does not contain any batches'): gym_dataloaders(src, n=0).train.one_batch()
+
+
+def test_evaluation_episodes_play_their_own_environment():
+    from fastrl_replay.data.gym import evaluation_episodes
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    agent = EpsilonGreedy(model, 2, seed=0)
+    src = Source([GymLoop('CartPole-v1', agent=agent, n_steps=2, seed=0), FirstLast(0.9)])
+    before = src.batch(3)
+    returns, b = evaluation_episodes(src, agent.greedy, n_episodes=4, seed=3)
+    assert len(returns) == 4 and b.bs() == sum(returns) and b['discount'].unique().tolist() == pytest.approx([0.81, 0.9])
+    assert evaluation_episodes(src, agent.greedy, n_episodes=4, seed=3)[0] == returns  # the same seed, the same episodes
+    assert agent.steps == src.loop.env_steps == 4  # neither the agent nor the training environment stepped
+    twin = Source([GymLoop('CartPole-v1', agent=EpsilonGreedy(model, 2, seed=0), n_steps=2, seed=0), FirstLast(0.9)])
+    twin.batch(3)
+    assert torch.equal(src.batch(6)['state'], twin.batch(6)['state'])
+    with torch.no_grad(): greedy = model(b['state']).argmax(1)
+    assert torch.equal(b['action'].flatten(), greedy)  # greedy actions: no exploration

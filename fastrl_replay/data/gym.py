@@ -6,25 +6,30 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/data.gym.html.md"""
 
 # %% ../../nbs/05b_data.gym.ipynb #95ca9840
 from __future__ import annotations
-import copy, difflib, os
+import copy, difflib, os, sys
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
-from ..errors import check_positive
+from ..errors import check_positive, ExperienceReplayException
 from ..nstep import nstep_returns
 from fastcore.basics import ifnone
-from fastai.data.core import DataLoaders
-from fastai.data.load import DataLoader
-from fastai.learner import Learner
-from fastai.callback.core import Callback, CancelValidException
-from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
+from ..errors import importing_fastai
+with importing_fastai():
+    from fastai.data.core import DataLoaders
+    from fastai.data.load import DataLoader
+    from fastai.learner import Learner, Recorder
+    from fastai.callback.core import Callback, CancelValidException
+    from fastai.callback.progress import ProgressCallback, ShowGraphCallback  # the progress bar and `Learner.no_bar`
+    from fastai.callback.tracker import TrackerCallback
+from fastcore.foundation import L
 
 # %% auto #0
 __all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'push_frames', 'play_episodes', 'env_space_pair',
-           'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'Source',
-           'TransitionLoader', 'gym_dataloaders', 'NoValidation', 'fake_gym_learner']
+           'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'rows_batch',
+           'Source', 'TransitionLoader', 'gym_dataloaders', 'train_columns', 'drop_valid_columns', 'check_fastai_tools',
+           'NoValidation', 'evaluation_episodes', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
 class RandomAgent:
@@ -89,6 +94,10 @@ class EpsilonGreedy(SteppedAgent):
             with torch.inference_mode(): greedy = self.model(self._as_input(state)).argmax(-1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         return actions
+
+    def greedy(self, state) -> np.ndarray:
+        "The model's best action for each row of `state`: no exploration and no step counted, as an evaluation plays"
+        with torch.inference_mode(): return self.model(self._as_input(state)).argmax(-1).cpu().numpy()
 
     def _as_input(self, state) -> torch.Tensor:
         "`state` as a tensor on the model's device, sharing memory where it can"
@@ -190,6 +199,7 @@ class GymLoop:
         check_positive(n_steps, 'n_steps'); check_positive(steps_delta, 'steps_delta'); check_positive(stack_size, 'stack_size')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
         self.env_name = env_name if env is None else getattr(getattr(env, 'spec', None), 'id', None)  # kept by `new_empty`
+        self.from_id = env is None  # made from `env_name`, so another like it can be made (a ready one may be wrapped)
         if env is None:
             check_env(env_name)
             env = _OneEnv(gym.make(env_name, render_mode=mode)) if n_envs == 1 else \
@@ -457,6 +467,10 @@ class SourceStats:
         "The mean return of the last 100 finished episodes; None before the first ends"
         return float(np.mean(self.recent_returns)) if len(self.recent_returns) else None
 
+def rows_batch(rows:list[dict]) -> BD:
+    "Transitions, dicts of one-row NumPy arrays, as one `BD` of `(len(rows), ...)` tensors"
+    return BD._new({k: torch.from_numpy(np.concatenate([r[k] for r in rows])) for k in rows[0]})
+
 class Source:
     "An endless stream of one-row transitions from a `GymLoop`, shaped by `ResReduce`, `FirstLast` and the like"
     def __init__(self, cbs:list):
@@ -474,8 +488,13 @@ class Source:
 
     def batch(self, bs:int) -> BD:
         "The next `bs` transitions as one `BD` of `(bs, ...)` tensors"
+        return rows_batch([self._next() for _ in range(bs)])
+
+    def peek(self, bs:int) -> BD:
+        "The next `bs` transitions as `batch(bs)` gives them, left in the queue: the next `batch` starts with them"
         rows = [self._next() for _ in range(bs)]
-        return BD._new({k: torch.from_numpy(np.concatenate([r[k] for r in rows])) for k in rows[0]})
+        self.queue.extendleft(reversed(rows))
+        return rows_batch(rows)
 
     def _next(self) -> dict:
         "The next transition, a dict of one-row NumPy arrays"
@@ -559,6 +578,12 @@ class TransitionLoader(DataLoader):
         self._start = batch
 
     def __len__(self): return super().__len__() * self.updates
+
+    def one_batch(self) -> tuple:
+        "The first batch of a pass, its transitions left in the source for the next pass: what `Learner.summary` reads"
+        if len(self) == 0: raise ValueError('This DataLoader does not contain any batches')
+        b = self.dataset.peek(min(self.bs, self.n))
+        return self.after_batch((b if self.device is None else b.to(self.device),))
     def new(self, dataset=None, cls=None, **kwargs):
         return super().new(dataset, cls, **{'updates': self.updates, 'n': self.n, **kwargs})  # a source has no length: keep `n`
 
@@ -585,9 +610,73 @@ def gym_dataloaders(source:Source, # Where transitions come from
     valid = TransitionLoader(source, bs=bs, n=0, num_workers=0)
     return DataLoaders(train, valid, device=device)
 
+def train_columns(recorder:Recorder) -> int:
+    "How many columns the training phase fills after `epoch` in `recorder.metric_names`: the loss, and the metrics"
+    return 1 + len(recorder.learn.metrics) * bool(recorder.train_metrics)  # the metrics, with `train_metrics`
+
+def drop_valid_columns(recorder:Recorder):
+    "Take the validation phase's columns (`valid_loss`, its metrics) out of `recorder.metric_names`: no values come"
+    names, end = list(recorder.metric_names), len(recorder.metric_names) - bool(recorder.add_time)
+    recorder.metric_names = L(names[:1 + train_columns(recorder)] + names[end:])
+
+def check_fastai_tools(learn:Learner, # A learner whose recorder has named its columns (`before_fit`)
+                       fix:str): # How to record the missing columns, for the message
+    "Raise, naming the setting to change, where a fastai callback of `learn` reads a column its recorder lacks"
+    r = getattr(learn, 'recorder', None)
+    if r is None or hasattr(learn, 'lr_finder') or hasattr(learn, 'gather_preds'): return  # the tools stand aside then
+    names = list(r.metric_names[1:])
+    for cb in learn.cbs:
+        if isinstance(cb, TrackerCallback) and cb.monitor not in names:
+            raise ExperienceReplayException(
+                f"{type(cb).__name__} monitors {cb.monitor!r}, which this learner does not record; it records {names}: "
+                f"pass monitor= one of those (monitor='train_loss' for the training loss), or {fix}")
+        if isinstance(cb, ShowGraphCallback) and 'valid_loss' not in names:
+            raise ExperienceReplayException('ShowGraphCallback plots the training and the validation loss, and this '
+                                            f'learner records no valid_loss: {fix}')
+    tb = sys.modules.get('fastai.callback.tensorboard')  # loaded by whoever made a TensorBoardCallback
+    if tb is not None and any(isinstance(cb, tb.TensorBoardCallback) and cb.log_preds for cb in learn.cbs):
+        raise ExperienceReplayException("TensorBoardCallback(log_preds=True) draws a batch of fastai's validation "
+                                        'loader to show its predictions as images or texts, and an environment stream '
+                                        'has no such loader: pass log_preds=False')
+
 class NoValidation(Callback):
-    "Skip fastai's validation phase: an environment stream has no validation set"
-    def before_validate(self): raise CancelValidException()
+    "Skip fastai's validation phase, and its columns in the recorder's table: an environment has no validation set"
+    order = 55  # after the recorder names its columns (50), before the progress bar, `CSVLogger` and trackers read them
+    def before_fit(self):
+        if getattr(self.learn, 'recorder', None) is None or hasattr(self.learn, 'gather_preds'): return
+        drop_valid_columns(self.learn.recorder)
+        check_fastai_tools(self.learn, 'put EpisodeValidation() (fastrl_replay.callback) in place of NoValidation() '
+                                       'to validate on greedy episodes')
+
+    def before_validate(self):
+        if hasattr(self.learn, 'gather_preds'): return  # `get_preds`, which `summary` uses, runs batches of its own
+        raise CancelValidException()
+
+# %% ../../nbs/05b_data.gym.ipynb #23fa1e5e
+def evaluation_episodes(source:Source, # The training source: its loop's settings and transforms shape the transitions
+                        act, # Maps a `(1, *obs)` state array (a stack of `stack_size` if the loop stacks) to an action
+                        n_episodes:int=5, # Episodes to play
+                        seed:int=10_000, # Seed of the new environment's first reset; later episodes continue its stream
+                        env=None # An environment id, or a function that makes one (default: the training loop's id)
+                       ) -> tuple[list[float], BD]:
+    "The returns of `n_episodes` episodes `act` plays on a new environment, and their transitions, shaped as `source`'s"
+    check_positive(n_episodes, 'n_episodes')
+    loop = source.loop
+    if env is None and not getattr(loop, 'from_id', False):
+        raise ExperienceReplayException('the training loop steps a ready environment, which cannot be made again for '
+                                        'the evaluation: give it one, an environment id or a function that makes an '
+                                        'environment (env=...)')
+    if env is None or isinstance(env, str):
+        check_env(ifnone(env, loop.env_name))
+        e = gym.make(ifnone(env, loop.env_name), render_mode=loop.mode)
+    else: e = env()
+    play = GymLoop(env=e, agent=act, mode=loop.mode, n_steps=loop.n_steps, steps_delta=loop.steps_delta, seed=seed,
+                   obs_dtype=loop.obs_dtype, stack_size=loop.stack_size)
+    src, rows = Source([play, *source.row_tfms, *([source.first_last] if source.first_last else [])]), []
+    try:
+        while play.n_episodes < n_episodes: src.step(); rows += src.take()
+    finally: e.close()
+    return play.returns[:n_episodes], rows_batch(rows)
 
 # %% ../../nbs/05b_data.gym.ipynb #c198a1ac
 class _Identity(torch.nn.Module):
