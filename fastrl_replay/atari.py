@@ -12,7 +12,8 @@ from .memory.core import Replay, UniformSampler
 from .memory.prioritized import PrioritizedSampler
 from .memory.laber import LaBERSampler
 from .memory.frames import FrameStorage, CompressedFrameStorage
-from .agents.dqn import dqn_learner, settings, ReplaySettings
+from .agents.dqn import dqn_learner
+from .agents.common import settings, ReplaySettings
 
 # %% auto #0
 __all__ = ['STACK', 'ATARI_DEFAULTS', 'is_atari', 'atari_env', 'NatureQNet', 'FrameReplay', 'frame_replay', 'atari_defaults',

@@ -6,257 +6,11 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #57dcf57c
 from __future__ import annotations
-import argparse, dataclasses, html, json, math, time
-from pathlib import Path
+import argparse
 from fastcore.basics import ifnone
-import numpy as np, torch
-from .errors import check_positive
-from fastai.callback.core import Callback
-from .callback import ExperienceReplayCallback
-from .agents.dqn import dqn_learner, evaluate, dqn_defaults, ReplaySettings, OptimSettings
-from .agents.sac import sac_learner, sac_defaults, evaluate_actor
-from .agents.td3 import td3_learner, td3_defaults
-from .atari import is_atari, atari_learner, atari_defaults, atari_env, STACK
-from .checkpoint import CheckpointCallback, CheckpointError
-from .threads import torch_threads
-from .data.synth import synth_replay_learner
-from .plots import (plot_replay_stats, plot_losses, plot_returns, plot_priorities, plot_sample_counts,
-                                 figures_to_html)
 
 # %% auto #0
-__all__ = ['ALGOS', 'run_demo', 'run_train', 'resume_train', 'main']
-
-# %% ../nbs/90_cli.ipynb #6c09baf2
-def run_demo(out:str='reports', # Folder that receives `<run>/metrics.json`
-             epochs:int=3, # Passes over the synthetic stream
-             seed:int=0, # Seed for the model and the memory
-             quiet:bool=False # Hide fastai's progress bar and table
-            ) -> dict:
-    "Train a small `Learner` with `ExperienceReplayCallback` and write its metrics"
-    cb = ExperienceReplayCallback(bs=64, max_sz=1000, warmup_sz=200, seed=seed)
-    learn = synth_replay_learner(n_batches=50, bs=10, cbs=cb, lr=3e-2, seed=seed)
-    counts = dict(cancelled=0, trained=0)
-    learn.add_cb(_Counter(counts))
-    start = time.perf_counter()
-    if quiet:
-        with learn.no_bar(), learn.no_logging(): learn.fit(epochs)
-    else: learn.fit(epochs)
-    mem = cb.memory
-    td = mem.memory['td_error'].abs()
-    metrics = dict(epochs=epochs, seed=seed, wall_s=round(time.perf_counter() - start, 3),
-                   batches_cancelled=counts['cancelled'], batches_trained=counts['trained'],
-                   memory_rows=len(mem), memory_pointer=mem.pointer, first_loss=float(learn.recorder.losses[0]),
-                   final_loss=float(learn.recorder.losses[-1]), td_error_abs_mean=float(td.mean()),
-                   rows_with_td_error=int((td > 0).sum()))
-    run = _new_run_dir(Path(out), 'demo')
-    (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    metrics['report'] = str(run/'metrics.json')
-    return metrics
-
-# %% ../nbs/90_cli.ipynb #c5fa8e5e
-def _new_run_dir(out: Path, prefix: str) -> Path:
-    "A new folder `out/<prefix>-<time>[-k]`, never one an earlier run wrote"
-    stem, k = f'{prefix}-{time.strftime("%Y%m%d-%H%M%S")}', 0
-    while True:
-        run = out/(stem if k == 0 else f'{stem}-{k}')
-        try: run.mkdir(parents=True); return run
-        except FileExistsError: k += 1
-
-class _Counter(Callback):
-    "Count cancelled and trained batches"
-    def __init__(self, counts): self.counts = counts
-    def after_cancel_batch(self): self.counts['cancelled'] += 1
-    def after_step(self): self.counts['trained'] += 1
-
-# %% ../nbs/90_cli.ipynb #ef9ae840
-@dataclasses.dataclass(frozen=True)
-class _Algo:
-    "What `train` needs of an agent: its default environment, its builder, its settings per environment and its defaults"
-    env:str; build:object; defaults:object; lr:float; replay_size:int
-
-ALGOS = dict(dqn=_Algo('CartPole-v1', dqn_learner, dqn_defaults, OptimSettings.lr, ReplaySettings.max_sz),
-             sac=_Algo('Pendulum-v1', sac_learner, sac_defaults, 3e-4, 1_000_000), td3=_Algo('Pendulum-v1', td3_learner, td3_defaults, 1e-3, 1_000_000))
-
-def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v1 for a DQN, Pendulum-v1 for SAC and TD3)
-              steps:int|None=None, # Environment steps to train for (default: `env`'s, from `dqn_defaults`, `sac_defaults` or `td3_defaults`)
-              seed:int=0, # Seed for everything sampled
-              replay_size:int|None=None, # Capacity of the replay memory (default: `env`'s)
-              out:str='reports', # Folder that receives `<run>/`
-              lr:float|None=None, # Learning rate, annealed at the end (default: `env`'s)
-              replay:str='uniform', # 'uniform', 'per' or 'laber'
-              quiet:bool=False, # Hide fastai's progress bar and table
-              checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
-              learner:dict|None=None, # `dqn_learner`'s other settings, grouped as its arguments (`net`, `explore`, `replay`, `optim`, `gamma`, ...); `ray` trains on Ray
-              ray:dict|None=None, # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
-              algo:str='dqn' # The agent: 'dqn' (discrete actions), 'sac' or 'td3' (Box actions)
-             ) -> dict:
-    "Train a DQN, SAC or TD3 agent with experience replay, evaluate it greedily and write its report"
-    if algo not in ALGOS: raise ValueError(f"algo must be 'dqn', 'sac' or 'td3', got {algo!r}")
-    a = ALGOS[algo]
-    if algo != 'dqn' and (replay == 'laber' or ray is not None):
-        raise ValueError(f'{algo.upper()} trains with uniform or prioritized (per) replay in this process; LaBER and Ray collectors are for the DQN')
-    env = ifnone(env, a.env)
-    d = atari_defaults(env) if algo == 'dqn' and is_atari(env) else a.defaults(env)  # the settings chosen for `env`; those given here take their place
-    steps = ifnone(steps, d.pop('steps'))
-    replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', a.replay_size) if algo == 'dqn' else
-                         min(d.get('replay', {}).get('max_sz', a.replay_size), steps))  # a memory larger than the run never fills
-    lr = ifnone(lr, d.get('optim', {}).get('lr', a.lr))
-    given = dict(learner or {}) | ({} if ray is None else dict(ray=ray))
-    kwargs = {k: d[k] | v if isinstance(v, dict) and isinstance(d.get(k), dict) else v for k, v in (d | given).items()}
-    if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
-    check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
-    settings = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
-                    checkpoint_every=checkpoint_every, learner=kwargs)
-    with torch_threads(1):  # a small network trains fastest on one thread; the caller's setting comes back afterwards
-        learn, run = _learner(settings), None
-        if checkpoint_every is not None:
-            try: text = json.dumps(settings, indent=2)
-            except TypeError as e: raise ValueError(f'a checkpointed run keeps its settings in run.json: {e}') from None
-            run = _new_run_dir(Path(out), f'{algo}-{env}-seed{seed}')
-            (run/'run.json').write_text(text)
-        return _fit_and_report(learn, settings, run, Path(out), quiet)
-
-def resume_train(run:str|Path, # A run folder that `run_train` wrote with `checkpoint_every`
-                 quiet:bool=False # Hide fastai's progress bar and table
-                ) -> dict:
-    "Carry the run in folder `run` on from its checkpoint to the steps it was started for, and write its report"
-    run, keys = Path(run), ('env', 'steps', 'seed', 'replay_size', 'lr', 'replay', 'checkpoint_every', 'learner')
-    try: settings = json.loads((run/'run.json').read_text())
-    except FileNotFoundError: raise CheckpointError(f"{run/'run.json'} is missing: {run} is not a run folder written with checkpoint_every") from None
-    except ValueError as e: raise CheckpointError(f"{run/'run.json'} is not valid JSON ({e})") from None
-    missing = [k for k in keys if k not in settings] if isinstance(settings, dict) else list(keys)
-    if missing: raise CheckpointError(f"{run/'run.json'} lacks the settings {missing}")
-    with torch_threads(1): return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
-
-# %% ../nbs/90_cli.ipynb #3483a9d1
-def _learner(s:dict):
-    "The learner of run settings `s`: `dqn_learner`'s (`sac_learner`'s, `td3_learner`'s for `algo`), or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
-    kw = dict(s['learner'])
-    replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
-    optim = dict(kw.pop('optim', {}), lr=s['lr'])
-    if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
-        from fastrl_replay.agents.dqn_ray import dqn_ray_learner as build
-    elif s.get('algo', 'dqn') == 'dqn' and is_atari(s['env']): build = atari_learner  # the Nature DQN on compressed frames
-    else: build = ALGOS[s.get('algo', 'dqn')].build
-    return build(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'], replay=replay, optim=optim, **kw)
-
-def _bytes_per_transition(mem) -> float|None:
-    "Bytes of RAM the memory holds (the arrays and tensors of its state, each counted once), per stored transition; None for an empty memory"
-    seen, total = set(), 0
-    def walk(v):
-        nonlocal total
-        if isinstance(v, torch.Tensor):
-            st = v.untyped_storage()
-            if st.data_ptr() not in seen: seen.add(st.data_ptr()); total += st.nbytes()
-        elif isinstance(v, np.ndarray):
-            while isinstance(v.base, np.ndarray): v = v.base
-            if id(v) not in seen: seen.add(id(v)); total += v.nbytes
-        elif isinstance(v, dict):
-            for x in v.values(): walk(x)
-        elif isinstance(v, (list, tuple)):
-            for x in v: walk(x)
-    walk(mem.state_dict())
-    return round(total / len(mem), 1) if len(mem) and total else None
-
-def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:bool=False) -> dict:
-    "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
-    cbs = [] if run is None else [CheckpointCallback(run/'checkpoint', every=s['checkpoint_every'], resume=resume)]
-    algo = s.get('algo', 'dqn')
-    fit = learn.fit_flat_cos if algo == 'dqn' else learn.fit  # SAC and TD3 at a constant learning rate, as rl-baselines3-zoo trains them
-    start = time.perf_counter()
-    if quiet:
-        with learn.no_bar(), learn.no_logging(): fit(10, s['lr'], cbs=cbs)
-    else: fit(10, s['lr'], cbs=cbs)
-    wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
-    env, seed = s['env'], s['seed']
-    if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500, stack_size=STACK)
-    else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
-    stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
-    metrics = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
-                   eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
-                   env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'],
-                   memory_bytes_per_transition=None if 'ray' in s['learner'] else _bytes_per_transition(mem))  # shards on Ray: in their workers
-    if algo != 'dqn':  # the last epoch's smoothed losses of the critics (the recorder's train_loss) and of the actor
-        last = dict(zip([k for k in learn.recorder.metric_names if k not in ('epoch', 'time')], learn.recorder.values[-1] if learn.recorder.values else []))
-        metrics.update({k: None if last.get(c) is None else float(last[c]) for k, c in (('critic_loss', 'train_loss'), ('actor_loss', 'actor_loss'))})
-    fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
-    if fleet: metrics.update(_fleet_report(learn))
-    run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')
-    torch.save(learn.model.state_dict(), run/'model.pth')
-    (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
-    figs = ([plot_returns(stats.returns)] if len(stats.returns) else []) + ([plot_losses(learn.recorder)] if learn.recorder.losses else [])  # a short run may end no episode and train no batch
-    if not fleet and not is_atari(env): figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot, a frame memory no stored transitions
-    if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
-    (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
-    return dict(metrics, report=str(run/'report.html'))
-
-# %% ../nbs/90_cli.ipynb #70c0effe
-_CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;max-width:1100px;margin:2rem auto;padding:0 1rem;color:#222;line-height:1.45}
-h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
-.sub{color:#666;margin-top:0} .cols{display:flex;flex-wrap:wrap;gap:2rem} .cols>div{flex:1 1 320px}
-table{border-collapse:collapse;font-size:.92rem} th,td{padding:.25rem .7rem;border-bottom:1px solid #eee;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums} .note{color:#666;font-size:.85rem}
-.plotly-graph-div{max-width:100%}"""
-
-_LABELS = dict(env='environment', steps='environment steps', seed='seed', replay='replay', replay_size='replay memory capacity',
-               lr='learning rate', checkpoint_every='checkpoint every (environment steps)')
-
-def _fmt(v) -> str:
-    "`v` as the report shows it: floats rounded, integers with thousands separators, `—` for a value that does not exist"
-    if v is None or (isinstance(v, float) and math.isnan(v)): return '—'
-    if isinstance(v, bool): return 'yes' if v else 'no'
-    if isinstance(v, int): return f'{v:,}'
-    if isinstance(v, float):
-        a = abs(v)
-        return '0' if a == 0 else f'{v:,.0f}' if a >= 100 else f'{v:.2f}' if a >= 1 else f'{v:.3f}' if a >= 0.01 else f'{v:g}'
-    if isinstance(v, (list, tuple)): return ', '.join(_fmt(o) for o in v)
-    return str(v)
-
-def _flat(d:dict, prefix='') -> dict:
-    "Nested settings (dicts and dataclasses) as one level of `a.b` keys"
-    if dataclasses.is_dataclass(d) and not isinstance(d, type): d = dataclasses.asdict(d)
-    res = {}
-    for k, v in d.items():
-        if isinstance(v, dict) or (dataclasses.is_dataclass(v) and not isinstance(v, type)): res.update(_flat(v, f'{prefix}{k}.'))
-        else: res[prefix + k] = v
-    return res
-
-def _rows(pairs) -> str:
-    "Table rows of (label, value) pairs"
-    return ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>' for k, v in pairs)
-
-def _epoch_table(recorder) -> tuple[list, list]:
-    "The column names and rows of the recorder's epoch table (epoch and time left out)"
-    names = [n for n in recorder.metric_names if n not in ('epoch', 'time')]
-    return names, [[i + 1, *[v.item() if hasattr(v, 'item') else v for v in vals]] for i, vals in enumerate(recorder.values)]
-
-def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
-    "An offline HTML report: title, settings, results and epochs in readable units, then the figures, with plotly.js inlined once"
-    m, e = metrics, html.escape
-    title = f'{m.get("algo", "dqn").upper()} on {m["env"]}: seed {m["seed"]}, {m["replay"]} replay'
-    results = [(f'greedy return, {len(m["eval_returns"])} episodes', f'{m["eval_mean"]:.1f} ± {m["eval_std"]:.1f}'),
-               ('environment steps', m['env_steps']), ('episodes', m['episodes']), ('training time', f'{m["wall_s"]:.1f} s'),
-               ('speed', f'{m["env_steps_per_s"]:,.0f} environment steps/s'), ('memory rows', f'{m["memory_rows"]:,} of {m["replay_size"]:,}')]
-    shown = {'env', 'algo', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
-             'memory_rows', 'replay_size', 'lr'}
-    results += [(k.replace('_', ' '), v) for k, v in m.items() if k not in shown]  # e.g. a run on Ray: actors, shards, rows lost
-    flat = _flat(settings)
-    names, rows = epochs
-    head = ''.join(f'<th>{e(n.replace("_", " "))}</th>' for n in ['epoch', *names])
-    body = ''.join('<tr>' + ''.join(f'<td class="n">{e(_fmt(v))}</td>' for v in r) + '</tr>' for r in rows)
-    page = (f'<h1>{e(title)}</h1><p class="sub">fastrl_replay {e(_version())}, {time.strftime("%Y-%m-%d %H:%M")}</p>'
-            f'<div class="cols"><div><h2>Results</h2><table>{_rows(results)}</table></div>'
-            f'<div><h2>Settings</h2><table>{_rows((_LABELS.get(k, k.replace("_", " ")), v) for k, v in flat.items())}</table></div></div>'
-            f'<h2>Epochs</h2><table><tr>{head}</tr>{body}</table>'
-            '<p class="note">— : no value yet. While the memory warms up no batch trains, so an epoch of warm-up has no loss; '
-            'the return is the mean of the last 100 finished episodes.</p><h2>Figures</h2>')
-    doc = figures_to_html(figs, show=False)
-    doc = doc.replace('<meta charset="utf-8" />', f'<meta charset="utf-8" /><title>{e(title)}</title><style>{_CSS}</style>', 1)
-    return doc.replace('<body>', '<body>\n' + page, 1)
-
-def _version() -> str:
-    from fastrl_replay import __version__
-    return __version__
+__all__ = ['main']
 
 # %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):
@@ -269,7 +23,7 @@ def main(argv=None):
     d.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t = sub.add_parser('train', help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
-    t.add_argument('--algo', choices=['dqn', 'sac', 'td3'], help='the agent: dqn for discrete actions, sac or td3 for Box actions (default: dqn)')
+    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2'], help='the agent: dqn for discrete actions, sac or td3 for Box actions, r2d2 (a recurrent DQN on CartPoleNoVelocity-v1 by default) (default: dqn)')
     t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1 for dqn, Pendulum-v1 for sac and td3)')
     t.add_argument('--steps', type=_positive, help="environment steps (default: the environment's, 50000 for CartPole-v1)")
     t.add_argument('--seed', type=int, help='seed (default: 0)')
@@ -280,8 +34,6 @@ def main(argv=None):
                    help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: never)')
     t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
-    t.add_argument('--kernels', choices=['torch', 'onednn'], help="sac and td3: the layers' float32 products on torch's kernels (nn.Linear) or oneDNN's "
-                   "(OneDNNLinear) (default: oneDNN's)")
     t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
     t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
     t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')
@@ -296,6 +48,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.command == 'train': return _train(p, args)
     if args.command == 'forgetting': return _forgetting(args)
+    from fastrl_replay.runs import run_demo  # once the arguments are parsed: `--help` needs neither torch nor fastai
     m = run_demo(args.out, args.epochs, args.seed, args.quiet)
     print(f"{m['batches_cancelled']} batches cancelled while the memory warmed up, {m['batches_trained']} trained on replayed samples")
     print(f"loss {m['first_loss']:.4f} -> {m['final_loss']:.4f}; memory {m['memory_rows']} rows, "
@@ -307,13 +60,16 @@ _TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
-    given = [f"--{k.replace('_', '-')}" for k in (*_TRAIN, 'kernels') if getattr(args, k) is not None]
+    from fastrl_replay.runs import run_train, resume_train
+    given = [f"--{k.replace('_', '-')}" for k in _TRAIN if getattr(args, k) is not None]
     if args.resume is not None and given:
         parser.error(f'--resume carries a run on with the settings it was started with: drop {" ".join(given)}')
     try:
-        if args.kernels is not None and args.algo in (None, 'dqn'): parser.error('--kernels chooses the layers of sac and td3')
-        learner = {} if args.kernels is None else dict(learner=dict(net=dict(kernels=args.kernels)))  # over the environment's settings
-        if args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **learner, **_ray_args(parser, args))
+        if args.algo == 'r2d2':  # the recurrent DQN trains in this process, without checkpoints or Ray collectors
+            if args.resume or args.checkpoint_every or args.actors: parser.error('--algo r2d2 takes no --resume, --checkpoint-every or --actors')
+            from fastrl_replay.agents.r2d2 import train_r2d2
+            m = train_r2d2(args.env, args.steps, args.seed, args.replay, args.replay_size, args.out, args.quiet)
+        elif args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **_ray_args(parser, args))
         else: m = resume_train(args.resume, args.quiet)
     except ValueError as e: parser.error(str(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "
@@ -337,13 +93,6 @@ def _ray_args(parser, args) -> dict:
     if args.checkpoint_every or args.resume:
         parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards checkpoint themselves')
     return dict(ray=dict(actors=args.actors, shards=args.shards or 1, address=args.address))
-
-def _fleet_report(learn) -> dict:
-    "The metrics of a run on Ray: actors, shards, environment steps per actor, rows per shard, rows lost; the actors are stopped"
-    from fastrl_replay.distributed import fleet_metrics, close_learner
-    m = fleet_metrics(learn)
-    close_learner(learn)
-    return m
 
 # %% ../nbs/90_cli.ipynb #ea1a85ad
 def _forgetting(args):

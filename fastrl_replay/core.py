@@ -1,4 +1,4 @@
-"""Batches of transitions: `BD`, a dict of tensors sharing a leading batch dimension, and `TensorBatch`.
+"""Batches of transitions: `BD`, a dict of tensors sharing a leading batch dimension.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/core.html.md"""
 
@@ -8,30 +8,30 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/core.html.md"""
 from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch
-from fastai.torch_core import TensorBase
 from .errors import dtype_name
 
 # %% auto #0
-__all__ = ['TensorBatch', 'BD']
+__all__ = ['BD', 'TensorBatch']
 
-# %% ../nbs/00_core.ipynb #47f6413b
-class TensorBatch(TensorBase):
-    "A tensor whose first dimension is the batch dimension"
-    def __new__(cls, x, **kwargs):
-        res = super().__new__(cls, x, **kwargs)
-        if res.ndim == 0: raise ValueError('TensorBatch needs a leading batch dimension; got a 0-d tensor')
-        return res
+# %% ../nbs/00_core.ipynb #89a09d02
+_all_ = ['TensorBatch']
 
-    def bs(self) -> int:
-        "Number of rows"
-        return self.shape[0]
+def __getattr__(name):
+    "`TensorBatch`, imported from `fastrl_replay.tensor_batch` on first use: `BD` needs no fastai"
+    if name == 'TensorBatch':
+        from fastrl_replay.tensor_batch import TensorBatch
+        return TensorBatch
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 # %% ../nbs/00_core.ipynb #a0c1d2e3
 ROW_INDEX = (int, np.integer, slice, list, range, np.ndarray, torch.Tensor)  # what selects rows rather than a column
 
 # %% ../nbs/00_core.ipynb #4d97c556
-def _as_column(k, v) -> torch.Tensor:
-    "Column `k` as a tensor with a leading batch dimension"
+def _as_column(k, v, nested:bool=True) -> torch.Tensor|dict:
+    "Column `k` as a tensor with a leading batch dimension; a dict of them (a `Dict` observation's keys) as a dict"
+    if nested and isinstance(v, Mapping):
+        if not v: raise ValueError(f'column {k!r}: expected a dict of at least one column, got an empty one')
+        return {j: _as_column(f'{k}.{j}', x, nested=False) for j, x in v.items()}
     if isinstance(v, np.ndarray): v = torch.from_numpy(v)
     if not isinstance(v, torch.Tensor):
         raise TypeError(f'column {k!r}: expected a tensor or array with a leading batch dimension, got {type(v).__name__}')
@@ -40,8 +40,17 @@ def _as_column(k, v) -> torch.Tensor:
 
 def _check_rows(d):
     "Raise unless every column of `d` has the same number of rows"
-    rows = {k: v.shape[0] for k, v in d.items()}
+    rows = {f'{k}.{j}' if type(v) is dict else k: x.shape[0] for k, v in d.items()
+            for j, x in (v.items() if type(v) is dict else [(None, v)])}
     if len(set(rows.values())) > 1: raise ValueError(f'columns must share their batch size, got rows per column {rows}')
+
+def _each(v, f):
+    "`f` of column `v`: of each of its tensors for a dict column"
+    return {j: f(x) for j, x in v.items()} if type(v) is dict else f(v)
+
+def _first(v) -> torch.Tensor:
+    "Column `v`'s tensor, or a dict column's first"
+    return next(iter(v.values())) if type(v) is dict else v
 
 def _row_index(idx, n):
     "`idx` made into an index that keeps the batch dimension of a column of `n` rows"
@@ -62,7 +71,7 @@ def _row_index(idx, n):
 
 # %% ../nbs/00_core.ipynb #fae3151a
 class BD(dict):
-    "A dict of tensors that share a leading batch dimension: a batch of transitions"
+    "A dict of tensors that share a leading batch dimension: a batch of transitions; a column may be a dict of them"
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for k, v in self.items(): dict.__setitem__(self, k, _as_column(k, v))
@@ -77,14 +86,14 @@ class BD(dict):
 
     def bs(self) -> int:
         "Number of rows"
-        return next(iter(self.values())).shape[0] if dict.__len__(self) else 0
+        return _first(next(iter(self.values()))).shape[0] if dict.__len__(self) else 0
 
     __len__ = bs
 
     def __getitem__(self, idx):
         if isinstance(idx, str) or not isinstance(idx, ROW_INDEX): return dict.__getitem__(self, idx)
         i = _row_index(idx, self.bs())
-        return BD._new({k: v[i] for k, v in self.items()})
+        return BD._new({k: v[i] if type(v) is not dict else {j: x[i] for j, x in v.items()} for k, v in self.items()})
 
     def __add__(self, other):
         "Rows of `self` followed by the rows of `other`"
@@ -103,21 +112,40 @@ class BD(dict):
             if b.keys() != keys:
                 raise KeyError(f'cannot concatenate batches with different columns: missing {sorted(keys - b.keys())}, '
                                f'extra {sorted(b.keys() - keys)}')
-        return BD._new({k: torch.cat([b[k] for b in bds]) for k in keys})
+        return BD._new({k: _cat(k, [dict.__getitem__(b, k) for b in bds]) for k in keys})
 
     def mapv(self, f) -> BD:
         "Apply `f` to every column"
-        return BD({k: f(v) for k, v in self.items()})
+        return BD({k: _each(v, f) for k, v in self.items()})
 
     def to(self, *args, **kwargs) -> BD:
         "Move or cast every column, as `Tensor.to` does"
-        return BD._new({k: v.to(*args, **kwargs) for k, v in self.items()})
+        return BD._new({k: v.to(*args, **kwargs) if type(v) is not dict else {j: x.to(*args, **kwargs) for j, x in v.items()}
+                        for k, v in self.items()})
+
+    def tensors(self):
+        "Every tensor of the batch, the tensors of dict columns included"
+        for v in self.values(): yield from (v.values() if type(v) is dict else (v,))
 
     def __repr__(self):
-        cols = ', '.join(f'{k}: {tuple(v.shape)} {dtype_name(v.dtype)}' for k, v in self.items())
+        cols = ', '.join(f'{k}: {_describe(v)}' for k, v in self.items())
         return f'BD(bs={self.bs()}; {cols})'
 
     def __getattr__(self, k):
         "A column by attribute, `bd.state` for `bd['state']` (methods such as `to` and `bs` keep their names)"
         try: return dict.__getitem__(self, k)
         except KeyError: raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; columns: {list(self)}') from None
+
+def _cat(k, vs:list):
+    "Columns `vs` of several batches concatenated: a tensor, or a dict of tensors whose keys must agree"
+    if type(vs[0]) is not dict: return torch.cat(vs)
+    keys = vs[0].keys()
+    if any(type(v) is not dict or v.keys() != keys for v in vs):
+        raise KeyError(f'cannot concatenate column {k!r}: its keys differ between the batches')
+    return {j: torch.cat([v[j] for v in vs]) for j in keys}
+
+def _describe(v) -> str:
+    "A column's shape and dtype; a dict column's per key"
+    if type(v) is dict: return '{' + ', '.join(f'{j}: {_describe(x)}' for j, x in v.items()) + '}'
+    return f'{tuple(v.shape)} {dtype_name(v.dtype)}'
+

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np, torch
 import ray
 from fastcore.basics import ifnone
-from fastai.callback.core import Callback
+from .errors import importing_fastai
+with importing_fastai():
+    from fastai.callback.core import Callback
 from .core import BD
 from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
 from .memory.checks import batch_of, td_vector

@@ -6,12 +6,14 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/errors.html.md"""
 
 # %% ../nbs/01_errors.ipynb #6bbc270a
 from __future__ import annotations
-import math
+import math, warnings
+from contextlib import contextmanager
 import numpy as np, torch
 from fastcore.basics import ifnone
 
 # %% auto #0
-__all__ = ['ReplayError', 'ExperienceReplayException', 'CheckpointError', 'WarmupNotReached', 'NoValidTransitions']
+__all__ = ['ReplayError', 'ExperienceReplayException', 'CheckpointError', 'WarmupNotReached', 'NoValidTransitions',
+           'importing_fastai']
 
 # %% ../nbs/01_errors.ipynb #86ab8ded
 class ReplayError(Exception):
@@ -85,11 +87,30 @@ def draw_seed(seed:int|None=None) -> int:
         raise ExperienceReplayException(f'seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed takes, got {seed!r}')
     return seed if seed is not None else int(torch.randint(2**62, ()))
 
+ACCELERATORS = ('cuda', 'mps', 'xpu')  # the device types whose presence `as_device` checks
+
+def accelerator_count(kind:str) -> int:
+    "How many devices of type `kind` ('cuda', 'mps' or 'xpu') this machine has"
+    if kind == 'mps': return int(torch.backends.mps.is_available())
+    backend = getattr(torch, kind)
+    return backend.device_count() if backend.is_available() else 0
+
+def machine_devices() -> list[str]:
+    "The devices this machine can hold tensors on: the CPU, then each accelerator torch finds"
+    return ['cpu'] + [f'{k}:{i}' for k in ACCELERATORS for i in range(accelerator_count(k))]
+
+def _listed(names:list) -> str:
+    "`names` as an English list: 'cpu only', 'cpu and cuda:0', 'cpu, cuda:0 and cuda:1'"
+    return f'{names[0]} only' if len(names) == 1 else ', '.join(names[:-1]) + f' and {names[-1]}'
+
 def as_device(device, name:str='device') -> torch.device:
-    "`device` (a `torch.device`, its name, or None for the CPU) as a `torch.device` that holds values; raise for anything else"
+    "`device` (a `torch.device`, its name, or None for the CPU) as a `torch.device` of this machine that holds values"
     try: d = torch.device(ifnone(device, 'cpu'))
     except (RuntimeError, TypeError, ValueError): raise ExperienceReplayException(f'{name} must be a torch device or its name, got {device!r}') from None
     if d.type == 'meta': raise ExperienceReplayException(f"{name} must hold values (the CPU or an accelerator), got {device!r}: a meta device keeps none")
+    if d.type in ACCELERATORS and (d.index or 0) >= accelerator_count(d.type):
+        has = _listed(machine_devices())
+        raise ExperienceReplayException(f'{name} {str(d)!r} is not available: this machine has {has}')
     return d
 
 def new_generator(generator:torch.Generator|None=None, seed:int|None=None, device=None) -> torch.Generator:
@@ -104,3 +125,13 @@ def new_generator(generator:torch.Generator|None=None, seed:int|None=None, devic
     elif generator.device.type != device.type:
         raise ExperienceReplayException(f'generator is on {generator.device}, sampling draws on {device}')
     return generator
+
+# %% ../nbs/01_errors.ipynb #3afd4964
+@contextmanager
+def importing_fastai():
+    "A block that imports fastai without fastai 2.8's two import-time warnings (torch's and pandas' deprecations)"
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
+        warnings.filterwarnings('ignore', message="The 'mode.chained_assignment' option is deprecated",
+                                category=DeprecationWarning)
+        yield

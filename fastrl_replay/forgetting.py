@@ -6,13 +6,13 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/forgetting.html.md"""
 
 # %% ../nbs/15_forgetting.ipynb #15b3f4b1
 from __future__ import annotations
-import copy, html, json, time, warnings
+import copy, html, json, time
 from pathlib import Path
 import numpy as np, torch
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-with warnings.catch_warnings():
-    warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
+from .errors import importing_fastai
+with importing_fastai():
     from fastai.callback.core import Callback
     from fastrl_replay.agents.dqn import dqn_learner
 from .agents.a2c import a2c_learner, PolicySampler, TrialReplay

@@ -36,6 +36,12 @@ def setup_plotly():
     pio.renderers.default = 'notebook_offline'
     ip.display_formatter.formatters['text/plain'].for_type(go.Figure, lambda f, p, cycle: p.text('<plotly Figure>'))
 
+_JUPYTER_DEFAULTS = ('plotly_mimetype', 'plotly_mimetype+notebook')  # plotly's picks in Jupyter when none is chosen
+
+def _offline_by_default():
+    "`setup_plotly()` for a figure made in IPython when no renderer was chosen: no set-up call is needed"
+    if pio.renderers.default in _JUPYTER_DEFAULTS: setup_plotly()
+
 # %% ../nbs/07_plots.ipynb #436d9f0b
 def get_steps(maxlen:int=0, # Frames to name, '0' to `str(maxlen-1)`
               atomic:bool=False # Name one frame, `str(maxlen)`, instead
@@ -98,6 +104,7 @@ def plot_replay_stats(experience_replay, # The memory to plot: an `ExperienceRep
                       max_frames:int=200 # Most animation frames, spread evenly over the buffer rows
                      ) -> go.Figure:
     "Each column against buffer row, in storage order, with a red marker that plays along the rows"
+    _offline_by_default()
     er = experience_replay
     check_positive(n_cols, 'n_cols'); check_positive(max_frames, 'max_frames')
     cols = _plot_columns(er, columns)
@@ -128,6 +135,7 @@ def plot_priorities(mem, # A memory: its priorities if it has them (`get_priorit
                     bins:int=50 # Histogram bins
                    ) -> go.Figure:
     "A histogram of the priorities of the stored rows (log count), counted here so that the figure holds `bins` bars, not every row"
+    _offline_by_default()
     check_positive(bins, 'bins')
     vals, name = _priorities(mem)
     counts, edges = np.histogram(vals, bins=bins)
@@ -140,6 +148,7 @@ def plot_priorities(mem, # A memory: its priorities if it has them (`get_priorit
 def plot_sample_counts(mem # A memory with `sample_counts`, such as a `PrioritizedExperienceReplay`
                       ) -> go.Figure:
     "Draws of each stored row since it was written, against its storage row"
+    _offline_by_default()
     counts = mem.sample_counts[:len(mem)].cpu().numpy()
     x, y = _curve(counts)  # a large memory as the fewest and most draws of each run of rows
     fig = go.Figure(go.Scattergl(x=x, y=y, mode='markers', marker=dict(size=3), name='draws'))
@@ -151,6 +160,7 @@ def plot_sample_counts(mem # A memory with `sample_counts`, such as a `Prioritiz
 def plot_losses(recorder # A fastai `Recorder`, or a `Learner` holding one
                ) -> go.Figure:
     "The smoothed training loss the recorder kept, one point per training iteration"
+    _offline_by_default()
     losses = [float(l) for l in getattr(getattr(recorder, 'recorder', recorder), 'losses', [])]
     if not losses: raise ValueError('the recorder holds no training losses: fit the learner first')
     x, y = _curve(losses)  # a long run as the min and max of each run of iterations
@@ -168,6 +178,7 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
                  window:int=100 # Episodes in the rolling mean
                 ) -> go.Figure:
     "Each episode's return as a marker, and their rolling mean over `window` episodes as a line"
+    _offline_by_default()
     check_positive(window, 'window')
     if isinstance(returns, torch.Tensor): returns = returns.detach().cpu().double()
     r = np.asarray(returns, dtype=np.float64).reshape(-1)
@@ -183,6 +194,7 @@ def figures_to_html(figs, # Figures to put in the page, in order
                     show:bool=True # Also display the figures when running in IPython
                    ) -> str:
     "One HTML document holding every figure in `figs` and plotly.js at most once; the figures are displayed in IPython"
+    _offline_by_default()
     divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, auto_play=False)  # animations wait for ▶
             for i, f in enumerate(figs)]
     html = '<html><head><meta charset="utf-8" /></head><body>\n' + '\n'.join(divs) + '\n</body></html>'

@@ -8,7 +8,9 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/threads.html.md"""
 from __future__ import annotations
 from contextlib import contextmanager
 import torch
-from fastai.callback.core import Callback
+from .errors import importing_fastai
+with importing_fastai():
+    from fastai.callback.core import Callback
 from .errors import check_positive
 
 # %% auto #0

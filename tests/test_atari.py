@@ -2,7 +2,7 @@
 import numpy as np, pytest, torch
 pytest.importorskip('ale_py')
 from fastrl_replay.atari import atari_learner, atari_env
-from fastrl_replay.cli import _bytes_per_transition
+from fastrl_replay.runs import _bytes_per_transition
 
 def test_a_few_hundred_steps_of_pong_replay_exact_stacks():
     learn = atari_learner('ALE/Pong-v5', steps_per_epoch=400, n_envs=2, n_steps=3, seed=0,

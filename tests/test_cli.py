@@ -85,7 +85,7 @@ def test_bad_counts_and_settings_exact_messages(tmp_path):
     assert not any(tmp_path.iterdir())
 
 def test_run_train_refuses_bad_settings_before_training(tmp_path):
-    from fastrl_replay.cli import run_train
+    from fastrl_replay.runs import run_train
     for kwargs, msg in [(dict(replay='her'), "replay must be 'uniform', 'per' or 'laber', got 'her'"),
                         (dict(steps=9), 'steps must be at least 10, got 9'),
                         (dict(env='CartPol-v1'), "unknown gymnasium environment 'CartPol-v1'; did you mean CartPole-v1")]:
@@ -93,14 +93,15 @@ def test_run_train_refuses_bad_settings_before_training(tmp_path):
         assert str(e.value).startswith(msg)
     assert not any(tmp_path.iterdir())
 
-def test_kernels_of_sac_and_td3_are_chosen_on_the_command_line(tmp_path):
-    "`--kernels torch|onednn` takes the place of the environment's choice, is kept in run.json for a resumed run, and is refused for the DQN and with --resume"
-    for k in ('torch', 'onednn'):
-        r = run('train', '--algo', 'sac', '--steps', '150', '--kernels', k, '--checkpoint-every', '150', '--out', str(tmp_path/k), '--quiet')
-        assert r.returncode == 0, r.stderr
-        (run_dir,) = (tmp_path/k).iterdir()
-        assert json.loads((run_dir/'run.json').read_text())['learner']['net']['kernels'] == k
-    r = run('train', '--kernels', 'onednn', '--steps', '100', '--out', str(tmp_path/'dqn'))
-    assert r.returncode == 2 and '--kernels chooses the layers of sac and td3' in r.stderr
-    r = run('train', '--resume', str(run_dir), '--kernels', 'torch')
-    assert r.returncode == 2 and 'drop --kernels' in r.stderr
+def test_bad_arguments_are_refused_before_torch_is_imported():
+    "The arguments are parsed first: a bad count or a `--help` answers without importing torch or fastai"
+    code = ('import sys, contextlib, io\nfrom fastrl_replay.cli import main\n'
+            'for argv in (["train", "--steps", "0"], ["demo", "--epochs", "x"], ["--help"]):\n'
+            '    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):\n'
+            '        try: main(argv)\n'
+            '        except SystemExit as e: print(e.code, file=sys.__stdout__)\n'
+            'print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "fastai", "numpy"}))')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split('\n')[:4] == ['2', '2', '0', '[]'], r.stdout + r.stderr
+    r = run('train', '--steps', '0')
+    assert r.returncode == 2 and "expected a positive integer, got '0'" in r.stderr

@@ -102,3 +102,23 @@ def test_a_loss_without_its_target_network():
     learn = Learner(gym_dataloaders(source_of(model), n=400, bs=4), model, loss_func=loss, cbs=ExperienceReplayCallback(memory()))
     with pytest.raises(ValueError, match=r"DQNLoss has no target network yet: add DQNTrainer\(loss\) to the Learner's callbacks"):
         fit(learn)
+
+
+def test_a_device_the_machine_does_not_have():
+    "A memory on a device the machine lacks is refused when it is built, naming the device and what the machine has"
+    from fastrl_replay.errors import machine_devices
+    from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+    from fastrl_replay.memory.frames import FrameStorage
+    has = machine_devices()
+    assert has[0] == 'cpu' and len(has) == 1 + torch.cuda.device_count() + torch.backends.mps.is_available() + (
+        torch.xpu.device_count() if torch.xpu.is_available() else 0)
+    listed = 'cpu only' if len(has) == 1 else ', '.join(has[:-1]) + ' and ' + has[-1]
+    for make in (lambda d: ExperienceReplay(device=d), lambda d: PrioritizedExperienceReplay(device=d), lambda d: FrameStorage((2, 2), 8, device=d)):
+        with pytest.raises(ExperienceReplayException, match=f"^device 'cuda:99' is not available: this machine has {listed}$"): make('cuda:99')
+        with pytest.raises(ExperienceReplayException, match="a meta device keeps none"): make('meta')
+    if not torch.cuda.is_available():
+        with pytest.raises(ExperienceReplayException, match=f"^device 'cuda' is not available: this machine has {listed}$"):
+            ExperienceReplay(device=torch.device('cuda'))
+    else:
+        mem = ExperienceReplay(bs=2, max_sz=8, warmup_sz=0, device='cuda', seed=0) + {'state': torch.zeros(4, 2)}
+        assert mem.sample()[0]['state'].device.type == 'cuda'

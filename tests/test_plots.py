@@ -197,3 +197,43 @@ def test_setup_plotly_in_a_notebook_works_offline():
     assert len(bundles) == 1 and bundles[0] in ''.join(htmls[:2]), [len(h) for h in htmls]
     assert sum(h.count('Plotly.newPlot(') for h in htmls) == 3
     assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
+
+def _notebook_outputs(*cells, kernel=True):
+    "The outputs of `cells` run in a fresh process: a Jupyter kernel of this Python (ipykernel, through nbclient), or execnb's shell"
+    code = textwrap.dedent(f'''
+        import json, nbformat
+        from nbclient import NotebookClient
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in {list(cells)!r}])
+        NotebookClient(nb, timeout=600, kernel_name='python3').execute()
+        print(json.dumps([c.outputs for c in nb.cells]))
+    ''' if kernel else f'''
+        import json
+        from execnb.shell import CaptureShell
+        sh = CaptureShell()
+        print(json.dumps([sh.run(c) for c in {list(cells)!r}]))
+    ''')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+def _htmls(outputs) -> list: return [''.join(o['data'].get('text/html', '')) for out in outputs for o in out if 'data' in o]
+
+def test_figures_render_offline_in_a_jupyter_kernel_with_no_set_up_call():
+    "In a real kernel plotly would store only its JSON mime type (blank in the HTML export); the library's figures come as offline HTML"
+    outs = _notebook_outputs('from fastrl_replay.all import *\nimport plotly.io as pio\nprint(pio.renderers.default)',
+                             'plot_returns([1., 2., 3.])', 'plot_losses(type("R", (), {"losses": [3., 2., 1.]})())')
+    assert outs[0][0]['text'].strip() == 'plotly_mimetype'  # plotly's own choice in a kernel
+    htmls = _htmls(outs[1:])
+    bundles = [h for h in htmls if len(h) > 1_000_000 and 'plotly.js' in h]
+    assert len(bundles) == 1 and bundles[0] in ''.join(_htmls(outs[1:2])), [len(h) for h in htmls]  # plotly.js once, inline
+    assert sum(h.count('Plotly.newPlot(') for h in htmls) == 2  # each figure as HTML, which an HTML export keeps as it is
+    assert not any(re.search(r'<script[^>]*src=|import\s*"http', h) for h in htmls)  # nothing loaded from the network
+    assert not any('application/vnd.plotly.v1+json' in o.get('data', {}) for out in outs for o in out)
+
+def test_a_chosen_renderer_is_left_alone():
+    "A renderer the user chose before the first figure stays; plotly's Jupyter default is replaced by the offline one"
+    outs = _notebook_outputs("import plotly.io as pio\nfrom fastrl_replay.plots import plot_returns\npio.renderers.default = 'json'",
+                             "f = plot_returns([1., 2.])\nprint(pio.renderers.default)",
+                             "pio.renderers.default = 'plotly_mimetype+notebook'\nf = plot_returns([1., 2.])\nprint(pio.renderers.default)",
+                             kernel=False)
+    assert [''.join(o[0]['text']).strip() for o in outs[1:]] == ['json', 'notebook_offline']

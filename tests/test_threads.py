@@ -35,7 +35,7 @@ def test_torch_threads_restores_after_an_exception():
 
 def test_command_line_run_trains_on_one_thread_and_restores_the_callers_setting(tmp_path):
     "`run_train` (what `fastrl-replay train` calls) fits on one thread inside `torch_threads(1)`, not by a process-wide setting"
-    from fastrl_replay.cli import run_train
+    from fastrl_replay.runs import run_train
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(3)

@@ -18,7 +18,7 @@ with importing_fastai():
     from fastai.learner import Metric, CastToTensor
     from fastai.optimizer import OptimWrapper
     from fastai.callback.training import GradientClip
-from ..callback import ExperienceReplayCallback
+from ..callback import ExperienceReplayCallback, default_validation
 from ..memory.core import ReplayMemory
 from ..memory.experience_replay import ExperienceReplay
 from ..memory.prioritized import PrioritizedExperienceReplay
@@ -172,11 +172,12 @@ def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training
                    cbs=() # More callbacks
                   ) -> LeanLearner:
     "The `Learner` that trains `model` on `loss` of batches replayed from `memory`: what every agent's builder makes"
-    adam = partial(torch.optim.Adam, fused=True)  # one kernel for all parameters: 4x faster steps for a small MLP
+    adam = partial(torch.optim.Adam, fused=True, foreach=False)  # one kernel for all parameters
     clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
     learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0.,
                         metrics=list(metrics),
-                        cbs=[ExperienceReplayCallback(memory), trainer, NoValidation(), TorchThreads(1), *clip, *cbs])
+                        cbs=[ExperienceReplayCallback(memory), trainer, default_validation(dls), TorchThreads(1), *clip,
+                             *cbs])
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn

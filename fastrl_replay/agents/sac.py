@@ -83,7 +83,7 @@ def polyak(online:nn.Module, target:nn.Module, tau:float):
     "Move each parameter of `target` a fraction `tau` of the way to `online`'s"
     with torch.no_grad():
         t, o = list(target.parameters()), list(online.parameters())
-        torch._foreach_lerp_(t, o, tau)
+        for a, b in zip(t, o): a.lerp_(b, tau)
 
 # %% ../../nbs/10d_agents.sac.ipynb #3a99ac4b
 LOG_STD_MIN, LOG_STD_MAX = -20., 2.
@@ -286,6 +286,13 @@ class ActorAgent(SteppedAgent):
             a = torch.as_tensor(draw, dtype=torch.float32, device=dev)
             if not random: a = m.actor.explore(torch.as_tensor(state, device=dev), a)
             return m.scale.to_env(a).reshape(n, *m.scale.shape).cpu().numpy()
+
+    def greedy(self, state) -> np.ndarray:
+        "The actor's deterministic action for each row of `state`, in the environment's bounds; no step counted"
+        m = self.model
+        with torch.inference_mode():
+            a = m.actor(torch.as_tensor(state, dtype=torch.float32, device=m.scale.low.device))
+            return m.scale.to_env(a).reshape(len(state), *m.scale.shape).cpu().numpy()
 
 # %% ../../nbs/10d_agents.sac.ipynb #9cef58fd
 def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) and a `scale`

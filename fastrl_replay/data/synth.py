@@ -10,11 +10,13 @@ import torch
 from torch import nn
 from ..core import BD
 from ..callback import ReplayBatch
-from fastai.data.core import DataLoaders
-from fastai.data.load import DataLoader
-from fastai.learner import Learner
-from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
-from fastai.optimizer import Adam
+from ..errors import importing_fastai
+with importing_fastai():
+    from fastai.data.core import DataLoaders
+    from fastai.data.load import DataLoader
+    from fastai.learner import Learner
+    from fastai.callback.progress import ProgressCallback  # registers the progress bar and `Learner.no_bar`
+    from fastai.optimizer import Adam
 
 # %% auto #0
 __all__ = ['synth_transitions', 'SynthQ', 'RewardLoss', 'synth_replay_learner']
