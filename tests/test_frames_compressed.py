@@ -1,7 +1,7 @@
 """The compressed frame tier: bit-exact against the plain frame storage, checkpointed through the persist format, and
 refusing a bad or foreign state whole. The storage × sampler suite (`test_storage_sampler_pairs.py`, storage 'zframe')
 runs it against the reference models with every sampler; here what is its own."""
-import copy
+import copy, zlib
 import numpy as np, pytest, torch, zstandard as zstd
 from hypothesis import given, settings, strategies as st, HealthCheck
 from fastrl_replay.memory.core import Replay, UniformSampler, ExperienceReplayException
@@ -44,12 +44,12 @@ def test_every_row_and_transition_equals_the_plain_storage(max_sz, block, n):
     np.testing.assert_array_equal(packed.frames_at(np.arange(max_sz).reshape(-1, 1)[::-1]), plain.obs[::-1, None])
 
 def test_memory_is_the_compressed_blocks():
-    "nbytes: the per-step arrays, the open block, a decoded block, the compressed blocks; far below the plain storage for slowly changing frames"
+    "nbytes: the per-step arrays, the open block, the compressed blocks and their seals; far below the plain storage"
     plain, packed = pair(512, 32)
     fill(plain, 512); fill(packed, 512)
     blocks = sum(len(b) for b in packed.blocks)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + 2 * packed.stage.nbytes  # the open block and a decoded one
-    assert blocks < plain.obs.nbytes / 3  # frames of 30 bytes changing in 3 a step: 3,968 bytes for 15,360
+    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + blocks + packed.stage.nbytes + 4 * packed.n_blocks
+    assert blocks < plain.obs.nbytes / 3  # frames of 30 bytes changing in 3 a step: 3,904 bytes for 15,360
 
 def memory(storage, seed=0): return Replay(storage, PrioritizedSampler(alpha=0.6, seed=seed), bs=8, warmup_sz=8)
 
@@ -188,16 +188,17 @@ def test_the_dictionary_is_trained_once_and_every_block_is_compressed_with_it():
     fill(plain, 333, seed=1); fill(packed, 333, seed=1)  # wraps
     assert packed.dictionary == d
     assert_same_frames_and_transitions(plain, packed)
-    assert packed.nbytes() == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + 1024
+    assert packed.nbytes() == (plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + packed.stage.nbytes
+                               + 4 * packed.n_blocks + 1024)
 
 def test_the_dictionary_makes_the_blocks_smaller():
-    "The same 500 steps of slowly changing frames: 2,506 bytes of blocks with the dictionary, 2,707 without"
+    "The same 500 steps of slowly changing frames: 2,406 bytes of blocks with the dictionary, 2,607 without"
     sizes = []
     for frames in (64, 0):
         _, packed = with_dictionary(200, frames=frames)
         fill(packed, 500)
         sizes.append(sum(map(len, packed.blocks)))
-    assert sizes == [2506, 2707]
+    assert sizes == [2406, 2607]
 
 @pytest.mark.parametrize('max_sz,frames', [(200, 16), (40, 41), (40, 0)])
 def test_no_dictionary_when_training_fails_or_is_not_wanted(max_sz, frames):
@@ -257,7 +258,7 @@ def test_every_read_is_exact_with_and_without_a_dictionary(max_sz, block, frames
     assert packed.trained or packed.dictionary == b''
     assert_same_frames_and_transitions(plain, packed)
 
-# --- reads: the compiled decoder (libzstd) up to the part of the last row needed, and whole blocks where libzstd is missing -----
+# --- reads: whole blocks decoded with zstandard, blocks written in parts or whole --------------------------------------
 
 BIG = (32, 40)  # frames of 1,280 bytes
 
@@ -291,7 +292,7 @@ def zstd_blocks(frame:bytes) -> int:
     return n
 
 @pytest.mark.parametrize('max_sz,block,part,n', [(100, 8, 4, 90), (100, 8, 4, 333), (61, 8, 3, 200), (100, 8, None, 250), (37, 5, 2, 120)])
-def test_reads_up_to_a_part_are_exact(max_sz, block, part, n):
+def test_blocks_written_in_parts_read_exactly(max_sz, block, part, n):
     "Frames of 1,280 bytes, blocks ending a zstd block every `part` rows (the whole block by default), a dictionary trained at frame 64: every frame and transition is the plain storage's"
     plain, packed = big_pair(max_sz, block, part, n)
     p = packed.part
@@ -321,89 +322,76 @@ def test_blocks_written_whole_read_exactly_in_a_storage_writing_parts(block):
     assert_same_frames_and_transitions(plain, parts)
 
 @pytest.mark.parametrize('shape', [SHAPE, BIG])
-def test_reads_without_libzstd_decode_whole_blocks_exactly(monkeypatch, shape):
-    "Where the system's libzstd cannot be loaded, reads decode whole blocks with `zstandard`: the same frames and transitions"
-    import fastrl_replay.memory.frames as frames_module
-    monkeypatch.setattr(frames_module, '_LIBZSTD', None)
+def test_every_block_is_a_standard_zstd_frame_of_its_rows(shape):
+    "Any zstd decoder given the storage's dictionary decodes each closed block to the frames of its rows, without a checksum"
     kw = dict(stack_size=4, n_steps=3, gamma=0.9)
     plain, packed = FrameStorage(shape, 90, **kw), CompressedFrameStorage(shape, 90, dictionary_frames=64, dictionary_size=1024, **kw)
-    assert packed._reader is None
     if shape == SHAPE: fill(plain, 250); fill(packed, 250)
     else: fill_big([plain, packed], 250)
     assert packed.trained and len(packed.dictionary) == 1024
+    dctx = zstd.ZstdDecompressor(dict_data=zstd.ZstdCompressionDict(packed.dictionary))
+    for b in range(packed.n_blocks):
+        assert not zstd.get_frame_parameters(packed.blocks[b]).has_checksum  # the seal stands for zstd's checksum
+        frames = np.frombuffer(dctx.decompress(packed.blocks[b]), np.uint8).reshape(-1, *shape)
+        assert len(frames) == packed.block_rows(b)
+        if b != packed.open_block: np.testing.assert_array_equal(frames, plain.obs[b * 8:b * 8 + 8])  # the open one: the pass before
     assert_same_frames_and_transitions(plain, packed)
 
-@pytest.mark.parametrize('libzstd', [True, False])
-def test_rows_out_of_range_are_refused(monkeypatch, libzstd):
-    import fastrl_replay.memory.frames as frames_module
-    if not libzstd: monkeypatch.setattr(frames_module, '_LIBZSTD', None)
+def test_rows_out_of_range_are_refused():
     _, packed = pair(40, 8)
-    assert (packed._reader is not None) == libzstd
     fill(packed, 50)
     for rows in ([0, 40], [-1, 3], [[5, 100]]):
         with pytest.raises(ExperienceReplayException, match='expected row indices from 0 to 39'): packed.frames_at(np.array(rows))
 
-def test_reads_skip_the_checksum_of_their_own_blocks_and_loads_check_it():
-    "The compiled reads skip zstd's checksum of the storage's own blocks (libzstd 1.4.7 on): a block whose checksum is wrong still reads its frames, and a checkpoint holding it is refused whole"
-    import fastrl_replay.memory.frames as frames_module
-    if frames_module._LIBZSTD is None or frames_module._LIBZSTD[0].ZSTD_versionNumber() < 10407: pytest.skip('libzstd 1.4.7 or newer')
-    plain, packed = pair(40, 8)
-    fill(plain, 50); fill(packed, 50)
-    assert packed._reader.checks_sums is False
-    b = packed.blocks[1]
-    packed.blocks[1] = b[:-4] + bytes(x ^ 0xFF for x in b[-4:])  # the frame's checksum (its last 4 bytes) wrong
-    assert_same_frames_and_transitions(plain, packed)
-    fresh = pair(40, 8)[1]
-    before = fresh.state_dict()['frames']['blob'].copy()
-    with pytest.raises(ExperienceReplayException, match='block 1 does not decode'): fresh.load_state_dict(packed.state_dict())
-    np.testing.assert_array_equal(fresh.state_dict()['frames']['blob'], before)
+@pytest.mark.parametrize('n', [30, 97])
+def test_reads_of_rows_repeated_in_any_order_and_shape(n):
+    "Rows repeated, reversed, in runs that cross blocks, none, and in the open block: each frame the plain storage's"
+    plain, packed = big_pair(40, 8, None, n)
+    rng = np.random.default_rng(n)
+    for rows in (np.arange(40)[::-1], np.repeat(rng.integers(0, 40, 12), 3), rng.integers(0, 40, (7, 5)),
+                 np.arange(3, 19).reshape(2, 8), np.array([], np.int64), np.array(packed.open_block * 8 + 1)):
+        np.testing.assert_array_equal(packed.frames_at(rows), plain.obs[rows])
 
-# --- reads on torch's threads: the blocks of a read decoded by up to `torch.get_num_threads()` threads -----------------------
+def legacy(state, storage):
+    "`state` as written before seals: blocks with zstd's checksum of their frames, and no 'seals'"
+    f = state['frames']
+    d = zstd.ZstdCompressionDict(storage.dictionary) if storage.dictionary else None
+    cz = zstd.ZstdCompressor(level=3, dict_data=d, write_checksum=True, write_dict_id=False)
+    dz = zstd.ZstdDecompressor(dict_data=d)
+    blocks = [f['blob'][a:z].tobytes() for a, z in zip(f['offsets'][:-1], f['offsets'][1:])]
+    blocks = [cz.compress(dz.decompress(b)) if b else b'' for b in blocks]
+    f = {k: v for k, v in f.items() if k != 'seals'}
+    f['blob'] = np.frombuffer(b''.join(blocks), np.uint8).copy()
+    f['offsets'] = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
+    return {**state, 'frames': f}
 
-def on_threads(n, fn):
-    "`fn()` with torch's intra-op threads set to `n`, the setting given back after"
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try: return fn()
-    finally: torch.set_num_threads(before)
+def test_a_state_from_before_seals_loads_checked_by_zstds_checksum():
+    "Blocks with zstd's checksum and no seals load, sealed as they load, and read exactly; a bad checksum, or neither, is refused"
+    plain, packed = with_dictionary(80)
+    fill(plain, 150); fill(packed, 150)
+    old = legacy(packed.state_dict(), packed)
+    fresh = with_dictionary(80)[1]
+    fresh.load_state_dict(copy.deepcopy(old))
+    assert_same_frames_and_transitions(plain, fresh)
+    np.testing.assert_array_equal(fresh.seals, [seal(b, s, fresh.dictionary) for b, s in zip(fresh.blocks, serials(fresh))])
+    bad = copy.deepcopy(old)
+    f = bad['frames']
+    f['blob'][f['offsets'][2] - 1] ^= 0xFF  # the last byte of block 1: its checksum
+    before = copy.deepcopy(fresh.state_dict())
+    with pytest.raises(ExperienceReplayException, match=r'block 1 .* does not decode'): fresh.load_state_dict(bad)
+    unsealed = packed.state_dict()
+    unsealed['frames'] = {k: v for k, v in unsealed['frames'].items() if k != 'seals'}  # blocks without checksums
+    with pytest.raises(ExperienceReplayException, match="expected a seal, or a block with zstd's checksum"):
+        fresh.load_state_dict(unsealed)
+    assert_same_state(fresh.state_dict(), before)
 
-@pytest.mark.parametrize('max_sz,block,part,n', [(200, 8, 4, 150), (200, 8, 4, 517), (203, 8, None, 450), (96, 4, 2, 301), (320, 16, 8, 700)])
-def test_reads_on_two_threads_equal_one_thread_and_the_plain_storage(max_sz, block, part, n):
-    "Reads of many blocks on two threads: the same bytes as on one thread and as the plain storage, for rows sharing blocks, in any order, across the wrap and in the open block; the second thread's decoded block counts in `nbytes`"
-    plain, packed = big_pair(max_sz, block, part, n)
-    before = packed.nbytes()
-    assert before == plain.nbytes() - plain.obs.nbytes + sum(map(len, packed.blocks)) + 2 * packed.stage.nbytes + len(packed.dictionary)
-    rng, ob = np.random.default_rng(n), packed.open_block
-    samples = [np.arange(max_sz), np.arange(max_sz)[::-1], rng.integers(0, max_sz, (32, 4)), rng.integers(0, max_sz, (64, 4)),
-               np.repeat(rng.integers(0, max_sz, 40), 3),  # each row three times: blocks shared by many rows
-               np.concatenate([np.arange(ob * block, min((ob + 1) * block, max_sz)), rng.integers(0, max_sz, 60)])]  # the open block's rows
-    one = [on_threads(1, lambda: packed.frames_at(r)) for r in samples]
-    assert packed.nbytes() == before  # one thread: no other decoded block
-    two = [on_threads(2, lambda: packed.frames_at(r)) for r in samples]
-    for r, a, b in zip(samples, one, two):
-        np.testing.assert_array_equal(b, a)
-        np.testing.assert_array_equal(b, plain.obs[r])
-    assert packed.nbytes() == before + packed.stage.nbytes  # the second thread's decoded block
-    assert on_threads(2, lambda: packed.frames_at(np.arange(3))).shape == (3, *BIG)  # a read of few blocks stays on one thread
-    on_threads(2, lambda: assert_same_frames_and_transitions(plain, packed))
+def serials(st):
+    "The serial of each block's first row, as the storage's blocks hold them (the open block: the pass before)"
+    adds, C = st.add_count, st.max_sz
+    s = [adds - 1 - (adds - 1 - b * st.block) % C for b in range(st.n_blocks)]
+    s[st.open_block] = adds - (adds % C - st.open_block * st.block) - C
+    return s
 
-def read_in_child(packed, rows, expected, result):
-    torch.set_num_threads(2)
-    result.put(bool(np.array_equal(packed.frames_at(rows), expected)))
-
-def test_a_process_forked_after_reads_on_threads_reads_on_threads_of_its_own():
-    "A process forked after a read on two threads (whose threads it does not have) reads exactly, on threads of its own"
-    import multiprocessing
-    plain = FrameStorage(BIG, 200, stack_size=4)
-    packed = CompressedFrameStorage(BIG, 200, block=8, part=4, dictionary_frames=64, dictionary_size=1024, stack_size=4)
-    fill_big([plain, packed], 317)
-    rows = np.random.default_rng(0).integers(0, 200, (64, 4))
-    np.testing.assert_array_equal(on_threads(2, lambda: packed.frames_at(rows)), plain.obs[rows])
-    ctx = multiprocessing.get_context('fork')
-    result = ctx.Queue()
-    p = ctx.Process(target=read_in_child, args=(packed, rows, plain.obs[rows], result))
-    p.start()
-    try: assert result.get(timeout=60) is True
-    finally: p.join(10)
-    assert p.exitcode == 0
-    np.testing.assert_array_equal(on_threads(2, lambda: packed.frames_at(rows)), plain.obs[rows])  # the parent's threads still read
+def seal(block:bytes, serial:int, dictionary:bytes) -> int:
+    "A block's seal: the CRC-32 of the serial of its first row (8 bytes, little-endian), then of its bytes, from the dictionary's"
+    return zlib.crc32(block, zlib.crc32(serial.to_bytes(8, 'little', signed=True), zlib.crc32(dictionary))) if block else 0

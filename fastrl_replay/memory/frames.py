@@ -1,4 +1,4 @@
-"""Each frame stored once: stacked states, next states and n-step returns rebuilt at sample time, exact at every episode, environment and cursor boundary.
+"""Each frame stored once: stacks, next states and n-step returns rebuilt at sample time, exact at every boundary.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 
@@ -8,24 +8,21 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.frames.html.md"""
 from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
-import ctypes, math, os, weakref
-from concurrent.futures import ThreadPoolExecutor
-import numpy as np, torch, zstandard as zstd, numba
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
-from llvmlite import ir
+import math, zlib
+import numpy as np, torch, zstandard as zstd
 from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, as_device, is_int, check_positive, check_nonneg, check_probability, check_choice, all_finite
-from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column, as_shape,
-                                        as_np_dtype, allocating)
+from ..errors import (ExperienceReplayException, as_device, is_int, check_positive, check_nonneg,
+                                  check_probability, check_choice, all_finite)
+from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column,
+                                        as_shape, as_np_dtype, allocating)
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros, libc_function
 from .core import Storage, own_kind
 from ..nstep import nstep_returns
 
+
 # %% auto #0
-__all__ = ['ReplayElement', 'FrameStorage', 'CompressedFrameStorage']
+__all__ = ['ReplayElement', 'FrameStorage', 'ZstdCodec', 'CompressedFrameStorage']
 
 # %% ../../nbs/06k_memory.frames.ipynb #16d58ad5
 ReplayElement = namedtuple('shape_type', ['name', 'shape', 'type'])
@@ -33,46 +30,121 @@ ReplayElement.__doc__ = "A stored or returned element: its name, its shape per t
 
 # %% ../../nbs/06k_memory.frames.ipynb #c93e0429
 _ZERO, _FINAL = -1, -2  # window entries that are not stored frames: a zero frame, a truncated episode's final frame
-_I64, _I32, _F32 = 2 ** 63, 2 ** 31 - 1, float(np.finfo(np.float32).max)  # the bounds of the action, env and reward columns
+_I64, _I32, _F32 = 2 ** 63, 2 ** 31 - 1, float(np.finfo(np.float32).max)  # bounds of the action, env and reward columns
 
 def _np(v, name:str):
     "`v`, named `name`, as a NumPy array (tensors are moved to the CPU, without a copy when they are there already)"
     return host_array(v, name)
 
-SAMPLED = ('state', 'action', 'reward', 'next_state', 'discount', 'terminated', 'truncated', 'horizon', 'env_id', 'episode_id',
-           'weight', 'indices')  # the columns a sample has besides the extras
+SAMPLED = ('state', 'action', 'reward', 'next_state', 'discount', 'terminated', 'truncated', 'horizon', 'env_id',
+           'episode_id', 'weight', 'indices')  # the columns a sample has besides the extras
 
 def _extras(extras, obs_key:str) -> list:
-    "`extras` as `ReplayElement`s, checked: distinct names that no sampled column (nor a batch's observation column) has, shapes and dtypes"
+    "`extras` as checked `ReplayElement`s: distinct names hiding no sampled or observation column, shapes, dtypes"
     if extras is None: return []
     if not isinstance(extras, (list, tuple)) or not all(isinstance(e, (list, tuple)) and len(e) == 3 for e in extras):
         raise ExperienceReplayException(f'extras must be a list of (name, shape, dtype) elements, got {extras!r}')
-    res = [ReplayElement(n, as_shape(s, f'extra {n!r} shape'), as_np_dtype(t, f'extra {n!r} dtype')) for n, s, t in extras]
+    res = [ReplayElement(n, as_shape(s, f'extra {n!r} shape'), as_np_dtype(t, f'extra {n!r} dtype'))
+           for n, s, t in extras]
     names = [e.name for e in res]
     for n in names:
         if not isinstance(n, str) or not n.isidentifier():
             raise ExperienceReplayException(f'an extra element is named by an identifier, got {n!r}')
         if n in SAMPLED or n == obs_key or names.count(n) > 1:
-            raise ExperienceReplayException(f'extra element {n!r} would hide a column of the same name: the sampled columns are '
-                                            f'{list(SAMPLED)}, the observation column is {obs_key!r}, and extras are {names}')
+            raise ExperienceReplayException(f'extra element {n!r} would hide a column of the same name: the sampled '
+                                            f'columns are {list(SAMPLED)}, the observation column is {obs_key!r}, '
+                                            f'and extras are {names}')
     return res
+
+def _desc(v) -> str:
+    "An array's shape and dtype, or another value's type, as messages name what they got"
+    return f'{v.shape} {v.dtype}' if isinstance(v, np.ndarray) else type(v).__name__
 
 def _shape_error(name, expected, got):
     return ExperienceReplayException(f'{name}: expected shape {expected}, got {tuple(got)}')
 
 def _in_ram(name:str, shape:tuple, dtype, fill=0) -> np.ndarray:
-    "An array in RAM that starts a page, so a checkpoint writes it directly; zeros are left to the kernel, so untouched rows cost no resident memory"
+    "A page-aligned array in RAM (a checkpoint writes it directly), its untouched zero rows left to the kernel"
     a = page_aligned_zeros(shape, dtype)
     if fill != 0: a.fill(fill)
     return a
 
-def _t(a:np.ndarray, device) -> torch.Tensor: return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
+def _t(a:np.ndarray, device) -> torch.Tensor:
+    return torch.from_numpy(a) if device.type == 'cpu' else torch.from_numpy(a).to(device)
 
 def _col(a:np.ndarray) -> np.ndarray:
     "A per-row array as a column with a leading batch dimension: scalars per row become `(n, 1)`"
     return a.reshape(len(a), 1) if a.ndim == 1 else a
 
 _FRAME_ARRAYS = 'obs action reward terminal truncated prev next env episode final_key'.split()
+_STATE_KEYS = ['max_sz', 'obs_shape', 'add_count', 'n_episodes', 'arrays', 'extra', 'finals', 'final_lo', 'final_hi',
+               'streams']  # what a frame storage's state holds besides its kind
+
+def _row_serials(max_sz:int, adds:int) -> np.ndarray:
+    "The serial of the step each row holds after `adds` steps; negative for a row never written"
+    return adds - 1 - (adds - 1 - np.arange(max_sz, dtype=np.int64)) % max_sz
+
+def _check_counters(state:dict, obs_shape:tuple, obs_dtype):
+    "Raise unless the state's counters are ints that agree, and its final observations hold the kept ones"
+    adds, eps, lo, hi = (state[k] for k in ('add_count', 'n_episodes', 'final_lo', 'final_hi'))
+    if not all(is_int(v) for v in (adds, eps, lo, hi)) or min(adds, eps, lo) < 0 or lo > hi:
+        raise ExperienceReplayException(f'counters: expected ints with add_count >= 0, n_episodes >= 0 and '
+                                        f'0 <= final_lo <= final_hi, got add_count={adds!r}, n_episodes={eps!r}, '
+                                        f'final_lo={lo!r}, final_hi={hi!r}')
+    f = state['finals']
+    if not isinstance(f, np.ndarray) or f.dtype != obs_dtype or f.shape[1:] != obs_shape or len(f) < hi - lo:
+        raise ExperienceReplayException(f"'finals': expected (k, {', '.join(map(str, obs_shape))}) {obs_dtype} "
+                                        f"with k >= the {hi - lo} final observations kept, got {_desc(f)}")
+
+def _check_links(a:dict, max_sz:int, adds:int, eps:int, lo:int, hi:int):
+    "Raise unless each row's links, ids and final key agree with the serial it holds and with its neighbours'"
+    # the `next` of a row never written is not checked: nothing reads it, and writing the row sets it
+    C, s = max_sz, _row_serials(max_sz, adds)
+    kept, prev, nxt, key = s >= 0, a['prev'], a['next'], a['final_key']
+    stored_prev = kept & (prev >= max(adds - C, 0))  # a previous step still stored links forward to this one
+    at_next, at_prev = np.where(nxt >= 0, nxt, 0) % C, np.where(stored_prev, prev, 0) % C
+    wants_final = a['truncated'] & ~a['terminal']
+    broken = [(~kept & ((prev != -1) | (key != -1)), 'a row never written holds no previous step nor final key'),
+              (kept & (prev != -1) & ((prev < 0) | (prev >= s)), 'prev is -1 or an earlier serial'),
+              (kept & (nxt != -1) & ((nxt <= s) | (nxt >= adds)), 'next is -1 or a later serial already added'),
+              (kept & (nxt >= 0) & (a['prev'][at_next] != s), 'the next step links back to this one'),
+              (stored_prev & (nxt[at_prev] != s), 'a stored previous step links forward to this one'),
+              (kept & (nxt >= 0) & ((a['env'][at_next] != a['env']) | (a['episode'][at_next] != a['episode'])),
+               'the next step is of the same environment and episode'),
+              (kept & ((a['env'] < 0) | (a['episode'] < 1) | (a['episode'] > eps)),
+               f'env >= 0 and an episode id from 1 to n_episodes={eps}'),
+              (kept & ((key >= 0) != wants_final), 'a final key exactly on a truncated, not terminated, step'),
+              (kept & (key >= 0) & ((key < lo) | (key >= hi)), f'a final key from final_lo={lo} to final_hi={hi} - 1')]
+    for bad, expected in broken:
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise ExperienceReplayException(f'row {r} ({f"serial {s[r]}" if kept[r] else "never written"} after {adds} '
+                                            f'steps): expected {expected}; got prev={prev[r]}, next={nxt[r]}, '
+                                            f'env={a["env"][r]}, episode={a["episode"][r]}, final_key={key[r]}')
+    keys = np.sort(key[kept & (key >= 0)])
+    if not np.array_equal(keys, np.arange(lo, hi)):
+        raise ExperienceReplayException(f'final keys: expected each of {lo} to {hi - 1} on one stored row, '
+                                        f'got {keys[:8].tolist()}{" ..." if len(keys) > 8 else ""}')
+
+def _check_streams(streams, a:dict, max_sz:int, adds:int, eps:int):
+    "Raise unless each environment's stream (env id, last serial, ended, episode id) agrees with the rows"
+    if (not isinstance(streams, np.ndarray) or streams.dtype.kind not in 'iu' or streams.ndim != 2
+        or streams.shape[1] != 4):
+        raise ExperienceReplayException(f"'streams': expected a (k, 4) int array, got {_desc(streams)}")
+    env, last, ended, ep = streams.T.astype(np.int64)
+    row = np.where(last >= 0, last, 0) % max_sz
+    stored = last >= max(adds - max_sz, 0)
+    ends = a['terminal'][row] | a['truncated'][row]
+    bad = ((env < 0) | (env > _I32) | (last < 0) | (last >= adds) | ((ended != 0) & (ended != 1)) | (ep < 1)
+           | (ep > eps)
+           | (stored & ((a['env'][row] != env) | (a['episode'][row] != ep) | (a['next'][row] != -1)
+                        | (ends != (ended == 1)))))
+    if bad.any() or len(np.unique(env)) != len(env):
+        i = int(np.argmax(bad)) if bad.any() else 0
+        raise ExperienceReplayException(f"'streams': expected one row per environment, its last serial added, whether "
+                                        f"its episode ended and the episode's id, agreeing with that step's row; got "
+                                        f"{streams[i].tolist()} (env ids {env.tolist()[:8]}) after {adds} steps")
+
 
 # %% ../../nbs/06k_memory.frames.ipynb #1470f8ff
 class FrameStorage(Storage):
@@ -107,27 +179,31 @@ class FrameStorage(Storage):
         extras = _extras(extras, obs_key)
         super().__init__(max_sz, 'cpu')
         self.batch_device = as_device(device)
-        self.obs_shape, self.stack_size, self.n_steps, self.gamma = tuple(observation_shape), int(stack_size), int(n_steps), float(gamma)
-        self.obs_dtype, self.action_shape, self.action_dtype = np.dtype(observation_dtype), tuple(action_shape), np.dtype(action_dtype)
-        self.reward_shape, self.reward_dtype, self.padding, self.obs_key = tuple(reward_shape), np.dtype(reward_dtype), padding, obs_key
+        self.obs_shape, self.obs_dtype = tuple(observation_shape), np.dtype(observation_dtype)
+        self.stack_size, self.n_steps, self.gamma = int(stack_size), int(n_steps), float(gamma)
+        self.action_shape, self.action_dtype = tuple(action_shape), np.dtype(action_dtype)
+        self.reward_shape, self.reward_dtype = tuple(reward_shape), np.dtype(reward_dtype)
+        self.padding, self.obs_key = padding, obs_key
         self.extras = extras
-        # gamma ** i as Python computes it, so every n-step sum is the textbook one to the last bit
-        self._gpow = np.array([self.gamma ** i for i in range(self.n_steps + 1)])
+        # gamma ** i as Python computes it, so every n-step sum is the textbook one to the last bit; a window holds
+        # at most `max_sz` stored steps, so no discount goes past gamma ** max_sz
+        self._gpow = np.array([self.gamma ** i for i in range(min(self.n_steps, int(max_sz)) + 1)])
         # steps of plain values (an int action, a float reward) are checked at Python speed in `_plain_step`
-        self._plain = (not extras and self.action_shape == () and self.action_dtype == np.int64 and self.reward_shape == ()
-                       and self.reward_dtype == np.float32)
+        self._plain = (not extras and self.action_shape == () and self.action_dtype == np.int64
+                       and self.reward_shape == () and self.reward_dtype == np.float32)
         self._watching, self._changes, self._plan_cache = False, [], None
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
-        values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype), (self.reward_shape, self.reward_dtype),
-                  *((e.shape, e.type) for e in self.extras)]
-        row_bytes = sum(np.dtype(t).itemsize * math.prod(s) for s, t in values) + 42  # and the flags, links and ids of a step
+        values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype),
+                  (self.reward_shape, self.reward_dtype), *((e.shape, e.type) for e in self.extras)]
+        row_bytes = sum(np.dtype(t).itemsize * math.prod(s) for s, t in values) + 42  # and a step's flags, links, ids
         with allocating(f'max_sz={self.max_sz}: the steps', self.max_sz, row_bytes): self._allocate()
 
     def settings(self) -> dict:
-        return dict(observation_shape=self.obs_shape, max_sz=self.max_sz, stack_size=self.stack_size, n_steps=self.n_steps,
-                    gamma=self.gamma, extras=[tuple(e) for e in self.extras], observation_dtype=self.obs_dtype,
-                    action_shape=self.action_shape, action_dtype=self.action_dtype, reward_shape=self.reward_shape,
-                    reward_dtype=self.reward_dtype, padding=self.padding, obs_key=self.obs_key, device=str(self.batch_device),
+        return dict(observation_shape=self.obs_shape, max_sz=self.max_sz, stack_size=self.stack_size,
+                    n_steps=self.n_steps, gamma=self.gamma, extras=[tuple(e) for e in self.extras],
+                    observation_dtype=self.obs_dtype, action_shape=self.action_shape, action_dtype=self.action_dtype,
+                    reward_shape=self.reward_shape, reward_dtype=self.reward_dtype, padding=self.padding,
+                    obs_key=self.obs_key, device=str(self.batch_device),
                     storage_dir=None if self.files is None else str(self.files.path))
 
     def __len__(self): return min(self.add_count, self.max_sz)
@@ -135,8 +211,8 @@ class FrameStorage(Storage):
     def pointer(self) -> int: return self.add_count % self.max_sz
 
     def __repr__(self):
-        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, stack_size={self.stack_size}, '
-                f'n_steps={self.n_steps}, len={len(self)}, pointer={self.pointer})')
+        return (f'{type(self).__name__}(observation_shape={self.obs_shape}, max_sz={self.max_sz}, '
+                f'stack_size={self.stack_size}, n_steps={self.n_steps}, len={len(self)}, pointer={self.pointer})')
 
     def _allocate(self):
         "Allocate every per-step array for `max_sz` steps, in RAM or in the files of `storage_dir`"
@@ -146,11 +222,13 @@ class FrameStorage(Storage):
         self.action = new('action', (C, *self.action_shape), self.action_dtype)
         self.reward = new('reward', (C, *self.reward_shape), self.reward_dtype)
         self.terminal, self.truncated = new('terminal', (C,), bool), new('truncated', (C,), bool)
-        self.prev, self.next = new('prev', (C,), np.int64, -1), new('next', (C,), np.int64, -1)  # serials of the neighbour steps
+        # serials of the previous and next steps of the same episode (-1: none)
+        self.prev, self.next = new('prev', (C,), np.int64, -1), new('next', (C,), np.int64, -1)
         self.env, self.episode = new('env', (C,), np.int32), new('episode', (C,), np.int64)
         self.final_key = new('final_key', (C,), np.int64, -1)  # truncated steps: key of their true final observation
         self.extra = {e.name: new(f'extra_{e.name}', (C, *e.shape), e.type) for e in self.extras}
-        self._step_bytes = sum(a.nbytes for a in (self.action, self.reward, *self.extra.values())) // C + self._frame_bytes + 42
+        values = sum(a.nbytes for a in (self.action, self.reward, *self.extra.values())) // C
+        self._step_bytes = values + self._frame_bytes + 42
         self.finals, self.final_lo, self.final_hi = np.zeros((0, *self.obs_shape), self.obs_dtype), 0, 0
         self.add_count, self.n_episodes, self.streams = 0, 0, {}  # env id -> [last serial, ended, episode id]
 
@@ -189,7 +267,8 @@ class FrameStorage(Storage):
         if a.shape != self.action_shape: raise _shape_error('action', self.action_shape, a.shape)
         if r.shape != self.reward_shape: raise _shape_error('reward', self.reward_shape, r.shape)
         if r.dtype.kind in 'fc' and not all_finite(r): raise ExperienceReplayException(f'reward holds NaN or inf: {r}')
-        a, r = cast_exactly('action', a, self.action_dtype, by_value=True), cast_exactly('reward', r, self.reward_dtype, by_value=True)
+        a = cast_exactly('action', a, self.action_dtype, by_value=True)
+        r = cast_exactly('reward', r, self.reward_dtype, by_value=True)
         term, trunc = as_flag(terminal, 'terminal'), as_flag(truncated, 'truncated')
         nxt = None
         if trunc and not term:
@@ -210,20 +289,22 @@ class FrameStorage(Storage):
         "The extra elements of one step, from positional `args` in `extras` order or `kwargs` by name"
         names = [e.name for e in self.extras]
         if len(args) > len(self.extras):
-            raise ExperienceReplayException(f'got {len(args)} extra values, the buffer stores {len(self.extras)}: {names}')
+            raise ExperienceReplayException(f'got {len(args)} extra values, the buffer stores {len(self.extras)}: '
+                                            f'{names}')
         unknown = sorted(set(kwargs) - set(names[len(args):]))
-        if unknown: raise ExperienceReplayException(f'unknown or repeated extra elements {unknown}; the buffer stores {names}')
+        if unknown:
+            raise ExperienceReplayException(f'unknown or repeated extra elements {unknown}; the buffer stores {names}')
         missing = [n for n in names[len(args):] if n not in kwargs]
         if missing: raise ExperienceReplayException(f'missing extra elements {missing}')
         return list(args) + [kwargs[n] for n in names[len(args):]]
 
     def _plain_step(self, obs, action, reward, terminal, truncated, env_id) -> tuple|None:
-        "A step of plain values checked at Python speed: a frame array of the stored dtype and shape, an int action, a float reward (Python or NumPy scalars), bool flags, no final observation; None for any other, which `_check_step` checks"
-        if type(action) is not int and isinstance(action, np.integer): action = int(action)  # NumPy's integer scalars, as an environment's arrays give them
+        "A step of plain values (an exact frame, int action, float reward, bool flags) checked fast; else None"
+        if type(action) is not int and isinstance(action, np.integer): action = int(action)  # as environments give them
         if type(reward) is not float and isinstance(reward, (np.float32, np.float64)): reward = float(reward)
         if not (self._plain and type(obs) is np.ndarray and obs.dtype == self.obs_dtype and obs.shape == self.obs_shape
-                and type(action) is int and -_I64 <= action < _I64 and type(reward) is float and -_F32 <= reward <= _F32
-                and type(env_id) is int and 0 <= env_id <= _I32): return None
+                and type(action) is int and -_I64 <= action < _I64 and type(reward) is float
+                and -_F32 <= reward <= _F32 and type(env_id) is int and 0 <= env_id <= _I32): return None
         term, trunc = terminal if type(terminal) is bool else None, truncated if type(truncated) is bool else None
         if term is None and type(terminal) is np.bool_: term = bool(terminal)
         if trunc is None and type(truncated) is np.bool_: trunc = bool(truncated)
@@ -241,9 +322,11 @@ class FrameStorage(Storage):
         ex = self._extras_of(args, kwargs) if args or kwargs or self.extras else []
         check_nonneg(env_id, 'env_id')
         if env_id > (top := int(np.iinfo(self.env.dtype).max)):
-            raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {env_id!r}')
+            raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds '
+                                            f'{self.env.dtype}), got {env_id!r}')
         row = self.add_count % self.max_sz
-        self._write(*self._check_step(observation, action, reward, terminal, truncated, next_observation, ex), int(env_id))
+        step = self._check_step(observation, action, reward, terminal, truncated, next_observation, ex)
+        self._write(*step, int(env_id))
         return row
 
     def _write(self, obs, a, r, term, trunc, nxt, ex, env):
@@ -256,7 +339,7 @@ class FrameStorage(Storage):
             self.n_episodes += 1
             stream = self.streams[env] = [-1, False, self.n_episodes]
         prev = stream[0]
-        if prev > s - C: self.next[prev % C] = s  # still stored: link it forward
+        if prev >= 0 and prev > s - C: self.next[prev % C] = s  # still stored: link it forward
         self._put_frame(i, obs)
         self.action[i], self.reward[i] = a, r
         self.terminal[i], self.truncated[i] = term, trunc
@@ -301,23 +384,29 @@ class FrameStorage(Storage):
         return k
 
     def add(self, other) -> tuple[int, int]:
-        "Add a batch of steps, in row order, and return the first row written and the number of rows: a `BD` or dict with `state`, `action`, `reward`, `terminated` (and `truncated`, `next_state`, `env_id`, extras)"
+        "Check a batch of steps whole, add it in row order; the first row written and the number of rows"
         if isinstance(other, tuple) and len(other) == 1: other = other[0]
         if not isinstance(other, Mapping):
-            raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {type(other).__name__}')
+            raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; '
+                                            f'got {type(other).__name__}')
         need = [self.obs_key, 'action', 'reward', 'terminated'] + [e.name for e in self.extras]
         missing = [k for k in need if k not in other]
         if missing: raise ExperienceReplayException(f'batch columns missing {missing}')
         obs = self._frames(self.obs_key, other[self.obs_key])
         m = len(obs)
-        cols = {k: _np(other[k], k) for k in ['action', 'reward', 'terminated', 'truncated', 'env_id'] + [e.name for e in self.extras] if k in other}
+        names = ['action', 'reward', 'terminated', 'truncated', 'env_id'] + [e.name for e in self.extras]
+        cols = {k: _np(other[k], k) for k in names if k in other}
         for k, v in cols.items():
             if v.ndim == 0 or len(v) != m:
-                raise ExperienceReplayException(f'columns must share their batch size: {self.obs_key!r} has {m} rows, {k!r} has shape {v.shape}')
-        act, rew = self._column('action', cols['action'], self.action_shape), self._column('reward', cols['reward'], self.reward_shape)
+                raise ExperienceReplayException(f'columns must share their batch size: {self.obs_key!r} has {m} rows, '
+                                                f'{k!r} has shape {v.shape}')
+        act = self._column('action', cols['action'], self.action_shape)
+        rew = self._column('reward', cols['reward'], self.reward_shape)
         term = as_flags(self._column('terminated', cols['terminated'], ()), 'terminated')
-        trunc = as_flags(self._column('truncated', cols['truncated'], ()), 'truncated') if 'truncated' in cols else np.zeros(m, bool)
-        env = int_column(self._column('env_id', cols['env_id'], ()), 'env_id') if 'env_id' in cols else np.zeros(m, np.int64)
+        trunc = np.zeros(m, bool)
+        if 'truncated' in cols: trunc = as_flags(self._column('truncated', cols['truncated'], ()), 'truncated')
+        env = np.zeros(m, np.int64)
+        if 'env_id' in cols: env = int_column(self._column('env_id', cols['env_id'], ()), 'env_id')
         needs_final = trunc & ~term
         nxt = self._frames('next_state', other['next_state']) if needs_final.any() and 'next_state' in other else None
         if needs_final.any() and nxt is None:
@@ -328,24 +417,27 @@ class FrameStorage(Storage):
         envs = [int(e) for e in env]
         if any(e < 0 for e in envs): raise ExperienceReplayException(f'env_id must be >= 0, got {min(envs)}')
         if any(e > (top := int(np.iinfo(self.env.dtype).max)) for e in envs):
-            raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds {self.env.dtype}), got {max(envs)}')
+            raise ExperienceReplayException(f'env_id must be an int between 0 and {top} (the env column holds '
+                                            f'{self.env.dtype}), got {max(envs)}')
         start = (self.add_count + max(m - self.max_sz, 0)) % self.max_sz
         for st, e in zip(steps, envs): self._write(*st, e)
         return start, min(m, self.max_sz)
 
     def _frames(self, key, v) -> np.ndarray:
-        "Column `key` as `(n, *observation_shape)` frames; a stacked column `(n, k, *observation_shape)` gives its newest frame"
+        "Column `key` as `(n, *observation_shape)` frames; of a stacked column `(n, k, *observation_shape)`, the newest"
         v = _np(v, key)
         if v.shape[1:] == self.obs_shape: return v
         if v.ndim == len(self.obs_shape) + 2 and v.shape[2:] == self.obs_shape: return v[:, -1]
-        raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, self.obs_shape))}) or a stack '
-                                        f'(n, k, {", ".join(map(str, self.obs_shape))}), got {v.shape}')
+        shape = ", ".join(map(str, self.obs_shape))
+        raise ExperienceReplayException(f'column {key!r}: expected shape (n, {shape}) or a stack (n, k, {shape}), '
+                                        f'got {v.shape}')
 
     def _column(self, key, v:np.ndarray, shape:tuple) -> np.ndarray:
         "Column `key` as `(n, *shape)`, accepting `(n, 1)` for a scalar element"
         if v.shape[1:] == shape: return v
         if v.shape[1:] == (*shape, 1): return v.reshape(len(v), *shape)
-        raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), got {v.shape}')
+        raise ExperienceReplayException(f'column {key!r}: expected shape (n, {", ".join(map(str, shape))}), '
+                                        f'got {v.shape}')
 
     def _plan(self, idxs:np.ndarray) -> dict:
         "For storage indices `idxs`: which are valid transitions, and the serials, rewards and flags that build them"
@@ -364,7 +456,7 @@ class FrameStorage(Storage):
             W[:, S - 1 - j] = np.where(live, p, _ZERO if self.padding == 'zero' else W[:, S - j])
             cur = np.where(live, p % C, cur)
         ti = rows
-        rew, disc = np.zeros((m, n, w)), np.zeros((m, n))  # each window's rewards, and the discount from each step to the next
+        rew, disc = np.zeros((m, n, w)), np.zeros((m, n))  # each window's rewards, and the discounts between its steps
         rew[:, 0] = self.reward[ti].reshape(m, w)
         k = np.ones(m, np.int64)
         term = self.terminal[ti]
@@ -382,7 +474,8 @@ class FrameStorage(Storage):
             tt = self.terminal[ti]
             term, trunc = np.where(open_, tt, term), np.where(open_, self.truncated[ti] & ~tt, trunc)
             ended = term | trunc
-        return dict(valid=valid, window=W, reward=nstep_returns(rew, disc), k=k, terminated=term, truncated=trunc, final_key=self.final_key[ti])
+        return dict(valid=valid, window=W, reward=nstep_returns(rew, disc), k=k, terminated=term, truncated=trunc,
+                    final_key=self.final_key[ti])
 
     def valid(self, rows:np.ndarray) -> np.ndarray:
         "Whether each of `rows` is a valid transition now (the plan is kept for a `gather` of the same rows)"
@@ -395,7 +488,7 @@ class FrameStorage(Storage):
         C, S, m, dev = self.max_sz, self.stack_size, len(rows), self.batch_device
         k = plan['k']
         W = plan['window'][:, :S + (int(k.max()) if m else 1)]
-        frames = self.frames_at(W % C)  # (m, S + k_max, *obs): each frame gathered once; padding and finals are fixed below
+        frames = self.frames_at(W % C)  # (m, S + k_max, *obs): each frame gathered once; padding and finals below
         if (W < 0).any():
             frames[W == _ZERO] = 0
             f = W == _FINAL
@@ -408,10 +501,11 @@ class FrameStorage(Storage):
         if S == 1: state, nxt = state[:, 0], nxt[:, 0]
         act = self.action[rows]
         if act.dtype.kind in 'iu': act = act.astype(np.int64, copy=False)
-        b = dict(state=state, action=_col(act), reward=plan['reward'].astype(np.float32).reshape(m, *(self.reward_shape or (1,))),
-                 next_state=nxt, discount=self._gpow[k].astype(np.float32)[:, None], terminated=plan['terminated'][:, None],
-                 truncated=plan['truncated'][:, None], horizon=k[:, None], env_id=self.env[rows].astype(np.int64)[:, None],
-                 episode_id=self.episode[rows][:, None])
+        reward = plan['reward'].astype(np.float32).reshape(m, *(self.reward_shape or (1,)))
+        b = dict(state=state, action=_col(act), reward=reward, next_state=nxt,
+                 discount=self._gpow[k].astype(np.float32)[:, None], terminated=plan['terminated'][:, None],
+                 truncated=plan['truncated'][:, None], horizon=k[:, None],
+                 env_id=self.env[rows].astype(np.int64)[:, None], episode_id=self.episode[rows][:, None])
         for e in self.extras: b[e.name] = _col(self.extra[e.name][rows])
         return BD._new({key: _t(v, dev) for key, v in b.items()})
 
@@ -428,45 +522,58 @@ class FrameStorage(Storage):
         return self._build(rows, plan)
 
     def state_dict(self) -> dict:
-        "Settings, counters, every per-step array (the storage itself, not a copy), the final observations and the streams"
+        "Counters, every per-step array (the storage's own, not a copy), the final observations and the streams"
         streams = np.array([[e, *self.streams[e]] for e in sorted(self.streams)], np.int64).reshape(-1, 4)
-        return dict(kind=type(self).__name__, max_sz=self.max_sz, obs_shape=self.obs_shape, add_count=self.add_count, n_episodes=self.n_episodes,
-                    arrays={k: getattr(self, k) for k in self.array_names}, extra=dict(self.extra), finals=self.finals,
-                    final_lo=self.final_lo, final_hi=self.final_hi, streams=streams)
+        return dict(kind=type(self).__name__, max_sz=self.max_sz, obs_shape=self.obs_shape, add_count=self.add_count,
+                    n_episodes=self.n_episodes, arrays={k: getattr(self, k) for k in self.array_names},
+                    extra=dict(self.extra), finals=self.finals, final_lo=self.final_lo, final_hi=self.final_hi,
+                    streams=streams)
 
     def check_state(self, state:dict):
-        "Raise unless `state` fits this storage; change nothing"
+        "Raise unless `state` fits this storage and its counters, links, final observations and streams agree"
         check_kind(self, state)
-        if state['max_sz'] != self.max_sz or tuple(state['obs_shape']) != self.obs_shape:
-            raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, observation_shape={tuple(state["obs_shape"])}; '
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing: raise ExperienceReplayException(f'the state lacks {missing}: a frame storage writes {_STATE_KEYS}')
+        shape = state['obs_shape']
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
+        if state['max_sz'] != self.max_sz or shape != self.obs_shape:
+            raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]!r}, observation_shape={shape!r}; '
                                             f'this storage has {self.max_sz}, {self.obs_shape}')
+        if not isinstance(state['arrays'], Mapping) or not isinstance(state['extra'], Mapping):
+            raise ExperienceReplayException(f"'arrays' and 'extra': expected dicts of arrays, got "
+                                            f"{type(state['arrays']).__name__} and {type(state['extra']).__name__}")
         mine = {**{k: getattr(self, k) for k in self.array_names}, **self.extra}
         theirs = {**state['arrays'], **state['extra']}
         for k, a in mine.items():
             v = theirs.get(k)
-            if v is None or v.shape != a.shape or v.dtype != a.dtype:
+            if not isinstance(v, np.ndarray) or v.shape != a.shape or v.dtype != a.dtype:
                 raise ExperienceReplayException(f'array {k!r}: expected {a.shape} {a.dtype}, got '
-                                                f'{"nothing" if v is None else f"{v.shape} {v.dtype}"}')
+                                                f'{"nothing" if v is None else _desc(v)}')
+        _check_counters(state, self.obs_shape, self.obs_dtype)
+        _check_links(state['arrays'], self.max_sz, state['add_count'], state['n_episodes'], state['final_lo'],
+                     state['final_hi'])
+        _check_streams(state['streams'], state['arrays'], self.max_sz, state['add_count'], state['n_episodes'])
 
     def split_td(self, state:dict) -> tuple[dict, torch.Tensor|None]:
-        "`state` without the `td` array a checkpoint from when the storage kept TD errors holds, and that array (checked first)"
+        "`state` without the `td` array of a checkpoint from when storages kept TD errors, and that array (checked)"
         if not isinstance(state, dict) or 'td' not in (state.get('arrays') or {}): return state, None
         arrays = dict(state['arrays'])
         td = arrays.pop('td')
         if tuple(getattr(td, 'shape', ())) != (self.max_sz,) or np.dtype(getattr(td, 'dtype', object)).kind != 'f':
-            raise ExperienceReplayException(f"array 'td': expected ({self.max_sz},) float, got {getattr(td, 'shape', None)} {getattr(td, 'dtype', type(td).__name__)}")
+            raise ExperienceReplayException(f"array 'td': expected ({self.max_sz},) float, got "
+                                            f"{getattr(td, 'shape', None)} {getattr(td, 'dtype', type(td).__name__)}")
         return {**state, 'arrays': arrays}, torch.as_tensor(np.asarray(td)).to(torch.float32, copy=True)
 
     def load_state_dict(self,
                         state:dict, # What `state_dict` returned
-                        assign:bool=False): # Keep the state's arrays (in RAM) instead of copying them (as torch's `assign`)
+                        assign:bool=False): # Keep the state's arrays (in RAM) instead of copying them, as torch's
         "Restore what `state_dict` returned into a storage with the same settings; check every array first"
         self.check_state(state)
         theirs = {**state['arrays'], **state['extra']}
         for k, a in {**{k: getattr(self, k) for k in self.array_names}, **self.extra}.items():
             v = keepable(theirs[k]) if assign and self.files is None else None
             if v is None:
-                if not same_file(a, theirs[k]): a[...] = theirs[k]  # a checkpoint over this storage's own files is in place
+                if not same_file(a, theirs[k]): a[...] = theirs[k]  # over this storage's own files: in place already
             elif k in self.extra: self.extra[k] = v
             else: setattr(self, k, v)
         self.finals = np.array(state['finals'], dtype=self.obs_dtype)
@@ -476,130 +583,94 @@ class FrameStorage(Storage):
         self._changes.clear(); self._plan_cache = None
 
 # %% ../../nbs/06k_memory.frames.ipynb #7f6169a9
-own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # checkpoints written when the class lived in memory.circular
+own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # its name in checkpoints from memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
-_malloc_trim = libc_function('malloc_trim')  # glibc's: gives the free pages inside the C heap back to the system (elsewhere None: freed memory stays with the process)
+_malloc_trim = libc_function('malloc_trim')  # glibc's: gives free pages in the C heap back to the system (else None)
 
+class ZstdCodec:
+    "Blocks of frames as zstd frames and back, with `zstandard`'s public API and an optional dictionary"
+    def __init__(self,
+                 level:int=3, # zstd compression level, 1 to 22
+                 dictionary:bytes=b''): # A zstd dictionary every block is compressed with; b'': none
+        self.level, self.dictionary = int(level), bytes(dictionary)
+        d = zstd.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+        # neither zstd's checksum nor the dictionary's id: the storage seals its blocks, and the dictionary is its own
+        self._cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=False, write_dict_id=False)
+        self._dctx = zstd.ZstdDecompressor(dict_data=d)
 
-def _load_libzstd():
-    "The system's libzstd (1.4 or newer), whose decoder the compiled reads call directly; None where it cannot be loaded"
-    for name in ('libzstd.so.1', 'libzstd.so', 'libzstd.1.dylib', 'libzstd.dylib'):
-        try: lib = ctypes.CDLL(name)
-        except OSError: continue
-        try:
-            if lib.ZSTD_versionNumber() < 10400: continue
-            lib.ZSTD_createDCtx.restype = lib.ZSTD_createDDict.restype = ctypes.c_void_p
-            lib.ZSTD_createDDict.argtypes, lib.ZSTD_freeDCtx.argtypes, lib.ZSTD_freeDDict.argtypes = [ctypes.c_char_p, ctypes.c_size_t], [ctypes.c_void_p], [ctypes.c_void_p]
-            lib.ZSTD_DCtx_setParameter.argtypes, lib.ZSTD_DCtx_setParameter.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int], ctypes.c_size_t
-            lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
-            fns = np.array([ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in
-                            ('ZSTD_decompressBegin_usingDDict', 'ZSTD_nextSrcSizeToDecompress', 'ZSTD_decompressContinue')], np.int64)
-        except AttributeError: continue  # a library without the buffer-less decoder
-        return lib, fns
-    return None
+    @staticmethod
+    def train(samples:list, size:int, level:int) -> bytes:
+        "A dictionary of `size` bytes trained on `samples` (bytes); b'' where they are too few or too alike"
+        try: return zstd.train_dictionary(size, samples, k=min(1024, size), d=8, level=level).as_bytes()
+        except zstd.ZstdError: return b''
 
-_BYTES_DATA = bytes.__basicsize__ - 1  # where a bytes object's bytes start, from its address (`id`) in CPython
-_LIBZSTD = _load_libzstd() if ctypes.string_at(id(b'frames') + _BYTES_DATA, 6) == b'frames' else None
+    def compress(self,
+                 data:np.ndarray, # A block's bytes, 1-d uint8
+                 step:int=0) -> bytes: # Bytes after which each zstd block inside the frame ends; 0: zstd's choice
+        "`data` as one zstd frame"
+        if not step or len(data) <= step:
+            # a copy of the exact size: keeping the compressor's output, shrunk from the bound of the block, would
+            # leave a hole too small for the next block's output, growing the heap by a block each time
+            return bytes(memoryview(self._cctx.compress(data)))
+        z = self._cctx.compressobj(size=len(data))
+        ends = [z.compress(data[a:a + step]) + z.flush(zstd.COMPRESSOBJ_FLUSH_BLOCK)
+                for a in range(0, len(data) - step, step)]
+        return b''.join(ends) + z.compress(data[len(data) - (len(data) - 1) % step - 1:]) + z.flush()
 
+    def decode(self, block:bytes) -> bytes:
+        "The bytes compressed in `block`"
+        return self._dctx.decompress(block)
 
-_ZSTD_D_FORCE_IGNORE_CHECKSUM = 1002  # libzstd's ZSTD_d_forceIgnoreChecksum (ZSTD_d_experimentalParam3), from 1.4.7
+    def decode_rows(self,
+                    blocks:list, # Compressed blocks; b'' is a block of zeros
+                    which:np.ndarray, # The block of each frame read, an index into `blocks`
+                    rows:np.ndarray, # The row of each frame read within its block
+                    dest:np.ndarray, # The row of `out` each frame read goes to
+                    out:np.ndarray): # Frames, `(n, *frame shape)`
+        "Frame `rows[j]` of block `blocks[which[j]]` into `out[dest[j]]` for every `j`, each block decoded once"
+        if not len(rows): return
+        order = np.argsort(which * (int(rows.max()) + 1) + rows, kind='stable')  # by block, then row
+        w, r, d = which[order], rows[order], dest[order]
+        cut = np.ones(len(w) + 1, bool)  # where a run of consecutive rows going to consecutive rows of `out` starts
+        cut[1:-1] = (w[1:] != w[:-1]) | (r[1:] != r[:-1] + 1) | (d[1:] != d[:-1] + 1)
+        cut = np.flatnonzero(cut).tolist()
+        frame, u = np.dtype((out.dtype, out.shape[1:])), -1  # a decoded block's bytes read as its frames
+        for a, z, b, r0, d0 in zip(cut[:-1], cut[1:], w[cut[:-1]].tolist(), r[cut[:-1]].tolist(), d[cut[:-1]].tolist()):
+            if b != u: u, src = b, np.frombuffer(self._dctx.decompress(blocks[b]), frame) if blocks[b] else None
+            out[d0:d0 + z - a] = 0 if src is None else src[r0:r0 + z - a]
 
-class _ZstdReader:
-    "A libzstd decoding context and the dictionary digested for it (0: none), for the compiled reads; freed with this object"
-    def __init__(self, dictionary:bytes):
-        lib, self.fns = _LIBZSTD
-        self.dctx = lib.ZSTD_createDCtx() or 0
-        self.ddict = (lib.ZSTD_createDDict(dictionary, len(dictionary)) or 0) if dictionary else 0
-        weakref.finalize(self, _free_reader, lib, self.dctx, self.ddict)
-        if not self.dctx or (dictionary and not self.ddict): raise MemoryError('libzstd could not allocate a decoding context')
-        # reads of the storage's own blocks skip the checksum (a checkpoint's blocks are checked as they load); libzstd before 1.4.7 refuses and checks it
-        self.checks_sums = bool(lib.ZSTD_isError(lib.ZSTD_DCtx_setParameter(self.dctx, _ZSTD_D_FORCE_IGNORE_CHECKSUM, 1)))
+def _seal(data:bytes, serial:int, dictionary_crc:int) -> int:
+    "A block's CRC-32, bound to the serial of its first row and to the dictionary it was compressed with"
+    return zlib.crc32(data, zlib.crc32(int(serial).to_bytes(8, 'little', signed=True), dictionary_crc))
 
-def _free_reader(lib, dctx:int, ddict:int):
-    if dctx: lib.ZSTD_freeDCtx(dctx)
-    if ddict: lib.ZSTD_freeDDict(ddict)
-
-def _c_call(builder, args, kinds):
-    "Call the C function at the int64 address `args[0]` with `args[1:]`: pointers where `kinds` has 'p', size_t where 'n'"
-    vp, i64 = cgutils.voidptr_t, ir.IntType(64)
-    types_ = [vp if k == 'p' else i64 for k in kinds]
-    fn = builder.inttoptr(args[0], ir.FunctionType(i64, types_).as_pointer())
-    return builder.call(fn, [builder.inttoptr(v, vp) if k == 'p' else v for v, k in zip(args[1:], kinds)])
-
-@intrinsic
-def _zstd_begin(typingctx, f, dctx, ddict):
-    "ZSTD_decompressBegin_usingDDict(dctx, ddict), its C function at address `f`"
-    return types.int64(types.int64, types.int64, types.int64), lambda context, builder, sig, a: _c_call(builder, a, 'pp')
-
-@intrinsic
-def _zstd_next(typingctx, f, dctx):
-    "ZSTD_nextSrcSizeToDecompress(dctx): the bytes of the block's source to give the decoder next"
-    return types.int64(types.int64, types.int64), lambda context, builder, sig, a: _c_call(builder, a, 'p')
-
-@intrinsic
-def _zstd_continue(typingctx, f, dctx, dst, capacity, src, n):
-    "ZSTD_decompressContinue(dctx, dst, capacity, src, n): the bytes written to `dst`, or a zstd error code (negative as an int64)"
-    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
-    return sig, lambda context, builder, sig, a: _c_call(builder, a, 'ppnpn')
-
-@numba.njit(nogil=True, cache=True)
-def _read_rows(rows, sel, block, part, max_sz, open_block, stage, blocks, addr, size, fns, dctx, ddict, scratch, out) -> int:
-    "Into `out[j]` (a frame's bytes) the frame at row `rows[j]`, for each `j` in `sel`: each block needed decoded once into `scratch`, only up to the part holding the last row needed, the open block's rows from `stage`, a never-closed block's zeros; -1, or -2 for a row out of range, or a block that does not decode. `blocks`: the blocks of those rows in order, each once, its bytes at `addr` and of `size` (0: never closed). Without the GIL: reads of disjoint `sel` with their own `dctx` and `scratch` run at once"
-    n, fb = sel.shape[0], out.shape[1]
-    for j in range(n):
-        if rows[sel[j]] < 0 or rows[sel[j]] >= max_sz: return -2
-    order = sel[np.argsort(rows[sel], kind='mergesort')]
-    j, u = 0, -1
-    while j < n:
-        b = rows[order[j]] // block
-        u += 1
-        if blocks[u] != b: return b
-        e = j + 1
-        while e < n and rows[order[e]] // block == b: e += 1
-        src = stage
-        if b != open_block and size[u] > 0:  # decode the parts up to the one holding the block's last needed row
-            want = min((rows[order[e - 1]] - b * block) // part * part + part, min(block, max_sz - b * block)) * fb
-            if _zstd_begin(fns[0], dctx, ddict) < 0: return b
-            pos, got = 0, 0
-            while got < want:
-                nx = _zstd_next(fns[1], dctx)
-                if nx <= 0 or pos + nx > size[u]: return b
-                r = _zstd_continue(fns[2], dctx, scratch.ctypes.data + got, scratch.size - got, addr[u] + pos, nx)
-                if r < 0: return b  # a zstd error code
-                pos, got = pos + nx, got + r
-            src = scratch
-        for q in range(j, e):
-            i = order[q]
-            k = rows[i] - b * block
-            if b != open_block and size[u] == 0:
-                for x in range(fb): out[i, x] = 0
-            else:
-                for x in range(fb): out[i, x] = src[k, x]
-        j = e
-    return -1
-
-_THREAD_BLOCKS = 4  # blocks a read gives each thread at least: fewer, and handing them over costs more than decoding them
+def _blocks_of(f:dict, n_blocks:int) -> list:
+    "The blocks of a state's frames, as bytes"
+    blob, off = f['blob'], f['offsets']
+    return [blob[off[b]:off[b + 1]].tobytes() for b in range(n_blocks)]
 
 @delegates(FrameStorage.__init__, but=['storage_dir', 'reuse_files'])
 class CompressedFrameStorage(FrameStorage):
-    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows, with a dictionary trained on its first frames: lossless, a few bytes per frame, a block decoded only as far as a read needs"
+    "A `FrameStorage` keeping its frames in zstd-compressed blocks of `block` consecutive rows: lossless and small"
     array_names = [k for k in _FRAME_ARRAYS if k != 'obs']
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (one frame)
                  max_sz:int, # Steps kept before the oldest are overwritten
                  block:int=8, # Consecutive rows compressed together
-                 part:int|None=None, # Rows per zstd block inside a block, so a read decodes a block only up to the part holding the last row it needs; None: `block`, one zstd block
+                 part:int|None=None, # Rows after which a zstd block ends inside a block; None: `block`
                  level:int=3, # zstd compression level, 1 to 22
-                 dictionary_frames:int=2048, # Frames stored before a zstd dictionary is trained on them; 0, or more than `max_sz`: no dictionary
+                 dictionary_frames:int=2048, # Frames stored before a dictionary is trained; 0, or > `max_sz`: none
                  dictionary_size:int=32768, # Bytes of that dictionary, at least 256
                  **kwargs): # `FrameStorage`'s settings (its arrays stay in RAM: no `storage_dir`)
         check_positive(block, 'block'); check_nonneg(dictionary_frames, 'dictionary_frames')
-        if not is_int(level) or not 1 <= level <= 22: raise ExperienceReplayException(f'level must be an int from 1 to 22, got {level!r}')
+        if not is_int(level) or not 1 <= level <= 22:
+            raise ExperienceReplayException(f'level must be an int from 1 to 22, got {level!r}')
         if not is_int(dictionary_size) or dictionary_size < 256:
-            raise ExperienceReplayException(f'dictionary_size must be an int of at least 256 bytes, got {dictionary_size!r}')
+            raise ExperienceReplayException(f'dictionary_size must be an int of at least 256 bytes, '
+                                            f'got {dictionary_size!r}')
         for k in ('storage_dir', 'reuse_files'):
-            if kwargs.get(k): raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
+            if kwargs.get(k):
+                raise ExperienceReplayException(f'{k}: a CompressedFrameStorage keeps its compressed blocks in RAM')
         if part is not None: check_positive(part, 'part')
         self.block, self.level = int(block), int(level)
         self.dictionary_frames, self.dictionary_size = int(dictionary_frames), int(dictionary_size)
@@ -609,50 +680,54 @@ class CompressedFrameStorage(FrameStorage):
     def settings(self) -> dict:
         s = super().settings()
         del s['storage_dir']
-        return {**s, 'block': self.block, 'part': self.part, 'level': self.level, 'dictionary_frames': self.dictionary_frames, 'dictionary_size': self.dictionary_size}
+        return {**s, 'block': self.block, 'part': self.part, 'level': self.level,
+                'dictionary_frames': self.dictionary_frames, 'dictionary_size': self.dictionary_size}
 
     def _allocate_frames(self, new):
-        "No frame array: `n_blocks` compressed blocks, empty until first closed, and the open block decoded"
+        "No frame array: `n_blocks` compressed blocks (empty until first closed), their seals, the open block decoded"
         self.n_blocks = -(-self.max_sz // self.block)
         self.blocks = [b''] * self.n_blocks  # b'': never closed, all zeros
+        self.seals = np.zeros(self.n_blocks, np.uint32)  # each block's `_seal`; 0 for a block never closed
         self._open(0)  # the block of the cursor's row, kept decoded in `stage` while it is written
         self.stage = np.zeros((min(self.block, self.max_sz), *self.obs_shape), self.obs_dtype)
-        self._frame_bytes, self._rows_of = 0, np.dtype((self.obs_dtype, self.obs_shape))  # a block's bytes read as its rows of frames
-        self._scratch = np.empty((len(self.stage), self.stage[0].nbytes if len(self.stage) else 0), np.uint8)  # a block decoded by a read
-        self._scratches, self._pool = [self._scratch], None  # a decoded block for each thread of a read, and the threads (made when first needed)
+        self._frame_bytes, self._fb = 0, self.stage[0].nbytes  # no frame array; the bytes of a frame
         self._use_dictionary(b'', trained=not 0 < self.dictionary_frames <= self.max_sz)
 
     def _use_dictionary(self, dictionary:bytes, trained:bool):
-        "Compress and decode with `dictionary` (b'': none); `trained`: whether the dictionary's training is done (or not wanted)"
-        self.dictionary, self.trained = bytes(dictionary), bool(trained)
-        d = zstd.ZstdCompressionDict(self.dictionary) if self.dictionary else None
-        # the checksum (4 bytes) makes a damaged block fail to decode; the dictionary is the storage's, so its id is left out of each block
-        self._cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=True, write_dict_id=False)
-        self._dctx = zstd.ZstdDecompressor(dict_data=d)
-        self._reader = _ZstdReader(self.dictionary) if _LIBZSTD is not None else None  # None: reads decode whole blocks with `zstandard`
-        self._readers = [self._reader]  # a decoding context for each thread of a read: libzstd's are not shared between threads
+        "Compress and decode with `dictionary` (b'': none); `trained`: whether its training is done (or not wanted)"
+        self.codec, self.trained = ZstdCodec(self.level, dictionary), bool(trained)
+        self._dictionary_crc = zlib.crc32(self.codec.dictionary)
+
+    @property
+    def dictionary(self) -> bytes: return self.codec.dictionary
 
     def block_rows(self, b:int) -> int:
         "Rows in block `b` (the last one holds what is left of `max_sz`)"
         return min(self.block, self.max_sz - b * self.block)
 
+    def _block_serials(self, adds:int) -> np.ndarray:
+        "The serial of each block's first row in the blocks as they are after `adds` steps; negative: never closed"
+        C, first = self.max_sz, np.arange(self.n_blocks, dtype=np.int64) * self.block
+        s = adds - 1 - (adds - 1 - first) % C  # the last serial written at each block's first row
+        p = adds % C
+        ob = p // self.block
+        s[ob] = adds - (p - ob * self.block) - C  # the open block's compressed rows are those of the pass before
+        return s
+
+    def _seals_of(self, blocks:list, adds:int) -> np.ndarray:
+        "The seals of `blocks` as they are after `adds` steps"
+        serials = self._block_serials(adds).tolist()
+        return np.array([_seal(x, s, self._dictionary_crc) if x else 0 for x, s in zip(blocks, serials)], np.uint32)
+
     def _decode(self, b:int) -> np.ndarray:
         "Block `b`'s frames (zeros for a block never closed)"
         n = self.block_rows(b)
         if not self.blocks[b]: return np.zeros((n, *self.obs_shape), self.obs_dtype)
-        return np.frombuffer(self._dctx.decompress(self.blocks[b]), self._rows_of)
+        return np.frombuffer(self.codec.decode(self.blocks[b]), self.obs_dtype).reshape(n, *self.obs_shape)
 
-    def _compress(self, frames) -> bytes:
-        "The rows `frames` (an array or their bytes) as one zstd frame, with a zstd block ending after every `part` rows"
-        data = np.frombuffer(frames, np.uint8) if isinstance(frames, bytes) else frames.reshape(-1).view(np.uint8)
-        step = self.part * self._scratch.shape[1]  # the bytes of a part
-        if len(data) <= step or not step:
-            # a copy of the exact size: the compressor's output shrinks in place from the bound of the block, and keeping it
-            # would leave a hole too small for the next block's output after every block, growing the heap by a block each time
-            return bytes(memoryview(self._cctx.compress(data)))
-        z = self._cctx.compressobj(size=len(data))
-        ends = [z.compress(data[a:a + step]) + z.flush(zstd.COMPRESSOBJ_FLUSH_BLOCK) for a in range(0, len(data) - step, step)]
-        return b''.join(ends) + z.compress(data[len(data) - (len(data) - 1) % step - 1:]) + z.flush()
+    def _compress(self, frames:np.ndarray) -> bytes:
+        "The rows `frames` (an array, or a block's bytes) as one zstd frame, a zstd block ending every `part` rows"
+        return self.codec.compress(frames.reshape(-1).view(np.uint8), self.part * self._fb)
 
     def _open(self, b:int):
         "Make block `b` the open one, the cursor's: its first and last rows"
@@ -665,148 +740,143 @@ class CompressedFrameStorage(FrameStorage):
         if i == self._last: self._close_block()
 
     def _close_block(self):
-        "Compress the open block (and train the dictionary once its frames are enough); open the next, decoded into `stage`"
-        self.blocks[self.open_block] = self._compress(self.stage[:self._last - self._first + 1])
+        "Compress and seal the open block (and train the dictionary once frames are enough); open the next in `stage`"
+        b, n = self.open_block, self._last - self._first + 1
+        self.blocks[b] = self._compress(self.stage[:n])
+        self.seals[b] = _seal(self.blocks[b], self.add_count - n + 1, self._dictionary_crc)
         if not self.trained and self.add_count + 1 >= self.dictionary_frames: self._train()
-        self._open((self.open_block + 1) % self.n_blocks)
-        n = self._last - self._first + 1
-        if self.blocks[self.open_block]: self.stage[:n] = self._decode(self.open_block)  # its older rows are still stored
-        else: self.stage[:n] = 0
+        self._open((b + 1) % self.n_blocks)
+        self.stage[:self._last - self._first + 1] = self._decode(self.open_block)  # its older rows are still stored
 
     def _train(self):
-        "Train a zstd dictionary on the stored frames (one sample per closed block) and compress every closed block again with it"
-        frames = [self._dctx.decompress(b) if b else b'' for b in self.blocks]
-        try: d = zstd.train_dictionary(self.dictionary_size, [f for f in frames if f], k=min(1024, self.dictionary_size), d=8, level=self.level).as_bytes()
-        except zstd.ZstdError: d = b''  # too few or too alike frames to train on: the blocks stay without a dictionary
-        self._use_dictionary(d, trained=True)
-        if d: self.blocks = [self._compress(f) if f else b'' for f in frames]
+        "Train a dictionary on the stored frames (a sample a closed block); compress and seal every block again with it"
+        frames = [self.codec.decode(b) if b else b'' for b in self.blocks]
+        d = ZstdCodec.train([f for f in frames if f], self.dictionary_size, self.level)
+        self._use_dictionary(d, trained=True)  # b'': too few or too alike frames, and the blocks stay as they are
+        if d:
+            self.blocks = [self._compress(np.frombuffer(f, np.uint8)) if f else b'' for f in frames]
+            self.seals = self._seals_of(self.blocks, self.add_count + 1)  # the cursor is at the next block's start
         del frames
-        # the decoded frames were megabytes of the C heap below blocks that stay: freed, they would stay resident unless given back
+        # the decoded frames were megabytes of C heap below blocks that stay: freed, resident unless given back
         if _malloc_trim is not None: _malloc_trim(0)
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
-        "The frames stored at `rows` (any shape of row indices), in a new array: each block needed decoded once, up to the part holding the last row needed"
+        "The frames stored at `rows` (any shape of row indices), in a new array, each block needed decoded once"
         rows = np.asarray(rows)
         flat = rows.reshape(-1)
         out = np.empty((len(flat), *self.obs_shape), self.obs_dtype)
-        fb, r = self._scratch.shape[1], self._reader
-        if not len(flat): return out.reshape(*rows.shape, *self.obs_shape)
-        if flat.min() < 0 or flat.max() >= self.max_sz:
-            raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, got {flat.min()} to {flat.max()}')
-        if not fb: return out.reshape(*rows.shape, *self.obs_shape)  # frames of no bytes: nothing to read
-        if r is not None:
-            flat = flat.astype(np.int64, copy=False)
-            us = np.unique(flat // self.block)
-            packed = [self.blocks[u] for u in us.tolist()]
-            addr = np.fromiter(map(id, packed), np.int64, len(packed)) + _BYTES_DATA  # the bytes objects stay in `blocks` while they are read
-            size, stage = np.fromiter(map(len, packed), np.int64, len(packed)), self.stage.reshape(-1).view(np.uint8).reshape(-1, fb)
-            o, k = out.reshape(-1).view(np.uint8).reshape(len(flat), fb), min(torch.get_num_threads(), len(us) // _THREAD_BLOCKS)
-            if k <= 1: res = _read_rows(flat, np.arange(len(flat)), self.block, self.part, self.max_sz, self.open_block, stage, us,
-                                        addr, size, r.fns, r.dctx, r.ddict, self._scratch, o)
-            else: res = self._read_threaded(flat, us, addr, size, stage, o, k)
-            if res >= 0: raise ExperienceReplayException(f'frames: block {res} does not decode')
-            return out.reshape(*rows.shape, *self.obs_shape)
-        # without libzstd: whole blocks, all in one zstd call
-        order = np.argsort(flat, kind='stable')
-        srt = flat[order]  # rows in order, so each block's rows are one run
-        blk = srt // self.block
-        starts = np.flatnonzero(np.concatenate(([True], blk[1:] != blk[:-1])))
-        stops = np.append(starts[1:], len(srt)).tolist()
-        us, local = blk[starts].tolist(), srt - blk * self.block
-        ob, blocks, frames = self.open_block, self.blocks, np.empty_like(out)
-        packed = [blocks[u] for u in us if u != ob and blocks[u]]
-        decoded = iter(self._dctx.multi_decompress_to_buffer(packed) if packed else ())  # in C, without a Python call per block
-        for u, a, z in zip(us, starts.tolist(), stops):
-            if u == ob: src = self.stage
-            elif blocks[u]: src = np.frombuffer(next(decoded), self._rows_of)
-            else:  # never closed: zeros
-                frames[a:z] = 0
-                continue
-            np.take(src, local[a:z], axis=0, out=frames[a:z], mode='clip')  # rows within the block: no bound check needed
-        out[order] = frames
+        if len(flat) and (flat.min() < 0 or flat.max() >= self.max_sz):
+            raise ExperienceReplayException(f'rows: expected row indices from 0 to {self.max_sz - 1}, '
+                                            f'got {flat.min()} to {flat.max()}')
+        if len(flat) and self._fb:
+            which, local = np.divmod(flat, self.block)
+            staged = which == self.open_block
+            if staged.any(): out[staged] = self.stage[local[staged]]
+            packed = np.flatnonzero(~staged)
+            self.codec.decode_rows(self.blocks, which[packed], local[packed], packed, out)
         return out.reshape(*rows.shape, *self.obs_shape)
 
-    def _read_threaded(self, flat, us, addr, size, stage, out, k:int) -> int:
-        "`_read_rows` on `k` threads at once, each decoding its share of the blocks `us` with its own context and scratch into its own rows of `out`"
-        cut = np.linspace(0, len(us), k + 1).astype(np.int64)  # the blocks of thread g: us[cut[g]:cut[g + 1]]
-        order = np.argsort(flat, kind='stable')
-        ends = [0, *np.searchsorted(flat[order] // self.block, us[cut[1:-1]]).tolist(), len(flat)]  # its rows: order[ends[g]:ends[g + 1]]
-        while len(self._readers) < k: self._readers.append(_ZstdReader(self.dictionary))
-        while len(self._scratches) < k: self._scratches.append(np.empty_like(self._scratch))
-        def read(g):
-            r, a, z = self._readers[g], cut[g], cut[g + 1]
-            return _read_rows(flat, order[ends[g]:ends[g + 1]], self.block, self.part, self.max_sz, self.open_block, stage, us[a:z],
-                              addr[a:z], size[a:z], r.fns, r.dctx, r.ddict, self._scratches[g], out)
-        pool = self._threads(k - 1)
-        done = [pool.submit(read, g) for g in range(1, k)]
-        res = [read(0), *(f.result() for f in done)]  # this thread reads the first share
-        return next((x for x in res if x != -1), -1)
-
-    def _threads(self, n:int) -> ThreadPoolExecutor:
-        "At least `n` threads for reads, this process's own: a forked child makes its own, as its parent's threads are not in it"
-        if self._pool is None or self._pool[1] != os.getpid() or self._pool[2] < n:
-            if self._pool is not None and self._pool[1] == os.getpid(): self._pool[0].shutdown(wait=False)
-            pool = ThreadPoolExecutor(n, thread_name_prefix='frames-read')
-            weakref.finalize(self, pool.shutdown, wait=False)
-            self._pool = (pool, os.getpid(), n)
-        return self._pool[0]
-
     def nbytes(self) -> int:
-        "Bytes of memory the storage holds: compressed blocks, the open block, a decoded block for each thread a read has used, the dictionary, per-step arrays and final observations"
-        return super().nbytes() + sum(map(len, self.blocks)) + self.stage.nbytes + len(self.dictionary) + sum(s.nbytes for s in self._scratches)
+        "Bytes the storage holds: blocks, seals, the open block, the dictionary, per-step arrays, final observations"
+        return (super().nbytes() + sum(map(len, self.blocks)) + self.seals.nbytes + self.stage.nbytes
+                + len(self.dictionary))
 
     def state_dict(self) -> dict:
-        "`FrameStorage`'s state without the frame array, with the compressed blocks (one byte array and its offsets), the open block and the dictionary"
+        "`FrameStorage`'s state without frames, with the blocks (a blob, its offsets), seals, stage, dictionary"
         sizes = np.fromiter(map(len, self.blocks), np.int64, self.n_blocks)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        blob = np.frombuffer(b''.join(self.blocks), np.uint8)
-        return {**super().state_dict(), 'frames': dict(block=self.block, blob=blob, offsets=offsets, open_block=self.open_block, stage=self.stage,
-                                                       dictionary=np.frombuffer(self.dictionary, np.uint8), trained=self.trained)}
+        frames = dict(block=self.block, blob=np.frombuffer(b''.join(self.blocks), np.uint8), offsets=offsets,
+                      seals=self.seals.copy(), open_block=self.open_block, stage=self.stage,
+                      dictionary=np.frombuffer(self.dictionary, np.uint8), trained=self.trained)
+        return {**super().state_dict(), 'frames': frames}
 
     def _state_dictionary(self, f:dict) -> tuple[bytes, bool]:
-        "The dictionary and training flag a state's frames hold; a state from before dictionaries has none, and trains when its frames are enough"
+        "The dictionary and training flag of a state's frames; a state from before dictionaries has none yet"
         if 'dictionary' not in f and 'trained' not in f: return b'', not 0 < self.dictionary_frames <= self.max_sz
         d, t = f.get('dictionary'), f.get('trained')
-        if not isinstance(d, np.ndarray) or d.dtype != np.uint8 or d.ndim != 1 or not isinstance(t, (bool, np.bool_)) or (len(d) and not t):
-            raise ExperienceReplayException(f"frames 'dictionary' and 'trained': expected a 1-d uint8 array and a bool (True when the array is not empty), "
-                                            f"got {getattr(d, 'shape', None)} {getattr(d, 'dtype', type(d).__name__)} and {t!r}")
+        if (not isinstance(d, np.ndarray) or d.dtype != np.uint8 or d.ndim != 1 or not isinstance(t, (bool, np.bool_))
+            or (len(d) and not t)):
+            raise ExperienceReplayException(f"frames 'dictionary' and 'trained': expected a 1-d uint8 array and a bool "
+                                            f"(True when the array is not empty), got {getattr(d, 'shape', None)} "
+                                            f"{getattr(d, 'dtype', type(d).__name__)} and {t!r}")
         return d.tobytes(), bool(t)
 
-    def check_state(self, state:dict):
-        "Raise unless `state` fits this storage and every block decodes to its rows' frames; change nothing"
-        super().check_state(state)
-        f = state.get('frames')
+    def _check_layout(self, f, adds:int):
+        "Raise unless the state's frames hold a blob of blocks, offsets, seals, the cursor's open block, a stage"
         if not isinstance(f, dict) or f.get('block') != self.block:
-            raise ExperienceReplayException(f'frames: expected compressed blocks of {self.block} rows, got {f.get("block") if isinstance(f, dict) else type(f).__name__}')
-        blob, off, stage = f.get('blob'), f.get('offsets'), f.get('stage')
+            got = f.get('block') if isinstance(f, dict) else type(f).__name__
+            raise ExperienceReplayException(f'frames: expected compressed blocks of {self.block} rows, got {got!r}')
+        blob, off, stage, seals, ob = (f.get(k) for k in ('blob', 'offsets', 'stage', 'seals', 'open_block'))
         if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8 or blob.ndim != 1:
-            raise ExperienceReplayException(f"frames 'blob': expected a 1-d uint8 array, got {getattr(blob, 'shape', None)} {getattr(blob, 'dtype', type(blob).__name__)}")
+            raise ExperienceReplayException(f"frames 'blob': expected a 1-d uint8 array, got {_desc(blob)}")
         if (not isinstance(off, np.ndarray) or off.shape != (self.n_blocks + 1,) or off.dtype.kind not in 'iu' or
             off[0] != 0 or off[-1] != len(blob) or (np.diff(off) < 0).any()):
-            raise ExperienceReplayException(f"frames 'offsets': expected {self.n_blocks + 1} nondecreasing ints from 0 to the blob's {len(blob)} bytes")
+            raise ExperienceReplayException(f"frames 'offsets': expected {self.n_blocks + 1} nondecreasing ints from "
+                                            f"0 to the blob's {len(blob)} bytes, got {_desc(off)}")
+        if seals is not None and (not isinstance(seals, np.ndarray) or seals.dtype != np.uint32
+                                  or seals.shape != (self.n_blocks,)):
+            raise ExperienceReplayException(f"frames 'seals': expected ({self.n_blocks},) uint32, got {_desc(seals)}")
         if not isinstance(stage, np.ndarray) or stage.shape != self.stage.shape or stage.dtype != self.obs_dtype:
-            raise ExperienceReplayException(f"frames 'stage': expected {self.stage.shape} {self.obs_dtype}, got {getattr(stage, 'shape', None)} {getattr(stage, 'dtype', None)}")
-        ob = f.get('open_block')
-        if not is_int(ob) or ob != (int(state['add_count']) % self.max_sz) // self.block:
-            raise ExperienceReplayException(f"frames 'open_block': expected the cursor's block {(int(state['add_count']) % self.max_sz) // self.block}, got {ob!r}")
-        d = self._state_dictionary(f)[0]
-        try: dctx = zstd.ZstdDecompressor(dict_data=zstd.ZstdCompressionDict(d) if d else None)
-        except zstd.ZstdError as e: raise ExperienceReplayException(f"frames 'dictionary': not a zstd dictionary: {e}") from None
-        frame = self.stage[0].nbytes
-        for b in range(self.n_blocks):
-            if off[b] == off[b + 1]: continue
-            n, data = self.block_rows(b) * frame, blob[off[b]:off[b + 1]].tobytes()
-            try:
-                if zstd.frame_content_size(data) != n: raise zstd.ZstdError(f'it holds {zstd.frame_content_size(data)} bytes, expected {n}')
-                if len(dctx.decompress(data)) != n: raise zstd.ZstdError(f'its frames do not make {n} bytes')
-            except zstd.ZstdError as e: raise ExperienceReplayException(f'frames: block {b} does not decode: {e}') from None
+            raise ExperienceReplayException(f"frames 'stage': expected {self.stage.shape} {self.obs_dtype}, "
+                                            f"got {_desc(stage)}")
+        if not is_int(ob) or ob != (adds % self.max_sz) // self.block:
+            raise ExperienceReplayException(f"frames 'open_block': expected the cursor's block "
+                                            f"{(adds % self.max_sz) // self.block}, got {ob!r}")
+
+    def _check_block(self, b:int, data:bytes, serial:int, codec:ZstdCodec, seal) -> bytes:
+        "Raise unless `data` is block `b` as the steps say (there once closed, decoding, sealed); its frames"
+        n = self.block_rows(b)
+        name, size = f'block {b} (rows {b * self.block} to {b * self.block + n - 1})', n * self._fb
+        if not data:
+            if serial >= 0: raise ExperienceReplayException(f'frames: {name} is missing: expected the frames of '
+                                                            f'serials {serial} to {serial + n - 1}, got no block')
+            if seal: raise ExperienceReplayException(f'frames: {name} was never closed: expected seal 0, got {seal}')
+            return bytes(size)
+        if serial < 0:
+            raise ExperienceReplayException(f'frames: {name} was never closed after the steps the state holds: '
+                                            f'expected no block, got {len(data)} bytes')
+        try:
+            if zstd.frame_content_size(data) != size:
+                raise zstd.ZstdError(f'it declares {zstd.frame_content_size(data)} bytes')
+            checksum = zstd.get_frame_parameters(data).has_checksum
+            frames = codec.decode(data)
+            if len(frames) != size: raise zstd.ZstdError(f'it decodes to {len(frames)} bytes')
+        except zstd.ZstdError as e:
+            raise ExperienceReplayException(f'frames: {name} does not decode to its {n} frames ({size} bytes): '
+                                            f'{e}') from None
+        if seal is None and not checksum:  # a state from before seals: its blocks carry zstd's checksum of their frames
+            raise ExperienceReplayException(f"frames: {name}: expected a seal, or a block with zstd's checksum, "
+                                            f"got neither")
+        if seal is not None and seal != (want := _seal(data, serial, zlib.crc32(codec.dictionary))):
+            raise ExperienceReplayException(f'frames: {name} is not the block of serials {serial} to {serial + n - 1} '
+                                            f'compressed with this dictionary: its seal is {seal}, expected {want}')
+        return frames
+
+    def check_state(self, state:dict):
+        "Raise unless `state` fits, each block is its rows' (decoding, sealed) and `stage` agrees; change nothing"
+        super().check_state(state)
+        f, adds = state.get('frames'), int(state['add_count'])
+        self._check_layout(f, adds)
+        try: codec = ZstdCodec(self.level, self._state_dictionary(f)[0])
+        except zstd.ZstdError as e:
+            raise ExperienceReplayException(f"frames 'dictionary': not a zstd dictionary: {e}") from None
+        seals, ob = f.get('seals'), f['open_block']
+        for b, (data, serial) in enumerate(zip(_blocks_of(f, self.n_blocks), self._block_serials(adds).tolist())):
+            frames = self._check_block(b, data, serial, codec, None if seals is None else int(seals[b]))
+            if b == ob: old = np.frombuffer(frames, self.obs_dtype).reshape(-1, *self.obs_shape)
+        k, n = adds % self.max_sz - ob * self.block, self.block_rows(ob)  # rows written this pass, rows of the block
+        if not np.array_equal(f['stage'][k:n], old[k:n]):
+            raise ExperienceReplayException(f"frames 'stage': expected rows {k} to {n - 1} of the open block {ob}, not "
+                                            f"written again yet, to be its compressed block's, got other frames")
 
     def load_state_dict(self, state:dict, assign:bool=False):
         "Restore what `state_dict` returned into a storage with the same settings; check every array and block first"
         super().load_state_dict(state, assign)  # checks the whole state first
         f = state['frames']
-        blob, off = f['blob'], f['offsets']
-        self.blocks = [blob[off[b]:off[b + 1]].tobytes() for b in range(self.n_blocks)]
+        self.blocks = _blocks_of(f, self.n_blocks)
         self._open(int(f['open_block']))
         self.stage = np.array(f['stage'], self.obs_dtype)
         self._use_dictionary(*self._state_dictionary(f))
+        seals = f.get('seals')  # a state from before seals: sealed now, its blocks checked with zstd's checksum
+        self.seals = np.array(seals) if seals is not None else self._seals_of(self.blocks, self.add_count)
+
