@@ -1,5 +1,5 @@
 "Bad input is refused with the library's exception and leaves the memory exactly as it was"
-import re, numpy as np, pytest, torch
+import os, re, numpy as np, pytest, torch
 from fastrl_replay.errors import ExperienceReplayException
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.test_utils import synth_transitions
@@ -234,6 +234,9 @@ def test_bad_values_refused(name, case):
     call, msg = calls[case]
     refused(mem, call, msg)
 
+RAM = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+MORE_THAN_RAM = f"more than the {RAM:,} bytes of this machine's memory"
+
 @pytest.mark.parametrize('name', MEMORIES)
 @pytest.mark.parametrize('kw,msg', [
     (dict(seed='a'), "seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed takes, got 'a'"),
@@ -241,8 +244,8 @@ def test_bad_values_refused(name, case):
     (dict(seed=1.5), 'seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed takes, got 1.5'),
     (dict(device='meta'), "device must hold values (the CPU or an accelerator), got 'meta': a meta device keeps none"),
     (dict(device='nowhere'), "device must be a torch device or its name, got 'nowhere'"),
-    (dict(max_sz=2**62), f'max_sz={2**62}: the TD errors: {2**62} rows of 4 bytes ({2**64:,} bytes) cannot be allocated'),
-    (dict(max_sz=10**13), f'max_sz={10**13}: the TD errors: {10**13} rows of 4 bytes ({4 * 10**13:,} bytes) cannot be allocated'),
+    (dict(max_sz=2**62), f'max_sz={2**62}: {2**62:,} rows of at least a byte each need {2**62:,} bytes, {MORE_THAN_RAM}'),
+    (dict(max_sz=10**13), f'max_sz={10**13}: {10**13:,} rows of at least a byte each need {10**13:,} bytes, {MORE_THAN_RAM}'),
 ])
 def test_settings_refused(name, kw, msg):
     import inspect
@@ -393,3 +396,58 @@ def test_state_with_meta_rows_refused():
     state['storage']['rows'] = torch.from_numpy(state['storage']['rows']).to('meta')
     refused(mem, lambda: mem.load_state_dict(state), f"state['storage']['rows']: expected a tensor with values, got a meta tensor of shape "
                                                        f"{tuple(state['storage']['rows'].shape)} uint8, which holds none")
+
+# --- a TD error too large for float32, meta tensors, unknown arguments and capacities no machine holds
+
+def test_batch_td_error_too_large_for_float32_refused():
+    "A finite float64 TD error past float32's range would be stored as inf; `update_td` refuses it, and so does `+`"
+    mem = _filled('ER')
+    rows = {k: v[:2].clone() for k, v in mem.storage.memory.items()}
+    refused(mem, lambda: mem + {**rows, 'td_error': np.array([[1.], [-1e300]])},
+            "column 'td_error': expected values within float32's range (±3.403e+38), got 1e+300")
+    refused(mem, lambda: mem.append({**_row(mem), 'td_error': np.float64(1e39)}),
+            "column 'td_error': expected values within float32's range (±3.403e+38), got 1e+39")
+
+def test_first_transition_of_a_meta_tensor_refused():
+    er = ExperienceReplay(4, 8, 1, seed=0)
+    refused(er, lambda: er.append({'state': META(3), 'action': 1}), META_MSG.format("column 'state'", (3,), 'float32'))
+    assert er.memory is None
+
+def test_update_td_with_meta_generations_refused():
+    mem = _filled('ER')
+    refused(mem, lambda: mem.update_td(torch.ones(2), torch.tensor([0, 1]), META(2, dtype=torch.int64)),
+            META_MSG.format('generations', (2,), 'int64'))
+
+@pytest.mark.parametrize('where', ['rows', 'data'])
+def test_storage_state_of_meta_values_refused(where):
+    "A storage's own `load_state_dict`, which the memory's checks of a whole state do not guard"
+    from fastrl_replay.memory.experience_replay import ColumnStorage
+    st = ColumnStorage(max_sz=8, device='cpu', storage_dir=None)
+    st.add({'s': torch.arange(6.).reshape(3, 2), 'a': torch.tensor([1, 2, 3])})
+    state = {**st.state_dict()}
+    if where == 'rows': state['rows'], msg = torch.from_numpy(state['rows']).to('meta'), META_MSG.format('rows', tuple(state['rows'].shape), 'uint8')
+    else:
+        state['columns'] = {k: {'shape': c['shape'], 'dtype': c['dtype'], 'data': torch.zeros(8, *c['shape']).to('meta')}
+                            for k, c in state['columns'].items()}
+        state.pop('rows')
+        msg = META_MSG.format("column 's'", (8, 2), 'float32')
+    other = ColumnStorage(max_sz=8)
+    with pytest.raises(ExperienceReplayException, match=f'^{re.escape(msg)}$'): other.load_state_dict(state)
+    assert other.memory is None and (other.pointer, len(other)) == (0, 0)
+
+def test_unknown_argument_refused():
+    with pytest.raises(ExperienceReplayException, match=re.escape(
+            "ExperienceReplay: expected arguments among ['bs', 'max_sz', 'warmup_sz', 'memory', 'device', 'generator', 'seed', "
+            "'sampler', 'storage_dir', 'fields'], got unknown ['batch_size']")):
+        ExperienceReplay(batch_size=4)
+
+def test_capacity_past_memory_refused_before_allocating():
+    from fastrl_replay.memory.experience_replay import ColumnStorage
+    msg = f'max_sz={2**40}: {2**40:,} rows of at least a byte each need {2**40:,} bytes, {MORE_THAN_RAM}'
+    for make in (lambda: ColumnStorage(max_sz=2**40), lambda: ExperienceReplay(max_sz=2**40)):
+        with pytest.raises(ExperienceReplayException, match=f'^{re.escape(msg)}$'): make()
+    n = RAM // 64  # rows that fit, of a byte each; of 4,000 floats they do not
+    st = ColumnStorage(max_sz=n)
+    big = f'max_sz={n}: {n:,} rows of 16000 bytes each need {n * 16000:,} bytes, {MORE_THAN_RAM}'
+    with pytest.raises(ExperienceReplayException, match=f'^{re.escape(big)}$'): st.add({'obs': torch.zeros(1, 4000)})
+    assert st.memory is None and len(st) == 0

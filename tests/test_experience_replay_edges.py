@@ -229,3 +229,66 @@ def test_cuda_storage_and_sampling():
     assert er.memory['td_error'][3].item() == 2.
     twin = ExperienceReplay(bs=8, max_sz=16, warmup_sz=4, device='cuda', seed=0, memory=er.memory)
     assert torch.equal(twin.sample()[1], ExperienceReplay(bs=8, max_sz=16, warmup_sz=4, device='cuda', seed=0, memory=er.memory).sample()[1])
+
+def _storage_state(er):
+    import copy
+    return copy.deepcopy(er.storage.state_dict())
+
+def _per_column(s):
+    "The state `s` of a block of rows as an array per column, as a storage outside RAM gives it"
+    rows, cols = torch.from_numpy(s.pop('rows')), s['columns']
+    for k, c in cols.items():
+        dt = getattr(torch, c['dtype'])
+        width = dt.itemsize * int(torch.tensor(c['shape']).prod())
+        c['data'] = rows[:, c.pop('offset'):][:, :width].contiguous().view(dt).reshape(len(rows), *c['shape'])
+    return s
+
+CONTRADICTIONS = {  # a change to a storage's state of 5 rows in a ring of 8, and the refusal
+    'pointer away from len': (lambda s: s.update(pointer=2), 'len=5 and pointer=2: a ring of 8 rows that is not full has its pointer at its length'),
+    'len past max_sz': (lambda s: s.update(len=9, pointer=9), 'len=9 and pointer=9 must be ints in [0, 8]'),
+    'len not an int': (lambda s: s.update(len=5.0), 'len=5.0 and pointer=5 must be ints in [0, 8]'),
+    'rows without columns': (lambda s: (s.update(columns=None), s.pop('rows')), 'len=5 with no columns: rows come with the columns of a first batch'),
+    'no columns at all': (lambda s: s.update(columns={}), 'columns: expected a dict of at least one column, got {}'),
+    'dtype no torch dtype': (lambda s: s['columns']['step'].update(dtype='Tensor'), "column 'step': expected the name of a torch dtype, got 'Tensor'"),
+    'dtype not a name': (lambda s: s['columns']['step'].update(dtype=None), "column 'step': expected the name of a torch dtype, got None"),
+    'negative dimension': (lambda s: s['columns']['state'].update(shape=(-4,)), "column 'state': expected a shape of ints >= 0, got (-4,)"),
+    'shape not a tuple': (lambda s: s['columns']['state'].update(shape=4), "column 'state': expected a shape of ints >= 0, got 4"),
+    'missing len': (lambda s: s.pop('len'), "the state lacks ['len']"),
+    'data of another dtype': (lambda s: (_per_column(s), s['columns']['step'].update(data=s['columns']['step']['data'].int())),
+                              "column 'step': expected values of shape (8, 1) int64, got ((8, 1), 'int32')"),
+    'data of fewer rows': (lambda s: (_per_column(s), s['columns']['state'].update(data=s['columns']['state']['data'][:5])),
+                           "column 'state': expected values of shape (8, 4) float32, got ((5, 4), 'float32')"),
+    'data missing': (lambda s: (_per_column(s), s['columns']['state'].pop('data')),
+                     "column 'state': expected values of shape (8, 4) float32, got NoneType"),
+}
+
+@pytest.mark.parametrize('case', sorted(CONTRADICTIONS))
+def test_storage_refuses_a_state_that_contradicts_itself(case):
+    "A storage's own `check_state` reads what a state means, not only its bytes; a refused state changes nothing"
+    import re
+    src = ExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0) + synth_transitions(5)
+    state = _storage_state(src)
+    edit, msg = CONTRADICTIONS[case]
+    edit(state)
+    dst = ExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0) + synth_transitions(3, start=20)
+    before = (dst.storage.pointer, len(dst.storage), {k: v.clone() for k, v in dst.storage.memory.items()})
+    with pytest.raises(ExperienceReplayException, match=f'^{re.escape(msg)}$'): dst.storage.load_state_dict(state)
+    assert_same(before, (dst.storage.pointer, len(dst.storage), dst.storage.memory))
+
+def test_a_full_ring_has_its_pointer_anywhere_and_the_states_that_mean_it_load():
+    src = ExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0) + synth_transitions(11)
+    state = _storage_state(src)
+    assert (state['len'], state['pointer']) == (8, 3)
+    dst = ExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0)
+    dst.storage.load_state_dict(state)
+    dst.storage.load_state_dict(_per_column(_storage_state(src)))
+    assert steps(src) == dst.storage.memory['step'].flatten().tolist() and dst.storage.pointer == 3
+
+def test_a_state_of_a_reserved_column_is_refused():
+    from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
+    import re
+    src = ExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0) + {**synth_transitions(3), 'weight': torch.ones(3, 1)}
+    per = PrioritizedExperienceReplay(bs=2, max_sz=8, warmup_sz=1, seed=0)
+    with pytest.raises(ExperienceReplayException, match=re.escape("column 'weight' is reserved")):
+        per.storage.load_state_dict(_storage_state(src))
+    assert per.storage.memory is None

@@ -190,14 +190,18 @@ def _td_tensor(v, what:str) -> torch.Tensor:
     "The TD errors `v` that come with rows, as a float32 tensor on the CPU; raise unless they are real numbers that fit float32"
     check_values(v, TD_KEY)
     if isinstance(v, np.ndarray): v = torch.from_numpy(real_array(v, f'column {TD_KEY!r}'))
-    elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)): v = torch.tensor([float(v)])
+    elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)): v = torch.tensor([float(v)], dtype=torch.float64)
     if not isinstance(v, torch.Tensor):
         raise ExperienceReplayException(f'column {TD_KEY!r}: expected a tensor with a leading batch dimension, got {type(v).__name__}')
     v = v.detach().as_subclass(torch.Tensor)
     if not (v.is_floating_point() or lossless(v.dtype, TD_DTYPE)):
         raise ExperienceReplayException(f'column {TD_KEY!r}: dtype {dtype_name(v.dtype)} cannot be stored as float32 without loss')
     check_finite(v, TD_KEY)
-    return v.to('cpu', TD_DTYPE, copy=True)  # a copy: the values may be a view of the memory's own TD errors
+    res = v.to('cpu', TD_DTYPE, copy=True)  # a copy: the values may be a view of the memory's own TD errors
+    if not bool(torch.isfinite(res).all()):  # finite values too large for float32
+        raise ExperienceReplayException(f"column {TD_KEY!r}: expected values within float32's range "
+                                        f"(±{torch.finfo(TD_DTYPE).max:.4g}), got {v.abs().max().item():.4g}")
+    return res
 
 def batch_td(v, rest:Mapping) -> torch.Tensor:
     "The `td_error` column `v` of a batch whose other columns are `rest`, checked: (n,) float32 TD errors on the CPU"

@@ -84,12 +84,6 @@ class Storage:
     def add_row(self, row:Mapping) -> tuple[int, int]:
         "Write one transition, its values without a batch dimension (by default as a batch of one)"
         return self.add({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else np.asarray(v))[None] for k, v in row.items()})
-    def try_add(self, batch) -> int:
-        "Write `batch` at the pointer if it is one row this storage takes as it is, without a check beyond each value's type, dtype and shape; the row written, or -1 with nothing written (then `add` checks it)"
-        return -1
-    def try_add_row(self, row) -> int:
-        "Write one transition (values without a batch dimension) at the pointer if the storage takes its values as they are; the row written, or -1 with nothing written (then `add_row` checks it)"
-        return -1
     def row(self, i:int):
         "Row `i` in storage order, as a named tuple"
         raise ExperienceReplayException(f'a {type(self).__name__} has no rows by position')
@@ -161,6 +155,7 @@ _NO_GENERATIONS = np.empty(0, np.int64)  # what the compiled guard is given when
 
 def as_generations(generations, n:int, device) -> torch.Tensor:
     "`generations` (a tensor, array or list of ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise `ExperienceReplayException` otherwise"
+    check_values_in(generations, 'generations')
     g = generations if isinstance(generations, torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
     if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool or tuple(g.shape) != (n,):
         raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them out; '
@@ -456,7 +451,6 @@ class Replay:
         lock = self.lock
         lock.acquire()  # as `with self.lock`, which costs 40 ns more, a part of a one-row add worth saving
         try:
-            if (p := self.storage.try_add(other)) >= 0: self.sampler.added(p, 1); return self  # one row exactly like the columns
             b = batch_of(other)
             if TD_KEY in b: return self._add_with_td(b)
             start, n = self.storage.add(b)
@@ -477,11 +471,6 @@ class Replay:
     def append(self,
                transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
         "Add one transition in place and return the memory"
-        lock = self.lock
-        lock.acquire()
-        try:
-            if (p := self.storage.try_add_row(transition)) >= 0: self.sampler.added(p, 1); return self  # values exactly like the columns
-        finally: lock.release()
         t = as_transition(transition, self.fields)
         td = None
         if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])

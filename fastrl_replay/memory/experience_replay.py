@@ -1,4 +1,4 @@
-"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly. `ExperienceReplayCallback` (in `callback`) trains a `Learner` on a memory.
+"""`ColumnStorage`, a ring of preallocated columns; `ExperienceReplay`, that storage sampled uniformly.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.experience_replay.html.md"""
 
@@ -6,22 +6,22 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.experience_replay.htm
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #3bd1f4fb
 from __future__ import annotations
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from collections import namedtuple
 from pathlib import Path
-import copy, math
+import copy, inspect, math, os, shutil, struct
 import numpy as np, torch
-from numba import types as nb_types
 from ..core import BD, ROW_INDEX
-from ..errors import ExperienceReplayException, WarmupNotReached, dtype_name, is_int, check_finite, all_finite
-from .checks import NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values, host_array
+from ..errors import (ReplayError, ExperienceReplayException, WarmupNotReached, dtype_name, is_int,
+                                  check_finite, all_finite)
+from .checks import (NP_DTYPES, TORCH_DTYPES, storable, batch_of, check_kind, check_values,
+                                         host_array)
 from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros
 from .core import Storage, Writer, Sampler, UniformSampler, Replay, ReplayMemory
-from .kernels import put_row_bytes
 
 # %% auto #0
-__all__ = ['ColumnStorage', 'ExperienceReplay', 'SamplerReplay']
+__all__ = ['flat_columns', 'nested_columns', 'check_nesting', 'ColumnStorage', 'ExperienceReplay', 'SamplerReplay']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a9f0231f
 def _column(k, v, keep_numpy=False):
@@ -31,7 +31,8 @@ def _column(k, v, keep_numpy=False):
     if isinstance(v, np.ndarray) and v.dtype != object:
         v = np.asarray(v)  # memmaps and other subclasses as plain arrays
         return v if keep_numpy else torch.from_numpy(np.ascontiguousarray(v, v.dtype.newbyteorder('=')))
-    raise ExperienceReplayException(f'column {k!r}: expected a tensor with a leading batch dimension, got {type(v).__name__}')
+    raise ExperienceReplayException(f'column {k!r}: expected a tensor with a leading batch dimension, '
+                                    f'got {type(v).__name__}')
 
 def _torch_dtype(k, dt) -> torch.dtype:
     "The torch dtype of a column whose dtype is `dt` (torch or NumPy)"
@@ -54,18 +55,22 @@ class _Col:
     def __post_init__(self):
         self.np_dtype = np.dtype(NP_DTYPES[self.dtype]) if self.dtype in NP_DTYPES else None
         info = np.iinfo(self.np_dtype) if self.np_dtype is not None and self.np_dtype.kind in 'iu' else None
-        self.lo, self.hi = (int(info.min), int(info.max)) if info is not None else (None, None)  # an int's check: two comparisons
-        self.np_scalar = self.np_dtype.type if self.np_dtype is not None else None  # e.g. np.float32: one value of the column
+        self.lo, self.hi = (int(info.min), int(info.max)) if info is not None else (None, None)  # an int's range
+        self.np_scalar = self.np_dtype.type if self.np_dtype is not None else None  # e.g. np.float32: one value
     def without_arrays(self, block:bool) -> _Col:
-        "A copy of this column for a copy of its storage, without the arrays that copy makes anew from its own: a tensor over a host array, a view of the `block` of rows"
+        "A copy of this column for a copy of its storage, without the arrays the copy makes anew from its own"
         res = copy.copy(self)
         if self.host: res.data = None
         if block: res.np = None
         return res
 
-_MISSING = object()
+def _as_is(c:_Col) -> tuple:
+    "The types of a single value column `c` takes as it is: its NumPy scalar, and Python floats or bools of its kind"
+    if c.shape or c.np_dtype is None: return ()
+    k = c.np_dtype.kind
+    return (c.np_scalar, float) if k in 'fc' else (c.np_scalar, bool) if k == 'b' else (c.np_scalar,)
 
-def _takes_nothing(_) -> int: return -1  # the one-row writes of a storage whose columns have none
+_MISSING = object()
 
 def _ready(c: _Col, v):
     "`v` as the write copies it into column `c`: a NumPy array for host storage, a plain tensor otherwise"
@@ -82,25 +87,60 @@ def _ready(c: _Col, v):
     if c.data is not None and v.untyped_storage().data_ptr() == c.data.untyped_storage().data_ptr(): v = v.clone()
     return v
 
+# %% ../../nbs/06a_memory.experience_replay.ipynb #b5d0c3a1
+def flat_columns(b:Mapping) -> Mapping:
+    "`b` with each dict column `name` (a `Dict` observation's keys) as columns `name.<key>`, as a memory stores them"
+    if not any(isinstance(v, Mapping) for v in b.values()): return b
+    res = {}
+    for k, v in b.items():
+        for name, x in (((f'{k}.{j}', x) for j, x in v.items()) if isinstance(v, Mapping) else [(k, v)]):
+            if isinstance(x, Mapping) or name in res:
+                raise ExperienceReplayException(f'column {name!r}: expected one tensor, got '
+                                                f'{"a dict: dict columns are one level deep" if name not in res else "it twice"}')
+            res[name] = x
+        if isinstance(v, Mapping) and not v:
+            raise ExperienceReplayException(f'column {k!r}: expected a dict of at least one column, got an empty one')
+    return res
+
+def nested_columns(b:Mapping) -> dict:
+    "Columns `name.<key>` of `b` gathered into one dict column `name` where the first of them was: as a sample gives them"
+    res = {}
+    for k, v in b.items():
+        name, dot, key = k.partition('.')
+        if dot: res.setdefault(name, {})[key] = v
+        else: res[k] = v
+    return res
+
+def check_nesting(keys) -> None:
+    "Raise unless columns `keys` nest without a clash: no column `name` beside columns `name.<key>`"
+    names = {k.partition('.')[0] for k in keys if '.' in k}
+    if clash := sorted(names & set(keys)):
+        raise ExperienceReplayException(f'columns {clash} and {[k for k in keys if k.partition(".")[0] in clash]}: '
+                                        f'columns `name.<key>` come back from a sample as one dict column `name`')
+
 # %% ../../nbs/06a_memory.experience_replay.ipynb #64c8efd5
 class ColumnStorage(Storage):
     "Each column of the transitions in one preallocated array of `max_sz` rows, allocated from the first batch"
     def __init__(self,
                  max_sz:int=200, # Capacity: rows kept before the oldest are overwritten
                  device:str|torch.device|None=None, # Where the columns live (default: CPU)
-                 storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM (CPU only)
-                 reuse_files:bool=False, # Open the column files already in `storage_dir`, which this storage wrote earlier
+                 storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there (CPU only)
+                 reuse_files:bool=False, # Open the column files this storage wrote in `storage_dir` earlier
                  writer:Writer|None=None): # Where incoming rows go (default: round robin at the pointer)
         super().__init__(max_sz, device)
         if storage_dir is not None and self.device.type != 'cpu':
-            raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; device must be the CPU, got {self.device}')
+            raise ExperienceReplayException(f'storage_dir keeps columns in host memory-mapped files; '
+                                            f'device must be the CPU, got {self.device}')
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
+        self._check_room(1, least=True)
         self.pointer, self._len, self._cols, self._rows = 0, 0, None, None
-        self.writer, self.last_rows, self.last_src = writer, np.empty(0, np.int64), np.empty(0, np.int64)  # with a writer: the rows the last batch went to, and the incoming row each holds
+        self.writer = writer
+        self.last_rows, self.last_src = np.empty(0, np.int64), np.empty(0, np.int64)  # a writer's last rows, sources
         if writer is not None: writer.attach(self)
 
     def settings(self) -> dict:
-        return dict(max_sz=self.max_sz, device=str(self.device), storage_dir=None if self.files is None else str(self.files.path))
+        return dict(max_sz=self.max_sz, device=str(self.device),
+                    storage_dir=None if self.files is None else str(self.files.path))
 
     def __len__(self): return self._len
 
@@ -129,60 +169,76 @@ class ColumnStorage(Storage):
         cols = []
         for k, v in b.items():
             v = _column(k, v, keep_numpy=True)
-            if v.ndim == 0: raise ExperienceReplayException(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
+            if v.ndim == 0:
+                raise ExperienceReplayException(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
             cols.append(self._col(k, tuple(v.shape[1:]), _torch_dtype(k, v.dtype)))
+        check_nesting(b.keys())
         return cols
 
     def _col(self, key, shape, dtype) -> _Col:
         return _Col(key, shape, dtype, host=self.device.type == 'cpu' and dtype in NP_DTYPES)
 
     def _packs(self, cols:list[_Col]) -> bool:
-        "Whether this storage keeps `cols` side by side in one block of rows: in RAM on the CPU, each with a NumPy dtype"
+        "Whether this storage keeps `cols` side by side in one block of rows: in RAM on the CPU, all NumPy dtypes"
         return self.files is None and all(c.host for c in cols)
 
+    def _check_room(self, row_bytes:int, least:bool=False):
+        "Raise unless `max_sz` rows of `row_bytes` (`least`: or more) fit in RAM, an accelerator or a disk"
+        room, where = _room(self.device, None if self.files is None else self.files.path)
+        if room is not None and self.max_sz * row_bytes > room:
+            each = 'at least a byte' if least else f'{row_bytes} bytes'
+            need = self.max_sz * row_bytes
+            raise ExperienceReplayException(f'max_sz={self.max_sz}: {self.max_sz:,} rows of {each} each need '
+                                            f'{need:,} bytes, more than the {room:,} bytes of {where}')
+
     def _allocate(self, cols:list[_Col], given:dict|None=None, rows:np.ndarray|None=None):
-        "Allocate `max_sz` zeroed rows for each column (or take the host arrays in `given`, or the block `rows` laid out by the columns' offsets): NumPy arrays shared with torch on the CPU, tensors elsewhere"
+        "Allocate `max_sz` zeroed rows for each column, or take the host arrays `given`, or the block `rows`"
         if self.files is not None and any(not c.host for c in cols):
-            raise ExperienceReplayException(f'storage_dir keeps NumPy arrays; column dtypes {[dtype_name(c.dtype) for c in cols if not c.host]} have none')
+            raise ExperienceReplayException(f'storage_dir keeps NumPy arrays; column dtypes '
+                                            f'{[dtype_name(c.dtype) for c in cols if not c.host]} have none')
         given = given or {}
-        packed = self._packs(cols) and not given
-        if packed: self._rows = _row_block(self.max_sz, cols) if rows is None else rows  # in RAM on the CPU: the values of a row side by side
-        else: self._rows = None
+        row_bytes = sum(c.dtype.itemsize * math.prod(c.shape) for c in cols)
+        if not given and rows is None: self._check_room(row_bytes)
+        packed = self._packs(cols) and not given  # in RAM on the CPU: the values of a row side by side
+        try: block = (_row_block(self.max_sz, cols) if rows is None else rows) if packed else None
+        except (MemoryError, OverflowError, ValueError, OSError) as e: raise _no_room(self.max_sz, row_bytes, e) from e
         for i, c in enumerate(cols):
             shape = (self.max_sz, *c.shape)
-            if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
-            elif c.key in given: c.np = given[c.key]
-            elif packed: c.np = _block_view(self._rows, c)
-            elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
-            if c.host: c.data = torch.from_numpy(c.np)
-            else: c.data = torch.zeros(shape, dtype=c.dtype, device=self.device)
-        self._cols = cols
+            try:
+                if self.files is not None: c.np = self.files.array(f'{i:02d}_{c.key}', shape, c.np_dtype)
+                elif c.key in given: c.np = given[c.key]
+                elif packed: c.np = _block_view(block, c)
+                elif c.host: c.np = np.zeros(shape, dtype=c.np_dtype)
+                c.data = torch.from_numpy(c.np) if c.host else torch.zeros(shape, dtype=c.dtype, device=self.device)
+            except ReplayError: raise
+            except (MemoryError, OverflowError, ValueError, OSError, RuntimeError) as e:
+                raise _no_room(self.max_sz, row_bytes, e) from e
+        self._rows, self._cols = block, cols
         self._derive()
 
+    _row_gathers = _values = None  # until allocated (`_derive`)
+    _nests = False
     def _derive(self):
-        "What follows from the columns and their arrays: a row's bytes and type, the one-row views, and the compiled one-row writes (`try_add`, `try_add_row`), which hold the arrays' addresses"
-        self.try_add = self.try_add_row = _takes_nothing  # until replaced below (set, not deleted: touching `__dict__` makes every attribute read slower)
-        self._row_gathers = None
-        cols = self._cols
+        "What follows from the columns and their arrays: a row's bytes and type, the plans of gathers and one-row adds"
+        self._row_gathers = self._values = None
+        self._nests = False
+        cols, R = self._cols, self._rows
         if cols is None: return
-        R = self._rows  # a column's values of a row as one record of bytes: in the block of rows, or in a contiguous array of its own
-        if R is not None or all(c.host and c.np.flags.c_contiguous for c in cols):
+        self._nests = any('.' in c.key for c in cols)  # `name.<key>` columns: flattened on adds, nested in gathers
+        if R is not None or all(c.host and c.np.flags.c_contiguous for c in cols):  # a column's row: a record of bytes
             self._row_gathers = [(np.ndarray((self.max_sz,), np.dtype((np.void, _nbytes(c))), c.np if R is None else R,
-                                             0 if R is None else c.offset, (c.np.strides[0],)), c.shape, c.np_dtype) for c in cols]
-        self._row_bytes = sum(c.np_dtype.itemsize * int(np.prod(c.shape)) for c in cols if c.host)
+                                             0 if R is None else c.offset, (c.np.strides[0],)), c.shape, c.np_dtype)
+                                 for c in cols]
+        self._row_bytes = sum(_nbytes(c) for c in cols if c.host)
         self._row_type = namedtuple('Transition', [c.key for c in cols], rename=True)
         self._keys = frozenset(c.key for c in cols)
-        host = all(c.host for c in cols)  # one-row batches of exact dtypes and shapes are written by `_put_row`, into (max_sz, 1, ...) views
-        self._exact_spec = [(c.key, c.np_dtype, c.dtype, (1, *c.shape)) for c in cols] if host else None
-        self._row_views = [np.lib.stride_tricks.as_strided(c.np, (self.max_sz, 1, *c.shape), (c.np.strides[0], *c.np.strides))
-                           for c in cols] if host else None  # a size-1 axis with a stride of 0, as `c.np[:, None]` makes, copies slower
-        if host and self.writer is None and all(c.np.flags.writeable for c in cols):
-            self.try_add_row = _compiled_try_add_row(self)
-            if (f := _compiled_try_add(self)) is not None: self.try_add = f
+        self._row_plan = [(c.key, _as_is(c), c.np_dtype, c.shape, c) for c in cols]  # what `add_row` checks
+        self._row_dsts, self._all_host = [c.np if c.host else c.data for c in cols], all(c.host for c in cols)
+        if self.writer is None: self._values = _value_plan(cols, R)
 
     def __getstate__(self) -> dict:
-        "What a copy or a pickle keeps: the arrays, once each, without the views and compiled writes that hold their addresses, which the copy derives from its own arrays"
-        d = {k: v for k, v in self.__dict__.items() if k not in ('try_add', 'try_add_row', '_row_type', '_row_views', '_row_gathers')}
+        "What a copy or a pickle keeps: the arrays, once each, without the views a copy derives from its own arrays"
+        d = {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
         if self._cols is not None: d['_cols'] = [c.without_arrays(self._rows is not None) for c in self._cols]
         return d
 
@@ -216,7 +272,8 @@ class ColumnStorage(Storage):
         except Exception as e: raise ExperienceReplayException(f'batch could not be converted for storage: {e}') from e
 
     def _shape_error(self, b, c, v, n):
-        if not v.shape: raise ExperienceReplayException(f'column {c.key!r}: expected a leading batch dimension, got a 0-d tensor')
+        if not v.shape:
+            raise ExperienceReplayException(f'column {c.key!r}: expected a leading batch dimension, got a 0-d tensor')
         if n >= 0 and v.shape[0] != n:
             raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
                                             f'{ {k: _rows(x) for k, x in b.items()} }')
@@ -225,48 +282,53 @@ class ColumnStorage(Storage):
 
     def add(self, batch) -> tuple[int, int]:
         "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
+        if self._values is not None and (p := self._put_values(batch)) >= 0: return p, 1
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
-        if self._cols is not None and not _many_rows(b, self._cols[0]):  # one row, perhaps: its cheaper paths first
-            if (p := self.try_add(b)) >= 0: return p, 1
-            if (vals := self._exact_row(b)) is not None: return self._put_row(vals)
-            if self.device.type == 'cpu' and (row := _single_row(b)) is not None:
-                try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
-                except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong, in a batch's terms
+        if self._nests or self._cols is None: b = flat_columns(b)
+        if (self._cols is not None and self.device.type == 'cpu' and not _many_rows(b, self._cols[0])
+            and (row := _single_row(b)) is not None):
+            try: return self.add_row(row)  # one row: the checks of one transition, which cost less than a batch's
+            except ExperienceReplayException: pass  # nothing was written: the batch checks below say what is wrong
         cols = self._cols if self._cols is not None else self._schema(b)
         n, srcs = self._check(b, cols)
         if self._cols is None: self._allocate(cols)
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
 
-    def _exact_row(self, b:Mapping) -> list|None:
-        "The values of `b` in column order when it is one row of NumPy arrays or CPU tensors of exactly each column's dtype and shape; None otherwise"
-        if self._exact_spec is None: return None
-        vals, found = [], 0
-        for k, np_dtype, dtype, shape in self._exact_spec:
-            v = b.get(k)
-            if v is None: return None
-            if type(v) is not np.ndarray:
-                if type(v) is not torch.Tensor or v.shape != shape or v.dtype is not dtype or not v.is_cpu or v.requires_grad or v.is_conj() or v.is_neg(): return None
-                v = v.numpy()  # a batch of many rows has left above, before any tensor was exposed to NumPy
-            if v.dtype is not np_dtype or v.shape != shape: return None
-            vals.append(v); found += 1
-        return vals if found == len(b) else None
-
-    def _put_row(self, vals:list) -> tuple[int, int]:
-        "Write the one-row arrays `vals` that `_exact_row` checked at the pointer; their row and 1"
+    def _put_values(self, b) -> int:
+        "Write `b` if it is one row of tensors or arrays of exactly the columns' dtypes (`_value_plan`); its row, or -1"
+        specs, row, block, width = self._values
+        vals = []
+        try:
+            if len(b) != len(specs): return -1
+            for k, dtype, np_dtype, n, size in specs:
+                v = b[k]
+                if type(v) is torch.Tensor: exact = v.dtype is dtype and v.numel() == size
+                else: exact = type(v) is np.ndarray and v.dtype is np_dtype and v.size == size
+                if not exact: return -1
+                x = v.tolist()  # the values, read through negated and conjugate views and autograd
+                if len(x) != 1: return -1
+                if n < 0: vals.append(x[0])
+                elif len(x[0]) == n: vals += x[0]
+                else: return -1
+            data = row.pack(*vals)  # refuses values of other shapes, before anything is written
+        except Exception: return -1  # not such a row: the checked paths say what is wrong with it
         p = 0 if self.pointer == self.max_sz else self.pointer
-        for rows, v in zip(self._row_views, vals): rows[p] = v
-        self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
-        if self.files is not None: self.files.wrote(self._row_bytes)
-        return p, 1
+        block[p * width:p * width + len(data)] = data
+        self.pointer = p + 1
+        if self._len < self.max_sz: self._len += 1
+        return p
 
     def advance(self, n:int=1) -> tuple[int, int]:
-        "Count the `n` rows from the pointer as written, once their values are in every column (through `column(k)`); the first row and `n`"
+        "Count `n` rows from the pointer as written, their values put in each `column(k)`; the first row and `n`"
         p, m = self.pointer, self.max_sz
         if p == m: p = 0
-        if self.writer is not None: raise ExperienceReplayException(f'advance: rows go where the writer puts them; a {type(self.writer).__name__} writes its own')
+        if self.writer is not None:
+            raise ExperienceReplayException(f'advance: rows go where the writer puts them; '
+                                            f'a {type(self.writer).__name__} writes its own')
         if type(n) is not int or not 0 < n <= m - p or self._cols is None:
-            raise ExperienceReplayException(f'advance: expected 1 to {m - p} rows written from row {p} of an allocated storage, got {n!r}')
+            raise ExperienceReplayException(f'advance: expected 1 to {m - p} rows written from row {p} of an allocated '
+                                            f'storage, got {n!r}')
         self.pointer = p + n
         if self._len < m: self._len = min(self._len + n, m)
         if self.files is not None: self.files.wrote(n * self._row_bytes)
@@ -282,7 +344,8 @@ class ColumnStorage(Storage):
                ((p, self.max_sz, skip, skip + self.max_sz - p), (0, end - self.max_sz, skip + self.max_sz - p, n))
         whole = len(segs) == 1 and skip == 0  # the common case: the batch lands in one piece
         if not whole:  # a later piece must not read rows an earlier piece overwrote, as in `er + er.memory`
-            srcs = [s.copy() if c.host and s is not None and np.may_share_memory(s, c.np) else s for c, s in zip(self._cols, srcs)]
+            srcs = [s.copy() if c.host and s is not None and np.may_share_memory(s, c.np) else s
+                    for c, s in zip(self._cols, srcs)]
         for c, src in zip(self._cols, srcs):
             dst = c.np if c.host else c.data
             if whole: dst[p:end] = 0 if src is None else src  # a column left out starts at 0
@@ -294,115 +357,150 @@ class ColumnStorage(Storage):
         return p, m
 
     def gather(self, idxs:torch.Tensor) -> BD:
-        "The rows at storage indices `idxs`, as a `BD`"
+        "The rows at storage indices `idxs`, as a `BD`; columns `name.<key>` as one dict column `name`"
+        b = self._gather(idxs)
+        return BD._new(nested_columns(b)) if self._nests else b
+
+    def _gather(self, idxs:torch.Tensor) -> BD:
+        "The rows at storage indices `idxs`, a column each"
         if self.device.type != 'cpu': return BD._new({c.key: torch.index_select(c.data, 0, idxs) for c in self._cols})
         i = idxs.numpy()
-        if self._rows is not None and len(i):  # one gather of whole rows, which reads each row's values from neighbouring cache lines
+        if self._rows is not None and len(i):  # one gather of whole rows, each row's values in neighbouring cache lines
             r = self._rows.take(i, axis=0)
-            return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset, (r.strides[0], *c.inner_strides)))
+            return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset,
+                                                                (r.strides[0], *c.inner_strides)))
                             for c in self._cols})
         return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                         for c in self._cols})
 
-    _row_gathers = None  # each column's rows as records of bytes, once allocated (`_derive`)
     def gather_arrays(self, idxs:np.ndarray) -> list[np.ndarray]|None:
-        "The rows at storage indices `idxs` (int64, each below `len(self)`: as a sampler draws them or `as_idxs` checks them), as one new contiguous NumPy array per column, in column order; None when a column is not a host array with each row's values side by side"
+        "The rows at valid storage indices `idxs` (int64) as a new NumPy array per column; None without `_row_gathers`"
         if self._row_gathers is None: return None
         n = len(idxs)
-        return [np.ndarray((n, *shape), dtype, rec[idxs]) for rec, shape, dtype in self._row_gathers]  # a record of a row's bytes per index: one fancy index per column
+        return [np.ndarray((n, *shape), dtype, rec[idxs]) for rec, shape, dtype in self._row_gathers]  # a record a row
 
     def select(self, idx) -> tuple[BD, torch.Tensor]:
         "The rows `idx` selects, in storage order, and their storage indices"
         if isinstance(idx, str): raise ExperienceReplayException(f'columns are read from `memory`: er.memory[{idx!r}]')
         check_values(idx, 'index')
         if self._cols is None: raise ExperienceReplayException(f'cannot index an empty memory with {idx!r}')
+        bad = f'index {idx!r} does not fit a memory of {self._len} rows'
         if not isinstance(idx, ROW_INDEX):
-            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected '
-                                            'by an int, slice, list, range, array or tensor')
+            raise ExperienceReplayException(f'{bad}: rows are selected by an int, slice, list, range, array or tensor')
         if isinstance(idx, slice) and idx.step is not None and not (is_int(idx.step) and idx.step > 0):
-            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: a slice step must be a positive int, got {idx.step!r}')
-        if _float_index(idx):
-            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: rows are selected by ints or bools, not floats')
+            raise ExperienceReplayException(f'{bad}: a slice step must be a positive int, got {idx.step!r}')
+        if _float_index(idx): raise ExperienceReplayException(f'{bad}: rows are selected by ints or bools, not floats')
         try: return self.memory[idx], BD._new({'row': torch.arange(self._len, device=self.device)})[idx]['row']
-        except (IndexError, RuntimeError) as e:
-            raise ExperienceReplayException(f'index {idx!r} does not fit a memory of {self._len} rows: {e}') from None
+        except (IndexError, RuntimeError) as e: raise ExperienceReplayException(f'{bad}: {e}') from None
 
     def state_dict(self) -> dict:
-        "Settings, pointer, length, each column's trailing shape and dtype, and the values: the block of rows and each column's offset in it, or an array per column (the storage itself, not a copy)"
+        "Settings, pointer, length, each column's shape and dtype, and the values (the storage's arrays, not copies)"
         res = dict(kind=type(self).__name__, max_sz=self.max_sz, pointer=self.pointer, len=self._len, columns=None)
         if self.writer is not None: res.update(self.writer.state_dict())
         if self._cols is None: return res
         if self._rows is not None:
-            res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset) for c in self._cols}
+            res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), offset=c.offset)
+                              for c in self._cols}
             res['rows'] = self._rows
-        else: res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype), data=c.data if self.files is None else c.np)
-                                for c in self._cols}  # a mapped column as its memory map, which names its file
+        else:  # a mapped column as its memory map, which names its file
+            res['columns'] = {c.key: dict(shape=c.shape, dtype=dtype_name(c.dtype),
+                                          data=c.data if self.files is None else c.np) for c in self._cols}
         return res
 
     def check_state(self, state:dict) -> list[_Col]|None:
-        "Raise unless `state` fits this storage; change nothing; the columns it declares"
+        "Raise unless `state` fits this storage and holds a ring it could have written; change nothing; its columns"
         check_kind(self, state)
-        if state['max_sz'] != self.max_sz:
-            raise ExperienceReplayException(f'the state holds max_sz={state["max_sz"]}, this storage has max_sz={self.max_sz}')
-        if not 0 <= state['len'] <= self.max_sz or not 0 <= state['pointer'] <= self.max_sz:
-            raise ExperienceReplayException(f'len={state["len"]} and pointer={state["pointer"]} must be in [0, {self.max_sz}]')
-        cols = None
-        if state['columns'] is not None:
-            cols = [self._col(k, tuple(c['shape']), getattr(torch, c['dtype'])) for k, c in state['columns'].items()]
-            if state.get('rows') is not None: _check_layout(state['rows'], cols, state['columns'], self.max_sz)
-            else:
-                for c in cols:
-                    d = state['columns'][c.key]['data']
-                    if tuple(d.shape) != (self.max_sz, *c.shape) or dtype_name(d.dtype) != dtype_name(c.dtype):
-                        raise ExperienceReplayException(f'column {c.key!r}: expected ({self.max_sz}, {", ".join(map(str, c.shape))}) '
-                                                        f'{dtype_name(c.dtype)}, got {tuple(d.shape)} {dtype_name(d.dtype)}')
+        if missing := [k for k in ('max_sz', 'pointer', 'len', 'columns') if k not in state]:
+            raise ExperienceReplayException(f'the state lacks {missing}')
+        m, p, n, spec = state['max_sz'], state['pointer'], state['len'], state['columns']
+        if m != self.max_sz:
+            raise ExperienceReplayException(f'the state holds max_sz={m!r}, this storage has max_sz={self.max_sz}')
+        if not (is_int(n) and is_int(p) and 0 <= n <= m and 0 <= p <= m):
+            raise ExperienceReplayException(f'len={n!r} and pointer={p!r} must be ints in [0, {m}]')
+        if n < m and p != n:
+            raise ExperienceReplayException(f'len={n} and pointer={p}: a ring of {m} rows that is not full '
+                                            f'has its pointer at its length')
+        cols = None if spec is None else self._state_columns(state)
+        if cols is None and n:
+            raise ExperienceReplayException(f'len={n} with no columns: rows come with the columns of a first batch')
         if self.writer is not None:
+            if p != n:
+                raise ExperienceReplayException(f'len={n} and pointer={p}: a writer keeps its pointer at its length')
             if cols is not None: self.writer.check_columns(cols)
             self.writer.check_state(state)
         return cols
 
+    def _state_columns(self, state:dict) -> list[_Col]:
+        "The columns `state` declares, each checked: a name, a shape, a dtype, and values of that shape and dtype"
+        spec, rows = state['columns'], state.get('rows')
+        if not isinstance(spec, Mapping) or not spec:
+            raise ExperienceReplayException(f'columns: expected a dict of at least one column, got {spec!r:.80}')
+        cols = [self._col(k, *_declared(k, c)) for k, c in spec.items()]
+        check_nesting(spec.keys())
+        for k in self.reserved.keys() & spec.keys():
+            raise ExperienceReplayException(f'column {k!r} is reserved: {self.reserved[k]}')
+        if rows is not None:
+            check_values(rows, 'rows')
+            _check_layout(rows, cols, spec, self.max_sz)
+            return cols
+        for c in cols:
+            d = spec[c.key].get('data')
+            check_values(d, f'column {c.key!r}')
+            got = type(d).__name__
+            if hasattr(d, 'shape') and hasattr(d, 'dtype'): got = (tuple(d.shape), dtype_name(d.dtype))
+            if got != ((self.max_sz, *c.shape), dtype_name(c.dtype)):
+                raise ExperienceReplayException(f'column {c.key!r}: expected values of shape ({self.max_sz}, '
+                                                f'{", ".join(map(str, c.shape))}) {dtype_name(c.dtype)}, got {got}')
+        return cols
+
     def load_state_dict(self,
                         state:dict, # What `state_dict` returned
-                        assign:bool=False): # Keep the state's host arrays as the columns instead of copying them (as torch's `assign`)
+                        assign:bool=False): # Keep the state's host arrays as the columns instead of copying them
         "Restore what `state_dict` returned into a storage with the same `max_sz`"
         cols = self.check_state(state)
         self.pointer, self._len, self._cols = state['pointer'], state['len'], None
-        self._derive()  # no compiled writes into the arrays being replaced
+        self._derive()  # no one-row plan over the arrays being replaced
         if self.writer is not None: self.writer.load_state_dict(state)
         if cols is None: return
         if state.get('rows') is not None: return self._load_block(cols, state['rows'], assign)
         data = {c.key: state['columns'][c.key]['data'] for c in cols}
-        given = {} if not assign else {c.key: h for c in cols if c.host and (h := keepable(data[c.key])) is not None and h.dtype == c.np_dtype}
+        given = {} if not assign else {c.key: h for c in cols
+                                       if c.host and (h := keepable(data[c.key])) is not None and h.dtype == c.np_dtype}
         self._allocate(cols, given)
         for c in cols:
             d = data[c.key]
-            if c.key in given or same_file(c.np, d): continue  # taken as it is, or a checkpoint over this storage's own files
+            if c.key in given or same_file(c.np, d): continue  # kept, or a checkpoint over this storage's own files
             c.data.copy_(d if isinstance(d, torch.Tensor) else torch.from_numpy(np.asarray(d)))
 
     def _load_block(self, cols:list[_Col], rows, assign:bool):
-        "Restore the columns from block `rows`, where `_check_layout` placed them: kept as the block, copied whole, or split"
+        "Restore the columns from block `rows`, as `_check_layout` placed them: kept as the block, copied, or split"
         rows = rows.numpy() if isinstance(rows, torch.Tensor) and rows.device.type == 'cpu' else np.asarray(rows)
         if self._packs(cols) and assign and keepable(rows) is not None: return self._allocate(cols, rows=rows)
-        src, offsets = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides)) for c in cols}, [c.offset for c in cols]
+        src = {c.key: np.ndarray((self.max_sz, *c.shape), c.np_dtype, rows, c.offset,
+                                 (rows.strides[0], *c.inner_strides)) for c in cols}
+        offsets = [c.offset for c in cols]
         self._allocate(cols)  # a packed storage places the columns anew
-        if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape: self._rows[...] = rows; return  # the same layout: one copy
+        if self._rows is not None and [c.offset for c in cols] == offsets and self._rows.shape == rows.shape:
+            self._rows[...] = rows  # the same layout: one copy
+            return
         for c in cols: c.data.copy_(torch.from_numpy(src[c.key]))
 
     def split_td(self, state:dict) -> tuple[dict, torch.Tensor|None]:
-        "`state` without the `td_error` column a checkpoint from when the storage kept TD errors holds, and that column's values (checked first)"
+        "`state` without the `td_error` column of a checkpoint from when the storage kept TD errors, and its values"
         if not isinstance(state, dict) or 'td_error' not in (state.get('columns') or {}): return state, None
         self.check_state(state)  # the old column is checked with the others
         spec, cols = state['columns']['td_error'], dict(state['columns'])
         del cols['td_error']
         if tuple(spec['shape']) != (1,) or not getattr(torch, spec['dtype']).is_floating_point:
-            raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(spec['shape'])} {spec['dtype']}")
+            raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, "
+                                            f"got {tuple(spec['shape'])} {spec['dtype']}")
         if state.get('rows') is not None:
             rows = state['rows'].numpy() if isinstance(state['rows'], torch.Tensor) else np.asarray(state['rows'])
             dt = np.dtype(NP_DTYPES[getattr(torch, spec['dtype'])])
             td = np.ndarray((self.max_sz,), dt, rows, spec['offset'], (rows.strides[0],))
         else: td = spec['data']
-        td = torch.as_tensor(np.asarray(td) if not isinstance(td, torch.Tensor) else td).reshape(-1).to(torch.float32, copy=True)
-        return {**state, 'columns': cols}, td
+        td = torch.as_tensor(np.asarray(td) if not isinstance(td, torch.Tensor) else td)
+        return {**state, 'columns': cols}, td.reshape(-1).to(torch.float32, copy=True)
 
     def new_empty(self) -> ColumnStorage:
         "A storage with the same settings and no rows"
@@ -412,23 +510,24 @@ class ColumnStorage(Storage):
 
     def add_row(self, row:Mapping) -> tuple[int, int]:
         "Check one transition (values without a batch dimension) whole and write it at the pointer; its row and 1"
+        if self._nests or self._cols is None: row = flat_columns(row)
         if self._cols is None: return self.add({k: _first_value(k, v) for k, v in row.items()})
         if self.writer is not None: return self._add_row_by_writer(row)
-        vals, found = [], 0
-        for c in self._cols:  # every value checked before any is written
-            v = row.get(c.key, _MISSING)
-            if v is _MISSING: vals = None; break
-            t = type(v)  # an array or NumPy scalar of exactly the column's dtype and shape passes as it is
-            vals.append(v if (t is np.ndarray or t is c.np_scalar) and v.dtype is c.np_dtype and v.shape == c.shape else _one(c, v))
-            found += 1
-        if vals is None or found != len(row):
+        vals = []
+        try:
+            for k, as_is, dtype, shape, c in self._row_plan:  # every value checked before any is written
+                v = row[k]
+                t = type(v)
+                if t in as_is or (t is np.ndarray and v.dtype is dtype and v.shape == shape): vals.append(v)
+                else: vals.append(_one(c, v))
+        except KeyError: vals = None
+        if vals is None or len(vals) != len(row):
             keys = row.keys()
-            raise ExperienceReplayException(f'the transition does not match the memory: missing {sorted(self._keys - keys)}, '
-                                            f'extra {sorted(keys - self._keys)}')
+            raise ExperienceReplayException(f'the transition does not match the memory: missing '
+                                            f'{sorted(self._keys - keys)}, extra {sorted(keys - self._keys)}')
+        if not self._all_host: vals = [v if c.host else torch.as_tensor(v) for c, v in zip(self._cols, vals)]
         p = 0 if self.pointer == self.max_sz else self.pointer
-        for c, v in zip(self._cols, vals):
-            if c.host: c.np[p] = v
-            else: c.data[p] = torch.as_tensor(v)
+        for dst, v in zip(self._row_dsts, vals): dst[p] = v
         self.pointer, self._len = p + 1, min(self._len + 1, self.max_sz)
         if self.files is not None: self.files.wrote(self._row_bytes)
         return p, 1
@@ -443,7 +542,8 @@ class ColumnStorage(Storage):
     def _add_by_writer(self, batch) -> tuple[int, int]:
         "Check `batch` whole, then write each row where the writer puts it; the first row written and how many"
         w = self.writer
-        b = w.prepare(batch_of(batch))
+        b = batch_of(batch)
+        b = w.prepare(flat_columns(b) if self._nests or self._cols is None else b)
         cols = self._cols if self._cols is not None else w.check_columns(self._schema(b))
         n, srcs = self._check(b, cols)
         self.last_rows = self.last_src = np.empty(0, np.int64)
@@ -462,7 +562,7 @@ class ColumnStorage(Storage):
         self.pointer = self._len
         w.wrote(rows, src, n)
         if self.files is not None: self.files.wrote(len(rows) * self._row_bytes)
-        self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them) and the incoming row each holds
+        self.last_rows, self.last_src = rows, src  # the rows written (sorted, as `np.unique` gives them), their sources
         return (int(self.last_rows[0]), len(rows)) if len(rows) else (0, 0)
 
     def _add_row_by_writer(self, row:Mapping) -> tuple[int, int]:
@@ -477,15 +577,16 @@ class ColumnStorage(Storage):
             b[c.key] = np.asarray(v, c.np_dtype)[None]  # in the column's dtype, which `_one` checked it fits
         if b is None or found != len(row):
             keys = row.keys()
-            raise ExperienceReplayException(f'the transition does not match the memory: missing '
-                                            f'{sorted(self._keys - keys - {optional})}, extra {sorted(keys - self._keys)}')
+            missing = sorted(self._keys - keys - {optional})
+            raise ExperienceReplayException(f'the transition does not match the memory: missing {missing}, '
+                                            f'extra {sorted(keys - self._keys)}')
         return self._add_by_writer(b)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #e3cb0f8a
 def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
-    "A zeroed `(max_sz, row_bytes)` block of bytes holding every column's values of a row side by side; sets each column's `offset` and `inner_strides`"
+    "A zeroed `(max_sz, row_bytes)` block holding each row's values side by side; sets the columns' `offset`s"
     off = 0
-    for c in sorted(cols, key=lambda c: -c.np_dtype.itemsize):  # widest first: every value lies at a multiple of its size, as torch's strides need
+    for c in sorted(cols, key=lambda c: -c.np_dtype.itemsize):  # widest first: each value at a multiple of its size
         _place(c, off)
         off += _nbytes(c)
     align = max(c.np_dtype.itemsize for c in cols)  # a complex value's size is twice its alignment
@@ -493,116 +594,67 @@ def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
 
 def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
 
+_DERIVED = ('_row_type', '_row_gathers', '_values', '_row_plan', '_row_dsts')  # what `_derive` makes from the arrays
+
 def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
-    c.offset, c.inner_strides = offset, tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
+    c.offset = offset
+    c.inner_strides = tuple(c.np_dtype.itemsize * math.prod(c.shape[d+1:]) for d in range(len(c.shape)))
 
 def _block_view(rows:np.ndarray, c:_Col) -> np.ndarray:
     "Column `c`'s values in block `rows`, a view"
     return np.ndarray((len(rows), *c.shape), c.np_dtype, rows, c.offset, (rows.strides[0], *c.inner_strides))
 
+def _room(device:torch.device, folder:Path|None) -> tuple[int|None, str]:
+    "The most bytes columns can take, and where: the disk of `folder`, an accelerator, or this machine; None if unknown"
+    if folder is not None: return shutil.disk_usage(folder).total, f'the disk of {folder}'
+    if device.type == 'cuda': return torch.cuda.get_device_properties(device).total_memory, f'{device} memory'
+    if device.type == 'cpu' and 'SC_PHYS_PAGES' in getattr(os, 'sysconf_names', {}):
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'), "this machine's memory"
+    return None, ''
+
+def _no_room(max_sz:int, row_bytes:int, e:Exception) -> ExperienceReplayException:
+    return ExperienceReplayException(f'max_sz={max_sz}: {max_sz:,} rows of {row_bytes} bytes '
+                                     f'({max_sz * row_bytes:,} bytes) cannot be allocated: {e}')
+
+def _declared(k, spec) -> tuple[tuple, torch.dtype]:
+    "The trailing shape and dtype a state's `spec` declares for column `k`; raise unless both are well formed"
+    if not isinstance(k, str) or not isinstance(spec, Mapping):
+        raise ExperienceReplayException(f'column {k!r}: expected a name and a dict of its shape and dtype, '
+                                        f'got {type(k).__name__} and {type(spec).__name__}')
+    shape, name = spec.get('shape'), spec.get('dtype')
+    if not isinstance(shape, (tuple, list)) or not all(is_int(d) and d >= 0 for d in shape):
+        raise ExperienceReplayException(f'column {k!r}: expected a shape of ints >= 0, got {shape!r}')
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ExperienceReplayException(f'column {k!r}: expected the name of a torch dtype, got {name!r}')
+    return tuple(shape), dtype
+
 # %% ../../nbs/06a_memory.experience_replay.ipynb #b7c1e002
-_MAKERS = {}  # source: the `make` it defines, compiled once for each kind of row
+_CODES = {np.dtype(t): code for t, code in ((np.bool_, '?'), (np.int8, 'b'), (np.uint8, 'B'), (np.int16, 'h'),
+          (np.int32, 'i'), (np.int64, 'q'), (np.float16, 'e'), (np.float32, 'f'), (np.float64, 'd'))}  # `struct`'s
+_FEW = 64  # the most values a column may hold in a row for `+` of one row to pack them one by one
 
-def _maker(src:str):
-    "The function `make` that source `src` defines, compiled the first time it is asked for"
-    if (f := _MAKERS.get(src)) is None:
-        ns = dict(ndarray=np.ndarray)
-        exec(compile(src, '<one-row writes>', 'exec'), ns)
-        f = _MAKERS[src] = ns['make']
-    return f
-
-_TRY_ADD = """def make(s, keys, max_sz, put_row_bytes, plan, keep, guard, {params}):
-    def try_add(b, _keep=keep):
-        try:
-            {vs}, = b.values()
-            if not ((guard({vs}) or ({checks}))
-                    and tuple(b) == keys): return -1
-            srcs = ({ptrs},)
-        except Exception: return -1  # not a mapping of tensors: `add` checks it
-        p = s.pointer
-        if p == max_sz: p = 0
-        put_row_bytes(p, plan, srcs)
-        s.pointer = p + 1
-        if s._len < max_sz: s._len += 1{wrote}
-        return p
-    return try_add"""
-
-_TRY_ADD_ROW = """def make(s, keys, max_sz, {params}):
-    def try_add_row(t):
-        try:
-            {vs}, = t.values()
-            if not ({checks}
-                    and tuple(t) == keys): return -1
-        except Exception: return -1  # not a mapping of values: `add_row` checks it
-        p = s.pointer
-        if p == max_sz: p = 0
-        {writes}
-        s.pointer = p + 1
-        if s._len < max_sz: s._len += 1{wrote}
-        return p
-    return try_add_row"""
-
-def _tensor_check(i:int, c:_Col) -> str:
-    "What `try_add` asks of tensor `v{i}` for column `c`: exactly its dtype and shape (with a batch dimension of 1), on the CPU, not a negated view, contiguous (for more than one number)"
-    v = f'v{i}'
-    res = f'{v}.dtype is d{i} and {v}.shape == s{i} and {v}.is_cpu and not {v}.is_neg()'
-    if math.prod(c.shape) > 1: res += f' and {v}.is_contiguous()'
-    return res
-
-GUARDED_TORCH = '2.14.'  # the torch release line whose `TensorGuards` constructor the tests exercise
-
-def _tensor_guard(cols:list[_Col]) -> Callable:
-    "One call checking a one-row batch's tensors in column order, in C++: torch's guard of compiled graphs (`TensorGuards`), which passes plain CPU tensors outside autograd, without a negated or conjugate view, of exactly each column's dtype and shape with a batch dimension of 1, contiguous; a tensor it does not pass gets `_tensor_check`'s checks"
-    if not torch.__version__.startswith(GUARDED_TORCH): return _passes_nothing  # a private API: used only on the torch it was tested with
-    try: from torch._C._dynamo.guards import TensorGuards
-    except ImportError: return _passes_nothing  # a torch without it: the checks alone
-    with torch.inference_mode(False):  # the guard compares dispatch keys, which inference mode changes
-        ex = [torch.empty((1, *c.shape), dtype=c.dtype) for c in cols]
-        strides = [[None if n == 1 or 0 in e.shape else s for n, s in zip(e.shape, e.stride())] for e in ex]  # any stride along a dimension of one value
-        return TensorGuards(*ex, dynamic_dims_sizes=[list(e.shape) for e in ex], dynamic_dims_strides=strides).check
-
-def _passes_nothing(*vs) -> bool: return False
-
-def _value_check(i:int, c:_Col) -> str:
-    "What `try_add_row` asks of value `v{i}` for column `c`: an array of exactly its dtype and shape; for single numbers, its NumPy scalar or a Python number of its kind (an int in its range)"
-    v, k = f'v{i}', c.np_dtype.kind
-    if c.shape: return f'type({v}) is ndarray and {v}.dtype is n{i} and {v}.shape == h{i}'
-    py = (f' or type({v}) is float' if k == 'f' else f' or type({v}) is bool' if k == 'b'
-          else f' or (type({v}) is int and {c.lo} <= {v} <= {c.hi})' if k in 'iu' else '')
-    return f'(type({v}) is t{i}{py})'
-
-def _wrote(st) -> str: return '' if st.files is None else f'\n        s.files.wrote({st._row_bytes})'
-
-def _compiled_try_add(st) -> Callable|None:
-    "`try_add` for storage `st`'s host columns; None when a column's rows are not contiguous or hold complex numbers"
-    cols = st._cols
-    if any(not c.np[:1].flags.c_contiguous or c.dtype.is_complex for c in cols): return None
-    n = len(cols)
-    src = _TRY_ADD.format(params=', '.join(f'd{i}, s{i}' for i in range(n)), vs=', '.join(f'v{i}' for i in range(n)),
-                          checks='\n                    and '.join(_tensor_check(i, c) for i, c in enumerate(cols)),
-                          ptrs=', '.join(f'v{i}.data_ptr()' for i in range(n)), wrote=_wrote(st))
-    plan = np.array([[c.np.ctypes.data, c.np.strides[0], c.np[:1].nbytes] for c in cols], np.int64)
-    put = put_row_bytes.compile((nb_types.int64, nb_types.int64, nb_types.UniTuple(nb_types.int64, n)))  # its compiled entry: called without numba's dispatch on argument types
-    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, put, plan.ctypes.data, (plan, *[c.np for c in cols]), _tensor_guard(cols),
-                       *[x for c in cols for x in (c.dtype, torch.Size((1, *c.shape)))])
-
-def _compiled_try_add_row(st) -> Callable:
-    "`try_add_row` for storage `st`'s host columns"
-    cols, n = st._cols, len(st._cols)
-    src = _TRY_ADD_ROW.format(params=', '.join(f'n{i}, h{i}, t{i}, a{i}' for i in range(n)), vs=', '.join(f'v{i}' for i in range(n)),
-                              checks='\n                    and '.join(_value_check(i, c) for i, c in enumerate(cols)),
-                              writes='; '.join(f'a{i}[p] = v{i}' for i in range(n)), wrote=_wrote(st))
-    return _maker(src)(st, tuple(c.key for c in cols), st.max_sz, *[x for c in cols for x in (c.np_dtype, c.shape, c.np_scalar, c.np)])
+def _value_plan(cols:list[_Col], rows:np.ndarray|None) -> tuple|None:
+    "How `+` writes one row into block `rows`: column specs, the row's `struct.Struct`, the bytes of `rows`, its width"
+    if rows is None or not (rows.flags.c_contiguous and rows.flags.writeable): return None
+    if any(c.np_dtype not in _CODES or len(c.shape) > 1 or math.prod(c.shape) > _FEW for c in cols): return None
+    cols = sorted(cols, key=lambda c: c.offset)
+    if [c.offset for c in cols] != [sum(_nbytes(b) for b in cols[:i]) for i in range(len(cols))]:
+        return None  # a gap between two columns, which `struct` would write over
+    row = struct.Struct('=' + ''.join(f'{math.prod(c.shape)}{_CODES[c.np_dtype]}' for c in cols))
+    specs = [(c.key, c.dtype, c.np_dtype, c.shape[0] if c.shape else -1, math.prod(c.shape))  # -1: a single value
+             for c in cols]
+    return specs, row, memoryview(rows).cast('B'), rows.strides[0]
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 def _many_rows(b:Mapping, col) -> bool:
-    "Whether `b` is plainly a batch of more than one row: its value for the column `col` is an array or tensor of `col`'s shape with a batch dimension over 1"
+    "Whether `b` is plainly a batch of more than one row: its `col` an array or tensor of more than one row of `col`"
     v = b.get(col.key)
     return type(v) in (torch.Tensor, np.ndarray) and v.ndim == len(col.shape) + 1 and v.shape[0] > 1
 
 def _single_row(b:Mapping) -> dict|None:
-    "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for any other batch"
+    "The values of a batch of one row of plain arrays or CPU tensors, without the batch dimension; None for others"
     row = {}
     for k, v in b.items():
         t = type(v)
@@ -625,17 +677,22 @@ def _float_index(idx) -> bool:
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #83f13028
 def _check_layout(rows, cols:list[_Col], spec:dict, max_sz:int):
-    "Raise unless block `rows` has `max_sz` rows of bytes in which every column of `spec` lies aligned, inside the row and apart from the others; place `cols` at their offsets"
+    "Raise unless each column of `spec` lies aligned and apart in block `rows` of `max_sz` rows; place `cols` there"
     shape, dtype = tuple(getattr(rows, 'shape', ())), getattr(rows, 'dtype', None)
     if len(shape) != 2 or shape[0] != max_sz or dtype is None or dtype_name(dtype) != 'uint8':
-        raise ExperienceReplayException(f'the block of rows: expected ({max_sz}, row bytes) uint8, got {type(rows).__name__} {shape} {dtype}')
+        raise ExperienceReplayException(f'the block of rows: expected ({max_sz}, row bytes) uint8, '
+                                        f'got {type(rows).__name__} {shape} {dtype}')
     width, end = shape[1], 0
-    for c in sorted(cols, key=lambda c: (o if is_int(o := spec[c.key].get('offset')) else -1, c.key)):  # a bad offset comes first, and is refused
+    offset = lambda c: o if is_int(o := spec[c.key].get('offset')) else -1
+    for c in sorted(cols, key=lambda c: (offset(c), c.key)):  # a bad offset comes first, and is refused
         off = spec[c.key].get('offset')
-        if c.np_dtype is None: raise ExperienceReplayException(f'column {c.key!r}: {dtype_name(c.dtype)} values cannot lie in a block of rows')
+        if c.np_dtype is None:
+            raise ExperienceReplayException(f'column {c.key!r}: {dtype_name(c.dtype)} values cannot lie in a block '
+                                            f'of rows')
         if not is_int(off) or off < end or off % c.np_dtype.alignment or off + _nbytes(c) > width:
-            raise ExperienceReplayException(f'column {c.key!r}: offset {off!r} does not place its {_nbytes(c)} bytes aligned, inside a row '
-                                            f'of {width} bytes and after the bytes of the columns before it')
+            raise ExperienceReplayException(f'column {c.key!r}: offset {off!r} does not place its {_nbytes(c)} '
+                                            f'bytes aligned, inside a row of {width} bytes and after the bytes of the '
+                                            f'columns before it')
         _place(c, off)
         end = off + _nbytes(c)
 
@@ -650,30 +707,44 @@ class ExperienceReplay(Replay):
                  device:str|torch.device|None=None, # Where storage lives and sampling happens (default: CPU)
                  generator:torch.Generator|None=None, # Random generator for `sample`, on `device`
                  seed:int|None=None, # Seed for a new generator (default: drawn from torch's global RNG)
-                 sampler:Sampler|None=None, # Picks the rows of a sample (default: a `UniformSampler` with `generator` or `seed`)
+                 sampler:Sampler|None=None, # Picks the rows of a sample (default: a `UniformSampler`)
                  storage_dir:str|Path|None=None, # Keep the columns in memory-mapped files there instead of RAM
-                 fields:tuple|None=None): # Names of the elements of a transition `append` gets as a plain tuple
+                 fields:tuple|None=None, # Names of the elements of a transition `append` gets as a plain tuple
+                 **unknown): # Refused, naming the arguments taken
+        if unknown: raise _unknown_args(type(self), ExperienceReplay.__init__, unknown)
         if sampler is None: sampler = UniformSampler(generator, seed)
         elif generator is not None or seed is not None:
-            raise ExperienceReplayException('a ready sampler comes with its own generator: give it the generator or seed')
+            raise ExperienceReplayException('a ready sampler comes with its own generator: '
+                                            'give it the generator or seed')
         super().__init__(ColumnStorage(max_sz, device, storage_dir), sampler, bs, warmup_sz, memory)
         if fields is not None: self.fields = tuple(fields)
+
+def _unknown_args(cls:type, init, unknown:dict) -> ExperienceReplayException:
+    "The error for keyword arguments `unknown` that `init` does not take"
+    taken = [p for p in inspect.signature(init).parameters if p not in ('self', 'unknown')]
+    return ExperienceReplayException(f'{cls.__name__}: expected arguments among {taken}, got unknown {sorted(unknown)}')
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #178f149c
 class SamplerReplay(ExperienceReplay):
     "An `ExperienceReplay` whose sampler, a `sampler_cls`, is made from the keyword arguments after the memory's own"
     sampler_cls:type = UniformSampler  # The sampler class; a subclass names its own
-    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None, storage_dir=None,
-                 fields=None, **kwargs): # `ExperienceReplay`'s arguments, and the sampler's (`generator`, `seed` and its own)
-        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs), storage_dir=storage_dir, fields=fields)
+    def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None,
+                 storage_dir=None, fields=None,
+                 **kwargs): # The sampler's arguments: `generator`, `seed` and its own
+        super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs),
+                         storage_dir=storage_dir, fields=fields)
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
     "Value `v` of a first transition as an array that types its column: Python floats as float32, ints as int64"
-    if isinstance(v, torch.Tensor): return v.detach().cpu()[None]
+    if isinstance(v, torch.Tensor):
+        check_values(v, f'column {k!r}')
+        return v.detach().cpu()[None]
     if isinstance(v, (np.ndarray, np.generic)): return np.asarray(v)[None]
     a = np.asarray(v)
-    if a.dtype == object: raise ExperienceReplayException(f'column {k!r}: expected a number, an array or a tensor, got {type(v).__name__}')
+    if a.dtype == object:
+        raise ExperienceReplayException(f'column {k!r}: expected a number, an array or a tensor, '
+                                        f'got {type(v).__name__}')
     return a.astype(np.float32 if a.dtype.kind == 'f' else a.dtype)[None]
 
 def _kind_error(c:_Col, what:str):
@@ -685,7 +756,8 @@ def _one(c:_Col, v):
     if t is np.ndarray or t is c.np_scalar: return _checked(c, v)  # the common cases first
     if t is float or t is int or t is bool:  # a Python number: converted as torch.tensor would convert it
         if c.shape:
-            raise ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got a {t.__name__}')
+            raise ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, '
+                                            f'got a {t.__name__}')
         k = c.np_dtype.kind
         if t is bool: ok = k == 'b'
         elif t is int: ok = k in 'fc' or (k in 'iu' and c.lo <= v <= c.hi)
@@ -709,4 +781,5 @@ def _checked(c:_Col, v):
 
 def _one_shape_error(c:_Col, got:tuple):
     hint = f': a batch of {got[0]} rows? add batches with `memory + batch`' if tuple(got[1:]) == c.shape else ''
-    return ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, got {tuple(got)}{hint}')
+    return ExperienceReplayException(f'column {c.key!r}: expected shape {c.shape} for one transition, '
+                                     f'got {tuple(got)}{hint}')

@@ -1,4 +1,4 @@
-"""The compiled passes that write TD errors back, and one-row batches of tensors in, in one loop each.
+"""The compiled passes that write TD errors back and mark the rows a write replaced, in one loop each.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.kernels.html.md"""
 
@@ -7,9 +7,6 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.kernels.html.md"""
 # %% ../../nbs/06j_memory.kernels.ipynb #d8af9d8c
 from __future__ import annotations
 import numpy as np, torch, numba
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 # %% auto #0
 __all__ = []
@@ -29,7 +26,7 @@ def put_in_order(col, idxs, vals):
 
 @numba.njit(cache=True, nogil=True)
 def rows_written(td, marks, written, start, end, stale):
-    "Rows `start` to `end` were just written: zero their TD errors, count one more write of each (its generation), and mark `stale` those whose hand-out mark is set, in one pass"
+    "Rows `start` to `end` were just written: zero their TD errors, count a write, mark handed-out ones `stale`"
     for j in range(start, end):
         td[j] = 0
         written[j] += 1
@@ -37,7 +34,7 @@ def rows_written(td, marks, written, start, end, stale):
 
 @numba.njit(cache=True, nogil=True)
 def fresh_rows(idxs, marks, stale, written, generations, fresh):
-    "Into `fresh`: whether row `idxs[j]` still holds what was handed out: its write generation is `generations[j]` when generations are given (non-empty), else its mark is not `stale`; return how many are not"
+    "Into `fresh`: whether row `idxs[j]` holds what was handed out (by `generations`, if any, or marks); count the rest"
     n_stale, by_gen = 0, generations.shape[0] > 0
     for j in range(idxs.shape[0]):
         fresh[j] = written[idxs[j]] == generations[j] if by_gen else marks[idxs[j]] != stale
@@ -45,26 +42,10 @@ def fresh_rows(idxs, marks, stale, written, generations, fresh):
     return n_stale
 
 def td_arrays(n_rows:int, device, td_errors, idxs) -> tuple[np.ndarray, np.ndarray]|None:
-    "`idxs` and `td_errors` as host arrays when they are what `sample` and a loss give (float32, on the memory's `device`) and fit a memory of `n_rows` rows; else None"
+    "`idxs` and `td_errors` as host arrays when `sample` and a loss made them and they fit `n_rows` rows; else None"
     if (type(idxs) is torch.Tensor and type(td_errors) is torch.Tensor and idxs.dtype == torch.int64 and idxs.ndim == 1
         and td_errors.dtype == torch.float32 and td_errors.shape in ((len(idxs),), (len(idxs), 1))
         and idxs.device.type == td_errors.device.type == torch.device(device).type):
         i, td = idxs.cpu().numpy(), td_errors.detach().reshape(-1).cpu().numpy()
         if _nb_fits(i, n_rows, td): return i, td
     return None
-
-# %% ../../nbs/06j_memory.kernels.ipynb #c2a7e702
-@intrinsic
-def _address(typingctx, addr):
-    "The int64 `addr` as a pointer"
-    def codegen(context, builder, sig, args): return builder.inttoptr(args[0], cgutils.voidptr_t)
-    return types.voidptr(types.int64), codegen
-
-@numba.njit(cache=True)  # holding the GIL: releasing it costs more than these few bytes take to copy
-def put_row_bytes(row, plan, srcs):
-    "Copy a row's bytes from each address `srcs[j]` into row `row` of column `j`, which the int64 array at address `plan` lays out in threes: the address of the column's row 0, its row stride, and the bytes of a row"
-    p = numba.carray(_address(plan), (3 * len(srcs),), np.int64)
-    for j in range(len(srcs)):
-        n = p[3 * j + 2]
-        d = numba.carray(_address(p[3 * j] + row * p[3 * j + 1]), (n,), np.uint8)
-        d[:] = numba.carray(_address(srcs[j]), (n,), np.uint8)
