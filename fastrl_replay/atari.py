@@ -45,8 +45,10 @@ class NatureQNet(nn.Module):
     "The Nature DQN: convolutions 32x8x8/4, 64x4x4/2, 64x3x3/1, a hidden layer of 512, one value per action; reads uint8 stacks"
     def __init__(self, n_actions:int, stack_size:int=4):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(stack_size, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                                 nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(),
+        self.net = nn.Sequential(nn.Conv2d(stack_size, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2),
+                                 nn.ReLU(),
+                                 nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(3136, 512),
+                                 nn.ReLU(),
                                  nn.Linear(512, n_actions))
     def forward(self, x): return self.net((x['state'] if isinstance(x, dict) else x).float() / 255.)
 
@@ -66,12 +68,14 @@ def frame_replay(kind:str='uniform', # 'uniform', 'per' or 'laber'
                  seed:int|None=None, # Seed of the sampler
                  score=None, # LaBER's score of a batch (its `surrogate_priorities` for a DQN)
                  frame_shape:tuple=(84, 84), # Shape of one frame
-                 **options) -> FrameReplay: # The sampler's settings (`alpha`, `beta`, `m`, ...) and the storage's (`block`, `level`)
+                 # The sampler's settings (`alpha`, `beta`, `m`, ...) and the storage's (`block`, `level`)
+                 **options) -> FrameReplay:
     "A replay memory of single frames, rebuilt into stacked n-step transitions, sampled by the `kind` of replay"
     st_keys = {'block', 'level', 'padding', 'device'}
     st = {k: options.pop(k) for k in list(options) if k in st_keys}
     cls = CompressedFrameStorage if compress else FrameStorage
-    if not compress and ('block' in st or 'level' in st): raise ValueError('block and level set the compressed storage: compress=True')
+    if not compress and ('block' in st or 'level' in st):
+        raise ValueError('block and level set the compressed storage: compress=True')
     storage = cls(frame_shape, max_sz, stack_size=stack_size, n_steps=n_steps, gamma=gamma, **st)
     if kind == 'uniform': sampler = UniformSampler(seed=seed, **options)
     elif kind == 'per': sampler = PrioritizedSampler(seed=seed, **options)
@@ -84,7 +88,8 @@ def frame_replay(kind:str='uniform', # 'uniform', 'per' or 'laber'
 # %% ../nbs/17_atari.ipynb #5a531845
 STACK = 4  # frames per state, as in the Nature DQN
 _ATARI_BASE = dict(steps=1_000_000, gamma=0.99, n_steps=3, n_envs=4,
-                   replay=dict(max_sz=100_000, warmup_sz=5_000, bs=32), optim=dict(lr=1e-4, train_every=4, max_grad_norm=10.),
+                   replay=dict(max_sz=100_000, warmup_sz=5_000, bs=32),
+                   optim=dict(lr=1e-4, train_every=4, max_grad_norm=10.),
                    net=dict(target_sync=1_000), explore=dict(eps_end=0.01, eps_steps=100_000))
 ATARI_DEFAULTS = {
     'ALE/Pong-v5': dict(steps=2_000_000),
@@ -99,21 +104,28 @@ def atari_defaults(env:str) -> dict:
            {k: v for k, v in d.items() if k not in _ATARI_BASE}
 
 def atari_learner(env:str='ALE/Pong-v5', # An `ALE/...` game id
-                  *, replay:ReplaySettings|dict|None=None, # The frame memory: `kind`, `bs`, `max_sz`, `warmup_sz`; `options` for the sampler and storage (`block`, `level`, `compress`)
+                  # The frame memory: `kind`, `bs`, `max_sz`, `warmup_sz`; `options` for the sampler and storage
+                  # (`block`, `level`, `compress`)
+                  *, replay:ReplaySettings|dict|None=None,
                   n_envs:int=4, # Environments stepped together
                   n_steps:int=3, # n of the n-step return
                   gamma:float=0.99, # Discount factor
                   seed:int|None=0, # Seed for the network, the environments, exploration and replay
                   max_episode_steps:int|None=None, # Emulator frames before an episode is cut (default: the game's)
-                  **kwargs): # `dqn_learner`'s other settings: `net`, `explore`, `optim`, `steps_per_epoch`, `cbs`, `device`
+                  # `dqn_learner`'s other settings: `net`, `explore`, `optim`, `steps_per_epoch`, `cbs`, `device`
+                  **kwargs):
     "A fastai `Learner` training the Nature DQN on an Atari game, its replay memory the compressed frame storage"
     replay = settings(ReplaySettings, replay)
     env_ = atari_env(env, n_envs, max_episode_steps=max_episode_steps)
     n_actions = int(env_.single_action_space.n)
     if seed is not None: torch.manual_seed(seed)
     model = NatureQNet(n_actions, STACK)
-    if replay.kind == 'laber': raise ValueError("atari_learner replays 'uniform' or 'per'; a frame_replay of kind 'laber' takes a score of its own")
+    if replay.kind == 'laber':
+        raise ValueError("atari_learner replays 'uniform' or 'per'; a frame_replay of kind 'laber' takes a score of "
+                         "its own")
     opts = dict(replay.options)
-    memory = frame_replay(replay.kind, bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, n_steps=n_steps, gamma=gamma,
+    memory = frame_replay(replay.kind, bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, n_steps=n_steps,
+                          gamma=gamma,
                           stack_size=STACK, seed=seed, compress=opts.pop('compress', True), **opts)
-    return dqn_learner(env_, memory=memory, model=model, gamma=gamma, n_steps=n_steps, seed=seed, stack_size=STACK, **kwargs)
+    return dqn_learner(env_, memory=memory, model=model, gamma=gamma, n_steps=n_steps, seed=seed, stack_size=STACK,
+                       **kwargs)

@@ -6,7 +6,8 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #57dcf57c
 from __future__ import annotations
-import argparse
+import argparse, errno, os, sys
+from pathlib import Path
 from fastcore.basics import ifnone
 
 # %% auto #0
@@ -15,48 +16,66 @@ __all__ = ['main']
 # %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):
     "Entry point of the `fastrl-replay` console script"
-    p = argparse.ArgumentParser(prog='fastrl-replay', description='Experience replay for reinforcement learning on fastai')
+    p = argparse.ArgumentParser(prog='fastrl-replay',
+                                description='Experience replay for reinforcement learning on fastai')
     sub = p.add_subparsers(dest='command', required=True)
     d = sub.add_parser('demo', help='train a small Learner with ExperienceReplayCallback and write its metrics')
     d.add_argument('--out', default='reports', help='folder for reports (default: reports)')
     d.add_argument('--epochs', type=_positive, default=3, help='passes over the synthetic stream (default: 3)')
     d.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
-    t = sub.add_parser('train', help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
-    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2'], help='the agent: dqn for discrete actions, sac or td3 for Box actions, r2d2 (a recurrent DQN on CartPoleNoVelocity-v1 by default) (default: dqn)')
+    t = sub.add_parser('train',
+                       help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
+    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2'],
+                   help='the agent: dqn for discrete actions, sac or td3 for Box actions, r2d2 (a recurrent DQN on '
+                        'CartPoleNoVelocity-v1 by default) (default: dqn)')
     t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1 for dqn, Pendulum-v1 for sac and td3)')
-    t.add_argument('--steps', type=_positive, help="environment steps (default: the environment's, 50000 for CartPole-v1)")
+    t.add_argument('--steps', type=_positive,
+                   help="environment steps (default: the environment's, 50000 for CartPole-v1)")
     t.add_argument('--seed', type=int, help='seed (default: 0)')
-    t.add_argument('--replay-size', type=_positive, help="replay memory capacity (default: the environment's, 50000 for CartPole-v1)")
-    t.add_argument('--replay', choices=['uniform', 'per', 'laber'], help='uniform, prioritized (per) or LaBER replay (default: uniform)')
+    t.add_argument('--replay-size', type=_positive,
+                   help="replay memory capacity (default: the environment's, 50000 for CartPole-v1)")
+    t.add_argument('--replay', choices=['uniform', 'per', 'laber'],
+                   help='uniform, prioritized (per) or LaBER replay (default: uniform)')
     t.add_argument('--out', help='folder for reports (default: reports)')
     t.add_argument('--checkpoint-every', type=_positive, metavar='K',
-                   help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: never)')
-    t.add_argument('--resume', metavar='RUN', help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
+                   help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: '
+                        'never)')
+    t.add_argument('--resume', metavar='RUN',
+                   help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
-    t.add_argument('--actors', type=_positive, metavar='N', help='collect with N actors on Ray writing to replay shards (default: in this process)')
+    t.add_argument('--actors', type=_positive, metavar='N',
+                   help='collect with N actors on Ray writing to replay shards (default: in this process)')
     t.add_argument('--shards', type=_positive, metavar='M', help='replay shards on Ray, with --actors (default: 1)')
     t.add_argument('--address', help='a Ray cluster to join, with --actors (default: start Ray on this machine)')
-    f = sub.add_parser('forgetting', help='train on mode 1 then mode 2 of ChangingEnv, with and without replay, and measure forgetting')
+    f = sub.add_parser('forgetting',
+                       help='train on mode 1 then mode 2 of ChangingEnv, with and without replay, and measure '
+                            'forgetting')
     f.add_argument('--seed', type=int, default=0, help='seed (default: 0)')
     f.add_argument('--agent', choices=['a2c', 'dqn'], default='a2c', help='the agent (default: a2c)')
-    f.add_argument('--memory', choices=['fifo', 'reservoir', 'balanced'], default='fifo', help='the replay memory (default: fifo)')
-    f.add_argument('--out', default='reports/forgetting', help='folder for report.html and metrics.json (default: reports/forgetting)')
+    f.add_argument('--memory', choices=['fifo', 'reservoir', 'balanced'], default='fifo',
+                   help='the replay memory (default: fifo)')
+    f.add_argument('--out', default='reports/forgetting',
+                   help='folder for report.html and metrics.json (default: reports/forgetting)')
     f.add_argument('--eval-trials', type=_positive, default=5000, help='trials per final score (default: 5000)')
-    f.add_argument('--steps1', type=_positive, help='mode-1 training: gradient steps for a2c (default 1000), environment steps for dqn (default 10000)')
+    f.add_argument('--steps1', type=_positive,
+                   help='mode-1 training: gradient steps for a2c (default 1000), environment steps for dqn (default '
+                        '10000)')
     f.add_argument('--steps2', type=_positive, help='mode-2 training, in the same unit (same defaults)')
     args = p.parse_args(argv)
     if args.command == 'train': return _train(p, args)
     if args.command == 'forgetting': return _forgetting(args)
     from fastrl_replay.runs import run_demo  # once the arguments are parsed: `--help` needs neither torch nor fastai
     m = run_demo(args.out, args.epochs, args.seed, args.quiet)
-    print(f"{m['batches_cancelled']} batches cancelled while the memory warmed up, {m['batches_trained']} trained on replayed samples")
+    print(f"{m['batches_cancelled']} batches cancelled while the memory warmed up, {m['batches_trained']} trained on "
+          "replayed samples")
     print(f"loss {m['first_loss']:.4f} -> {m['final_loss']:.4f}; memory {m['memory_rows']} rows, "
           f"{m['rows_with_td_error']} with a TD error written back")
     print(f"report: {m['report']}")
 
 # %% ../nbs/90_cli.ipynb #c7c71c81
-_TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay='uniform', out='reports', checkpoint_every=None)  # None: the env's
+_TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay='uniform', out='reports',
+              checkpoint_every=None)  # None: the env's
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
@@ -64,18 +83,42 @@ def _train(parser, args):
     given = [f"--{k.replace('_', '-')}" for k in _TRAIN if getattr(args, k) is not None]
     if args.resume is not None and given:
         parser.error(f'--resume carries a run on with the settings it was started with: drop {" ".join(given)}')
+    for flag, path in (('--out', args.out), ('--resume', args.resume)):
+        if path is not None and Path(path).exists() and not Path(path).is_dir(): _fail(f'{flag} {path}: not a folder')
+    from gymnasium.error import Error as GymError
     try:
+        if args.resume is None: _writable(ifnone(args.out, _TRAIN['out']))  # before training, not after it
         if args.algo == 'r2d2':  # the recurrent DQN trains in this process, without checkpoints or Ray collectors
-            if args.resume or args.checkpoint_every or args.actors: parser.error('--algo r2d2 takes no --resume, --checkpoint-every or --actors')
+            if args.resume or args.checkpoint_every or args.actors:
+                parser.error('--algo r2d2 takes no --resume, --checkpoint-every or --actors')
             from fastrl_replay.agents.r2d2 import train_r2d2
             m = train_r2d2(args.env, args.steps, args.seed, args.replay, args.replay_size, args.out, args.quiet)
-        elif args.resume is None: m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet, **_ray_args(parser, args))
+        elif args.resume is None:
+            m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet,
+                          **_ray_args(parser, args))
         else: m = resume_train(args.resume, args.quiet)
     except ValueError as e: parser.error(str(e))
+    except GymError as e: _fail(f'--env {args.env}: {e}')
+    except OSError as e: _fail(_os_message(e))
     print(f"{m['env']}, seed {m['seed']}: {m['env_steps']} environment steps in {m['wall_s']}s "
           f"({m['env_steps_per_s']:.0f}/s), {m['episodes']} episodes")
     print(f"greedy return over {len(m['eval_returns'])} episodes: {m['eval_mean']:.1f} ± {m['eval_std']:.1f}")
     print(f"report: {m['report']}")
+
+def _writable(out):
+    "Make the folder `out` if it is missing; raise `OSError` unless files can be written in it"
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK): raise PermissionError(errno.EACCES, 'not writable', str(out))
+
+def _fail(msg:str):
+    "Exit with status 2 after `msg` on one line of stderr: a run that cannot start or cannot write its files"
+    print(f"fastrl-replay: error: {' '.join(str(msg).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+def _os_message(e:OSError) -> str:
+    "What failed, for `OSError` `e`: its file and reason (a full disk said as such)"
+    why = 'no space left on the device' if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    return f'{e.filename}: {why}' if e.filename else why
 
 def _positive(s):
     "`s` as an int >= 1, for argparse"
@@ -91,7 +134,8 @@ def _ray_args(parser, args) -> dict:
         if args.shards or args.address: parser.error('--shards and --address need --actors N')
         return {}
     if args.checkpoint_every or args.resume:
-        parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards checkpoint themselves')
+        parser.error('--checkpoint-every and --resume keep a run of one process; with --actors the replay shards '
+                     'checkpoint themselves')
     return dict(ray=dict(actors=args.actors, shards=args.shards or 1, address=args.address))
 
 # %% ../nbs/90_cli.ipynb #ea1a85ad
@@ -100,7 +144,8 @@ def _forgetting(args):
     from fastrl_replay.forgetting import run_forgetting  # imported here: the other commands do not need it
     budget = {k: getattr(args, k) for k in ('steps1', 'steps2') if getattr(args, k) is not None}
     m = run_forgetting(args.seed, args.agent, args.memory, args.out, args.eval_trials, **budget)
-    print(f"{m['agent']}, {m['memory']} memory, seed {m['seed']}, {m['wall_s']}s: mode 1 {m['mode1_before']:.3f} before mode 2, "
+    print(f"{m['agent']}, {m['memory']} memory, seed {m['seed']}, {m['wall_s']}s: mode 1 {m['mode1_before']:.3f} "
+          "before mode 2, "
           f"{m['mode1_after_no_replay']:.3f} after it without replay, {m['mode1_after_replay']:.3f} with replay")
     print(f"mode 2 with replay {m['mode2_after_replay']:.3f}, trained on mode 2 alone {m['mode2_only']:.3f}")
     print(f"report: {m['report']}")

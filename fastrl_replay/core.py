@@ -34,7 +34,8 @@ def _as_column(k, v, nested:bool=True) -> torch.Tensor|dict:
         return {j: _as_column(f'{k}.{j}', x, nested=False) for j, x in v.items()}
     if isinstance(v, np.ndarray): v = torch.from_numpy(v)
     if not isinstance(v, torch.Tensor):
-        raise TypeError(f'column {k!r}: expected a tensor or array with a leading batch dimension, got {type(v).__name__}')
+        raise TypeError(f'column {k!r}: expected a tensor or array with a leading batch dimension, got '
+                        f'{type(v).__name__}')
     if v.ndim == 0: raise ValueError(f'column {k!r}: expected a leading batch dimension, got a 0-d tensor')
     return v
 
@@ -54,7 +55,8 @@ def _first(v) -> torch.Tensor:
 
 def _row_index(idx, n):
     "`idx` made into an index that keeps the batch dimension of a column of `n` rows"
-    if isinstance(idx, (bool, np.bool_)): raise IndexError('a bool is not a row index; use a mask with one bool per row')
+    if isinstance(idx, (bool, np.bool_)):
+        raise IndexError('a bool is not a row index; use a mask with one bool per row')
     if isinstance(idx, (np.ndarray, torch.Tensor)) and idx.ndim == 0 and idx.dtype not in (bool, torch.bool):
         idx = int(idx)  # a 0-d integer array or tensor is one row
     if isinstance(idx, (int, np.integer)):
@@ -64,7 +66,8 @@ def _row_index(idx, n):
     if isinstance(idx, range): return list(idx)
     if isinstance(idx, np.ndarray):
         if idx.dtype.kind == 'u':  # unsigned indices (cpprb's): checked, then as int64, which torch indexes with
-            if idx.size and idx.max() >= n: raise IndexError(f'rows {idx[idx >= n][:5].tolist()} are out of range for a batch of {n} rows')
+            if idx.size and idx.max() >= n:
+                raise IndexError(f'rows {idx[idx >= n][:5].tolist()} are out of range for a batch of {n} rows')
             idx = idx.astype(np.int64)
         return torch.from_numpy(idx)
     return idx
@@ -120,7 +123,8 @@ class BD(dict):
 
     def to(self, *args, **kwargs) -> BD:
         "Move or cast every column, as `Tensor.to` does"
-        return BD._new({k: v.to(*args, **kwargs) if type(v) is not dict else {j: x.to(*args, **kwargs) for j, x in v.items()}
+        return BD._new({k: v.to(*args, **kwargs) if type(v) is not dict else {j: x.to(*args, **kwargs) for j,
+                                                                              x in v.items()}
                         for k, v in self.items()})
 
     def tensors(self):
@@ -134,7 +138,8 @@ class BD(dict):
     def __getattr__(self, k):
         "A column by attribute, `bd.state` for `bd['state']` (methods such as `to` and `bs` keep their names)"
         try: return dict.__getitem__(self, k)
-        except KeyError: raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; columns: {list(self)}') from None
+        except KeyError:
+            raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; columns: {list(self)}') from None
 
 def _cat(k, vs:list):
     "Columns `vs` of several batches concatenated: a tensor, or a dict of tensors whose keys must agree"

@@ -99,7 +99,8 @@ _CORE = ('state', 'next_state', 'action', 'reward', 'terminated', 'truncated', '
 @singledispatch
 def storage_episodes(storage:Storage) -> list[dict]:
     "The episodes `storage` holds, oldest first: dicts of `observations`, `actions`, `rewards`, `terminations`, `truncations`, `columns`"
-    raise ExperienceReplayException(f'expected a memory over a ColumnStorage or a FrameStorage, got a {type(storage).__name__}')
+    raise ExperienceReplayException('expected a memory over a ColumnStorage or a FrameStorage, got a '
+                                    f'{type(storage).__name__}')
 
 # %% ../nbs/11_datasets.ipynb #67e809ea
 def _column_arrays(st:ColumnStorage) -> dict:
@@ -108,7 +109,8 @@ def _column_arrays(st:ColumnStorage) -> dict:
     missing = [k for k in ('state', 'action', 'reward', 'next_state') if k not in have]
     if 'terminated' not in have and 'done' not in have: missing.append('terminated (or done)')
     if missing:
-        raise ExperienceReplayException(f'episodes need the columns state, action, reward, next_state and terminated (or done); '
+        raise ExperienceReplayException('episodes need the columns state, action, reward, next_state and terminated '
+                                        '(or done); '
                                         f'missing {missing}, the memory has {have}')
     rows = storage_order(st)
     return {k: _host(st.memory[k])[rows] for k in have}
@@ -155,7 +157,8 @@ def _frame_episodes(st:FrameStorage) -> list[dict]:
         elif st.truncated[last]: final = st.finals[st.final_key[last] % len(st.finals)]
         else:  # the pending step: its observation closes the episode, the rest waits in `pending`
             final, r = st.obs[last], r[:-1]
-            pending = {'action': st.action[last:last+1], 'reward': st.reward[last:last+1], **{k: v[last:last+1] for k, v in st.extra.items()}}
+            pending = {'action': st.action[last:last+1], 'reward': st.reward[last:last+1],
+                       **{k: v[last:last+1] for k, v in st.extra.items()}}
         if not len(r): continue
         res.append(_episode(_with_last(st.obs[r], final), st.action[r], st.reward[r], st.terminal[r], st.truncated[r],
                             _frame_columns(st, r, len(r) + 1), pending))
@@ -175,11 +178,13 @@ def _dataset_path(dataset_id):
     from minari.storage.datasets_root_dir import get_dataset_path
     if not isinstance(dataset_id, str): raise ExperienceReplayException(f'dataset_id must be a str, got {dataset_id!r}')
     try: parse_dataset_id(dataset_id)
-    except ValueError: raise ExperienceReplayException(f'dataset_id must look like (namespace/)name-v<version>, got {dataset_id!r}') from None
+    except ValueError:
+        raise ExperienceReplayException(f'dataset_id must look like (namespace/)name-v<version>, got {dataset_id!r}') from None
     return get_dataset_path(dataset_id)
 
 def _check_memory(memory):
-    if not isinstance(memory, Replay): raise ExperienceReplayException(f'memory must be a replay memory, got a {type(memory).__name__}')
+    if not isinstance(memory, Replay):
+        raise ExperienceReplayException(f'memory must be a replay memory, got a {type(memory).__name__}')
 
 def _spaces(env, observation_space, action_space) -> tuple:
     "The environment to record and the two spaces the dataset declares"
@@ -188,7 +193,8 @@ def _spaces(env, observation_space, action_space) -> tuple:
             raise ExperienceReplayException('to_minari needs env, or both observation_space and action_space')
         return None, observation_space, action_space
     if isinstance(env, (str, gym.envs.registration.EnvSpec)): env = gym.make(env)
-    if not isinstance(env, gym.Env): raise ExperienceReplayException(f'env must be a gymnasium Env, id or EnvSpec, got {type(env).__name__}')
+    if not isinstance(env, gym.Env):
+        raise ExperienceReplayException(f'env must be a gymnasium Env, id or EnvSpec, got {type(env).__name__}')
     return env, observation_space or env.observation_space, action_space or env.action_space
 
 def _fit(name:str, a:np.ndarray, space:gym.Space) -> np.ndarray:
@@ -205,14 +211,17 @@ def to_minari(memory:Replay, # A memory over column storage or frame storage
               env=None, # The environment the data comes from: a gymnasium `Env`, its id or its `EnvSpec`
               observation_space:gym.Space|None=None, # The observation space (default: `env`'s)
               action_space:gym.Space|None=None, # The action space (default: `env`'s)
-              **kwargs): # Passed on to `minari.create_dataset_from_buffers`: `algorithm_name`, `author`, `description`, ...
+              # Passed on to `minari.create_dataset_from_buffers`: `algorithm_name`, `author`, `description`, ...
+              **kwargs):
     "Write the episodes of `memory` as a new local Minari dataset, images as raw arrays; the `MinariDataset`"
     minari = _minari()
     from minari.data_collector import EpisodeBuffer
     _check_memory(memory)
     given = env
     path = _dataset_path(dataset_id)
-    if path.exists(): raise ExperienceReplayException(f'a Minari dataset {dataset_id!r} already exists at {path}: pick a new name or version')
+    if path.exists():
+        raise ExperienceReplayException(f'a Minari dataset {dataset_id!r} already exists at {path}: pick a new name '
+                                        'or version')
     env, obs_sp, act_sp = _spaces(env, observation_space, action_space)
     try:
         eps = storage_episodes(memory.storage)
@@ -220,9 +229,11 @@ def to_minari(memory:Replay, # A memory over column storage or frame storage
         bufs = [EpisodeBuffer(id=i, observations=_fit('observations', e['observations'], obs_sp),
                               actions=_fit('actions', e['actions'], act_sp), rewards=_scalars('reward', e['rewards']),
                               terminations=e['terminations'], truncations=e['truncations'],
-                              infos={'columns': e['columns'], **({} if e['pending'] is None else {'pending': e['pending']})})
+                              infos={'columns': e['columns'],
+                                     **({} if e['pending'] is None else {'pending': e['pending']})})
                 for i, e in enumerate(eps)]
-        return minari.create_dataset_from_buffers(dataset_id, bufs, env=env, observation_space=obs_sp, action_space=act_sp,
+        return minari.create_dataset_from_buffers(dataset_id, bufs, env=env, observation_space=obs_sp,
+                                                  action_space=act_sp,
                                                   jpeg_encoding=False, **kwargs)
     finally:
         if env is not None and env is not given: env.close()  # made here from an id or a spec
@@ -237,10 +248,12 @@ def _load(dataset_id):
     ds = minari.load_dataset(dataset_id)
     for name, sp in (('observation', ds.observation_space), ('action', ds.action_space)):
         if not isinstance(sp, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise ExperienceReplayException(f'only Box and Discrete spaces are supported, the dataset has the {name} space {sp}')
+            raise ExperienceReplayException(f'only Box and Discrete spaces are supported, the dataset has the {name} '
+                                            f'space {sp}')
     return ds
 
-_GYM_COLUMNS = ['done', 'episode_id', 'step', 'env_id', 'discount']  # after state ... truncated, as `GymLoop` and `FirstLast` write them
+_GYM_COLUMNS = ['done', 'episode_id', 'step', 'env_id',
+                'discount']  # after state ... truncated, as `GymLoop` and `FirstLast` write them
 
 def _gym_order(k:str) -> tuple:
     "Sort key of a column read back from a dataset (which keeps them by name): `GymLoop`'s first, then by name"
@@ -262,7 +275,8 @@ def _as_stored(st:ColumnStorage, k:str, v:np.ndarray) -> np.ndarray:
 @singledispatch
 def episode_batches(storage:Storage, episodes:list, env_id:int=0, gamma:float|None=None) -> list[dict]:
     "The batches that add Minari `episodes` to a memory over `storage`, with `+`"
-    raise ExperienceReplayException(f'expected a memory over a ColumnStorage or a FrameStorage, got a {type(storage).__name__}')
+    raise ExperienceReplayException('expected a memory over a ColumnStorage or a FrameStorage, got a '
+                                    f'{type(storage).__name__}')
 
 @episode_batches.register(ColumnStorage)
 def _column_batches(st:ColumnStorage, episodes:list, env_id:int=0, gamma:float|None=None) -> list[dict]:
@@ -273,13 +287,15 @@ def _column_batches(st:ColumnStorage, episodes:list, env_id:int=0, gamma:float|N
         b = dict(state=_col(obs[:-1]), next_state=_col(obs[1:]), action=_col(e.actions), reward=_col(e.rewards),
                  terminated=_col(e.terminations), truncated=_col(e.truncations))
         cols, made = (e.infos or {}).get('columns'), _derived(e, T, gamma)
-        more = made if cols is None else {**{k: v for k, v in made.items() if k == 'discount'}, **{k: np.asarray(v)[:T] for k, v in cols.items()}}
+        more = made if cols is None else {**{k: v for k, v in made.items() if k == 'discount'},
+                                          **{k: np.asarray(v)[:T] for k, v in cols.items()}}
         if want is None:
             res.append({**b, **{k: more[k] for k in sorted(more, key=_gym_order)}})
             continue
         more = {**made, **more}
         missing = [k for k in want if k not in b and k not in more]
-        if missing: raise ExperienceReplayException(f'the dataset has no column {missing} for the memory, which holds {want}'
+        if missing:
+            raise ExperienceReplayException(f'the dataset has no column {missing} for the memory, which holds {want}'
                                                     + ('; pass gamma for a discount column' if 'discount' in missing else ''))
         res.append({k: _as_stored(st, k, b[k] if k in b else more[k]) for k in want})
     return res
@@ -288,13 +304,16 @@ def _column_batches(st:ColumnStorage, episodes:list, env_id:int=0, gamma:float|N
 def _env_of(e, env_id:int) -> np.ndarray:
     "The environment id of each step of episode `e`"
     cols = (e.infos or {}).get('columns') or {}
-    return np.asarray(cols['env_id'])[:len(e)].reshape(len(e)) if 'env_id' in cols else np.full(len(e), env_id, np.int64)
+    return np.asarray(cols['env_id'])[:len(e)].reshape(len(e)) if 'env_id' in cols else np.full(len(e), env_id,
+                                                                                                np.int64)
 
 def _pending_step(st:FrameStorage, obs, pending:dict|None) -> dict:
     "A pending step: observation `obs`, no flags, and the action, reward and extras in `pending` (zero when missing)"
-    zeros = {'action': np.zeros((1, *st.action_shape), st.action_dtype), 'reward': np.zeros((1, *st.reward_shape), st.reward_dtype),
+    zeros = {'action': np.zeros((1, *st.action_shape), st.action_dtype),
+             'reward': np.zeros((1, *st.reward_shape), st.reward_dtype),
              **{x.name: np.zeros((1, *x.shape), x.type) for x in st.extras}}
-    return {st.obs_key: obs[None], **{k: np.asarray((pending or {}).get(k, v)).reshape(v.shape) for k, v in zeros.items()},
+    return {st.obs_key: obs[None],
+            **{k: np.asarray((pending or {}).get(k, v)).reshape(v.shape) for k, v in zeros.items()},
             'terminated': np.zeros(1, bool), 'truncated': np.zeros(1, bool), 'next_state': np.zeros_like(obs[None])}
 
 # %% ../nbs/11_datasets.ipynb #284c97d1
@@ -307,9 +326,11 @@ def _frame_batches(st:FrameStorage, episodes:list, env_id:int=0, gamma:float|Non
         term, trunc = np.asarray(e.terminations, bool), np.array(e.truncations, bool)
         cols = (e.infos or {}).get('columns') or {}
         missing = [x.name for x in st.extras if x.name not in cols]
-        if missing: raise ExperienceReplayException(f'the dataset has no column {missing} for the extra elements of the memory')
+        if missing:
+            raise ExperienceReplayException(f'the dataset has no column {missing} for the extra elements of the memory')
         b = {st.obs_key: obs[:-1], 'action': np.asarray(e.actions), 'reward': np.asarray(e.rewards), 'terminated': term,
-             'truncated': trunc, 'next_state': obs[1:], **{x.name: np.asarray(cols[x.name])[:T].reshape(T, *x.shape) for x in st.extras}}
+             'truncated': trunc, 'next_state': obs[1:],
+             **{x.name: np.asarray(cols[x.name])[:T].reshape(T, *x.shape) for x in st.extras}}
         if not (term[-1] or trunc[-1]):
             if any(len(f) and f[0] == env[-1] for f in envs[i + 1:]): trunc[-1] = True  # closed: bootstraps from obs[T]
             else:  # left open: its last observation is the pending step
@@ -320,27 +341,35 @@ def _frame_batches(st:FrameStorage, episodes:list, env_id:int=0, gamma:float|Non
 
 # %% ../nbs/11_datasets.ipynb #71c123c1
 def from_minari(dataset_id:str, # A local Minari dataset id
-                memory:Replay|None=None, # The memory to fill (default: a new `ExperienceReplay` with room for every step)
+                # The memory to fill (default: a new `ExperienceReplay` with room for every step)
+                memory:Replay|None=None,
                 episode_indices=None, # The episodes to add, in this order (default: all of them)
                 env_id:int=0, # Frame memories: the environment of steps whose dataset does not record one
-                gamma:float|None=None, # Column memories: a `discount` column of `gamma`, as `FirstLast(gamma)` gives one-step transitions
+                # Column memories: a `discount` column of `gamma`, as `FirstLast(gamma)` gives one-step transitions
+                gamma:float|None=None,
                 dtypes:dict|None=None, # Fields to cast first, rounding as NumPy does, e.g. `{'rewards': np.float32}`
-                **kwargs) -> Replay: # Settings of the default `ExperienceReplay`: `max_sz`, `bs`, `warmup_sz`, `seed`, ...
+                # Settings of the default `ExperienceReplay`: `max_sz`, `bs`, `warmup_sz`, `seed`, ...
+                **kwargs) -> Replay:
     "Add the episodes of a local Minari dataset to `memory`, as transitions or as steps; the memory"
     bad = sorted(set(dtypes or {}) - {'observations', 'actions', 'rewards'})
-    if bad: raise ExperienceReplayException(f"dtypes casts the fields 'observations', 'actions' and 'rewards', got {bad}")
+    if bad:
+        raise ExperienceReplayException(f"dtypes casts the fields 'observations', 'actions' and 'rewards', got {bad}")
     ds = _load(dataset_id)
     if memory is None:
         sz = kwargs.pop('max_sz', max(ds.total_steps, 1))
         memory = ExperienceReplay(max_sz=sz, **{'warmup_sz': min(100, sz), **kwargs})
-    elif kwargs: raise ExperienceReplayException(f'settings {sorted(kwargs)} are for the default memory; a memory was given')
+    elif kwargs:
+        raise ExperienceReplayException(f'settings {sorted(kwargs)} are for the default memory; a memory was given')
     else: _check_memory(memory)
-    eps = [replace(e, **{k: np.asarray(getattr(e, k)).astype(d) for k, d in (dtypes or {}).items()}) for e in ds.iterate_episodes(episode_indices)]
+    eps = [replace(e,
+                   **{k: np.asarray(getattr(e, k)).astype(d) for k,
+                      d in (dtypes or {}).items()}) for e in ds.iterate_episodes(episode_indices)]
     batches = episode_batches(memory.storage, eps, env_id, gamma)
     if not batches: return memory
     odd = next((i for i, b in enumerate(batches) if b.keys() != batches[0].keys()), None)
     if odd is not None:
-        raise ExperienceReplayException(f'the episodes of the dataset make different columns: {list(batches[0])} for the first, '
+        raise ExperienceReplayException(f'the episodes of the dataset make different columns: {list(batches[0])} for '
+                                        'the first, '
                                         f'{list(batches[odd])} for episode {eps[odd].id}')
     memory + {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}  # one add: all or nothing
     return memory

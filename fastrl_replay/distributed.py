@@ -51,7 +51,8 @@ _ROW_BITS, _SHARD_BITS = 32, 16
 
 def encode_keys(shard, incarnation, rows) -> np.ndarray:
     "One int64 key per row: the row in the low 32 bits, the shard in the next 16, the shard's incarnation above"
-    return (np.asarray(incarnation, np.int64) << (_ROW_BITS + _SHARD_BITS)) | (np.asarray(shard, np.int64) << _ROW_BITS) | np.asarray(rows, np.int64)
+    return (np.asarray(incarnation, np.int64) << (_ROW_BITS + _SHARD_BITS)) | (np.asarray(shard,
+                                                                                          np.int64) << _ROW_BITS) | np.asarray(rows, np.int64)
 
 def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "The shards, incarnations and rows of `keys`"
@@ -68,7 +69,9 @@ class ReplayShard:
                  index:int=0, # This shard's index
                  folder:str|Path|None=None, # Where counts and checkpoints go (None: nothing survives a restart)
                  checkpoint_every:int|None=None, # Rows added between checkpoints (None: never)
-                 threads:int|None=None): # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the caller's)
+                 # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the
+                 # caller's)
+                 threads:int|None=None):
         if threads is not None: torch.set_num_threads(threads)
         self.index, self.make_memory, self.checkpoint_every = index, make_memory, checkpoint_every
         self.folder = None if folder is None else Path(folder)
@@ -80,9 +83,11 @@ class ReplayShard:
     def _recover(self):
         "Load the newest checkpoint, count the rows the previous incarnation acknowledged and the checkpoint lacks"
         self.folder.mkdir(parents=True, exist_ok=True)
-        meta = json.loads((self.folder/_META).read_text()) if (self.folder/_META).exists() else dict(incarnation=-1, lost=0)
+        meta = json.loads((self.folder/_META).read_text()) if (self.folder/_META).exists() else dict(incarnation=-1,
+                                                                                                     lost=0)
         acked = int((self.folder/_ADDED).read_text() or 0) if (self.folder/_ADDED).exists() else 0
-        ckpts = sorted((int(p.name.split('-')[1]), p) for p in self.folder.glob('memory-*') if (p/'manifest.json').exists())
+        ckpts = sorted((int(p.name.split('-')[1]),
+                        p) for p in self.folder.glob('memory-*') if (p/'manifest.json').exists())
         if ckpts:
             self.restored, path = ckpts[-1]
             self.memory = load_memory(path)
@@ -116,7 +121,8 @@ class ReplayShard:
         m = self.memory
         if self.prioritized: total, low = m.sampler.totals()
         else: total, low = float(len(m)), 1.
-        return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low, n_added=self.n_added,
+        return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low,
+                    n_added=self.n_added,
                     restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
     def sample(self, k:int, updates:list=()) -> dict:
         "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, write generations, raw priorities and the stats after the draw"
@@ -129,13 +135,15 @@ class ReplayShard:
                   td:np.ndarray, # TD errors
                   rows:np.ndarray, # The rows they belong to
                   incarnation:int, # The incarnation the rows were sampled from
-                  generations:np.ndarray|None=None) -> int: # The rows' write generations, as `sample` gave them (None: the hand-out marks guard)
+                  # The rows' write generations, as `sample` gave them (None: the hand-out marks guard)
+                  generations:np.ndarray|None=None) -> int:
         "Write TD errors at `rows` if they were sampled from this incarnation (and, with `generations`, not written since); the number dropped for the incarnation"
         if incarnation != self.incarnation:
             self.n_dropped += len(rows)
             return len(rows)
         g = None if generations is None else torch.from_numpy(np.ascontiguousarray(generations))
-        self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)), g)
+        self.memory.update_td(torch.from_numpy(np.ascontiguousarray(td)), torch.from_numpy(np.ascontiguousarray(rows)),
+                              g)
         return 0
     def apply(self, fn:Callable):
         "`fn(memory)`, run where the memory is"
@@ -204,9 +212,11 @@ def _as_arrays(batch) -> dict:
 class RayReplay:
     "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
     makes_n_step = False  # the collectors fold the n-step returns before they write
-    hands_generations = True  # `sample(generations=True)` hands out each row's write generation in its shard, and `update_td` takes them back
+    # `sample(generations=True)` hands out each row's write generation in its shard, and `update_td` takes them back
+    hands_generations = True
     def __init__(self,
-                 make_memory:Callable, # Called with a shard's index, returns its memory (any `Replay`; its `warmup_sz` is ignored)
+                 # Called with a shard's index, returns its memory (any `Replay`; its `warmup_sz` is ignored)
+                 make_memory:Callable,
                  n_shards:int=2, # Shards
                  bs:int|None=None, # Rows per `sample` (default: the memory's)
                  warmup_sz:int|None=None, # Rows over all shards before `sample` returns a batch (default: the memory's)
@@ -219,19 +229,24 @@ class RayReplay:
                  shard_options:dict|None=None): # Passed on to the shard actors' `.options` (e.g. a scheduling strategy)
         check_positive(n_shards, 'n_shards')
         probe = make_memory(0)
-        if not isinstance(probe, Replay): raise ExperienceReplayException(f'make_memory must return a Replay, got {type(probe).__name__}')
+        if not isinstance(probe, Replay):
+            raise ExperienceReplayException(f'make_memory must return a Replay, got {type(probe).__name__}')
         self.bs, self.warmup_sz = ifnone(bs, probe.bs), ifnone(warmup_sz, probe.warmup_sz)
         self.max_sz, self.n_shards, self.prefetch, self.async_td, self.local = probe.max_sz, n_shards, prefetch, async_td, local
         s = probe.sampler
         self.prioritized = probe.prioritized
-        if not s.shardable: raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a shard: shard a uniform or prioritized memory')
-        if self.prioritized: self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
+        if not s.shardable:
+            raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a '
+                                            'shard: shard a uniform or prioritized memory')
+        if self.prioritized:
+            self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
         self._own_folder = folder is None  # removed by `close`
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix='fastrl-replay-shards-'))
         args = [(make_memory, j, self.folder/f'shard-{j}', checkpoint_every) for j in range(n_shards)]
         if local: self.shards = [ReplayShard(*a) for a in args]
         else:
-            actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0, **(shard_options or {}))
+            actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=-1, max_task_retries=0,
+                                                    **(shard_options or {}))
             self.shards = [actor.remote(*a, threads=1) for a in args]  # small networks run fastest on one thread
         self.generator = torch.Generator().manual_seed(draw_seed(seed))
         self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
@@ -263,9 +278,11 @@ class RayReplay:
         st = self._stats
         if any(s is None for s in st) or sum(s['n'] for s in st) < max(self.warmup_sz, 1): st = self.refresh()
         n = sum(s['n'] for s in st)
-        if n < max(self.warmup_sz, 1): raise WarmupNotReached(f'the shards hold {n} rows and sampling needs {max(self.warmup_sz, 1)}')
+        if n < max(self.warmup_sz, 1):
+            raise WarmupNotReached(f'the shards hold {n} rows and sampling needs {max(self.warmup_sz, 1)}')
         totals = torch.tensor([s['total'] for s in st], dtype=torch.float64)
-        counts = torch.multinomial(totals, bs, replacement=True, generator=self.generator).bincount(minlength=self.n_shards).tolist()
+        counts = torch.multinomial(totals, bs, replacement=True,
+                                   generator=self.generator).bincount(minlength=self.n_shards).tolist()
         used = dict(n=n, total=float(totals.sum()), min=min(s['min'] for s in st if s['n']))
         parts = [(j, call(self.shards[j], 'sample', k, self._take_stash(j))) for j, k in enumerate(counts) if k]
         for j, k in enumerate(counts):
@@ -282,7 +299,8 @@ class RayReplay:
         "The batch a request asked for: columns joined over shards, global keys, the rows' write generations, global importance weights"
         outs = fetch([f for _, f in req['parts']])
         for o in outs: self._note(o['stats'])
-        keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _), o in zip(req['parts'], outs)])
+        keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _),
+                               o in zip(req['parts'], outs)])
         batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
         if self.prioritized:
             u = req['used']
@@ -318,7 +336,8 @@ class RayReplay:
     def update_td(self,
                    td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                    keys, # n keys, as `sample` returned them
-                   generations=None): # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+                   # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+                   generations=None):
         "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from (and its write generation)"
         k = to_numpy(keys)
         td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
@@ -381,21 +400,28 @@ class Collector:
                  seed:int=0, # Seed of the environment and the exploration (the index is added)
                  write_bs:int=64, # Transitions per write
                  n_envs:int=1, # Environments stepped together
-                 explore:dict|None=None, # `EpsilonGreedy`'s schedule (`eps_start`, `eps_end`, `eps_steps`, `random_steps`) instead of a fixed `epsilon`
-                 threads:int|None=None): # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the caller's)
+                 # `EpsilonGreedy`'s schedule (`eps_start`, `eps_end`, `eps_steps`, `random_steps`) instead of a fixed
+                 # `epsilon`
+                 explore:dict|None=None,
+                 # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the
+                 # caller's)
+                 threads:int|None=None):
         if threads is not None: torch.set_num_threads(threads)
         self.index, self.shards, self.write_bs, self.epsilon = index, shards, write_bs, epsilon
         self.model = make_model()
         schedule = explore if explore is not None else dict(eps_start=epsilon, eps_end=epsilon, eps_steps=1)
         agent = EpsilonGreedy(self.model, n_actions, **schedule, seed=seed + 7919 * index)
-        self.source = Source([GymLoop(env, agent=agent, n_steps=n_steps, seed=seed + 7919 * index, n_envs=n_envs), FirstLast(gamma)])
+        self.source = Source([GymLoop(env, agent=agent, n_steps=n_steps, seed=seed + 7919 * index, n_envs=n_envs),
+                              FirstLast(gamma)])
         self.version, self.incarnation, self.seq, self.sent = -1, 0, 0, [0] * len(shards)
         self.instance = uuid.uuid4().hex  # new in each process Ray starts for this collector
 
     def _write(self, rows:list, acks:dict):
         "Send `rows` as one batch to the shard the routing rule names, or to the next that answers; record the acknowledgement"
         b = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-        b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows), dtype=np.int64)[:, None]
+        b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows),
+                                                                                                 dtype=np.int64)[:,
+                                                                                                                 None]
         j, (inc, n_added) = write_batch(self.shards, self.index, self.sent, b)
         acks[j] = max(acks.get(j, 0), n_added)
         self.seq += len(rows)
@@ -408,10 +434,12 @@ class Collector:
            ) -> dict:
         "Take `n` environment steps, writing every finished transition; what was done"
         if instance is not None and instance != self.instance:  # restarted since the caller last heard from it
-            return dict(index=self.index, instance=self.instance, restarted=True, env_steps=0, written=0, returns=[], acks={},
+            return dict(index=self.index, instance=self.instance, restarted=True, env_steps=0, written=0, returns=[],
+                        acks={},
                         epsilon=self.source.stats().epsilon)
         if weights is not None and version != self.version:
-            self.model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()}); self.version = version
+            self.model.load_state_dict({k: torch.from_numpy(np.array(v)) for k,
+                                        v in weights.items()}); self.version = version
         if incarnation != self.incarnation: self.incarnation, self.seq = incarnation, 0
         src, acks, written = self.source, {}, 0
         before = src.stats()
@@ -425,7 +453,8 @@ class Collector:
             rows = src.take()
             self._write(rows, acks); written += len(rows)
         after = src.stats()
-        return dict(index=self.index, instance=self.instance, restarted=False, env_steps=after.env_steps - start, written=written,
+        return dict(index=self.index, instance=self.instance, restarted=False, env_steps=after.env_steps - start,
+                    written=written,
                     returns=after.returns[eps0:], acks=acks, epsilon=after.epsilon)
 
 # %% ../nbs/14_distributed.ipynb #d4751888
@@ -437,15 +466,22 @@ class CollectorFleet:
                  n_actions:int, # Actions of the environment
                  shards:list, # The shards the collectors write to
                  n_actors:int=2, # Collectors
-                 epsilons:list|None=None, # A fixed exploration for each collector (default: `apex_epsilons(n_actors)`, unless `explore` is given)
-                 explore:dict|None=None, # An `EpsilonGreedy` schedule every collector follows instead (`eps_start`, `eps_end`, `eps_steps`, `random_steps`)
+                 # A fixed exploration for each collector (default: `apex_epsilons(n_actors)`, unless `explore` is
+                 # given)
+                 epsilons:list|None=None,
+                 # An `EpsilonGreedy` schedule every collector follows instead (`eps_start`, `eps_end`, `eps_steps`,
+                 # `random_steps`)
+                 explore:dict|None=None,
                  chunk:int=100, # Environment steps per chunk of work
                  local:bool=False, # Plain objects in this process instead of Ray actors
                  actor_cpus:float=0.5, # CPUs Ray reserves for each collector
                  **kwargs): # Passed on to `Collector`: `n_steps`, `gamma`, `seed`, `write_bs`, `n_envs`
         check_positive(n_actors, 'n_actors')
-        if epsilons is not None and explore is not None: raise ValueError('give each collector a fixed epsilon or an exploration schedule, not both')
-        self.epsilons = list(ifnone(epsilons, apex_epsilons(n_actors))) if explore is None else [float(explore.get('eps_start', 1.))] * n_actors
+        if epsilons is not None and explore is not None:
+            raise ValueError('give each collector a fixed epsilon or an exploration schedule, not both')
+        self.epsilons = list(ifnone(epsilons,
+                                    apex_epsilons(n_actors))) if explore is None else [float(explore.get('eps_start',
+                                                                                                         1.))] * n_actors
         if len(self.epsilons) != n_actors: raise ValueError(f'expected {n_actors} epsilons, got {len(self.epsilons)}')
         self.chunk, self.local, self.n_actors = chunk, local, n_actors
         args = [(i, env, make_model, n_actions, e, shards) for i, e in enumerate(self.epsilons)]
@@ -453,7 +489,8 @@ class CollectorFleet:
         if local: self.actors = [Collector(*a, **kwargs) for a in args]
         else:
             cls = ray.remote(Collector).options(num_cpus=actor_cpus, max_restarts=-1, max_task_retries=0)
-            self.actors = [cls.remote(*a, **kwargs, threads=1) for a in args]  # small networks run fastest on one thread
+            self.actors = [cls.remote(*a, **kwargs,
+                                      threads=1) for a in args]  # small networks run fastest on one thread
         self.inflight, self.weights, self.version, self.instances = {}, None, 0, [None] * n_actors
         self.actor_env_steps, self.restarts, self.written = [0] * n_actors, [0] * n_actors, [0] * n_actors
         self.returns, self.episode_returns, self.target, self.stopped = [], deque(maxlen=100), 0, False
@@ -466,14 +503,16 @@ class CollectorFleet:
 
     def stats(self) -> SourceStats:
         "The collectors' environment steps and episodes so far, and their mean exploration at their last chunks"
-        return SourceStats(self.env_steps, self.n_episodes, self.returns, self.episode_returns, float(np.mean(self.actor_epsilons)))
+        return SourceStats(self.env_steps, self.n_episodes, self.returns, self.episode_returns,
+                           float(np.mean(self.actor_epsilons)))
 
     def publish(self, model:torch.nn.Module):
         "Put `model`'s weights where the collectors' next chunks will find them"
         w = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         self.weights, self.version = (w if self.local else ray.put(w)), self.version + 1
     def _submit(self, i:int):
-        self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i], self.instances[i])
+        self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i],
+                                self.instances[i])
     def _account(self, i:int, r:dict):
         "Count a finished chunk; a collector that answers from a new process has restarted: count it, its next chunk carries the new count"
         if r['restarted'] and self.instances[i] != 'lost': self.restarts[i] += 1  # it died between two chunks
@@ -493,7 +532,8 @@ class CollectorFleet:
             r = self.inflight.pop(i)
             try: self._account(i, fetch([r])[0])
             except _LOST:
-                if self.instances[i] != 'lost': self.restarts[i] += 1  # counted at the first failure, not again while Ray restarts it
+                # counted at the first failure, not again while Ray restarts it
+                if self.instances[i] != 'lost': self.restarts[i] += 1
                 self.instances[i] = 'lost'  # whichever process answers next is a new one
                 time.sleep(0.01)  # Ray is starting it: the next chunk waits a little
     def advance(self, n:int):
@@ -533,7 +573,8 @@ class FleetCallback(Callback):
     "Publish the learner's weights to the collectors every `sync_every` optimizer steps; settle the fleet and the TD updates after `fit`"
     order = 10
     def __init__(self, fleet:CollectorFleet, replay:RayReplay, sync_every:int=100):
-        self.fleet, self.replay, self.sync_every, self.n_updates = fleet, replay, sync_every, 0  # optimizer steps so far
+        # optimizer steps so far
+        self.fleet, self.replay, self.sync_every, self.n_updates = fleet, replay, sync_every, 0
     def before_fit(self): self.fleet.publish(self.model)
     def after_step(self):
         self.n_updates += 1
@@ -543,7 +584,8 @@ class FleetCallback(Callback):
     def report(self) -> dict:
         "What a run on the fleet adds to its report: collectors, shards, environment steps per collector, rows per shard, rows lost"
         fleet, rr = self.fleet, self.replay
-        return dict(actors=fleet.n_actors, shards=rr.n_shards, actor_env_steps=list(fleet.actor_env_steps), shard_rows=rr.shard_rows,
+        return dict(actors=fleet.n_actors, shards=rr.n_shards, actor_env_steps=list(fleet.actor_env_steps),
+                    shard_rows=rr.shard_rows,
                     rows_lost=rr.rows_lost, collector_restarts=list(fleet.restarts), epsilons=fleet.epsilons)
     def close(self):
         "Stop the collector and shard actors"

@@ -39,7 +39,8 @@ def is_int(v) -> bool:
 def check_positive(v, name:str='bs', none_ok:bool=False):
     "Raise unless `v` is an int >= 1 (or None, with `none_ok`)"
     if none_ok and v is None: return
-    if not is_int(v) or v < 1: raise ExperienceReplayException(f"{name} must be a positive int{' or None' if none_ok else ''}, got {v!r}")
+    if not is_int(v) or v < 1:
+        raise ExperienceReplayException(f"{name} must be a positive int{' or None' if none_ok else ''}, got {v!r}")
 
 def check_nonneg(v, name:str):
     "Raise unless `v` is an int >= 0"
@@ -60,7 +61,8 @@ def check_choice(v, name:str, choices:tuple):
     "Raise unless `v` is one of `choices`, naming them"
     if v not in choices:
         names = [repr(c) for c in choices]
-        raise ExperienceReplayException(f"{name} must be {' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}, got {v!r}")
+        raise ExperienceReplayException(f"{name} must be "
+                                        f"{' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}, got {v!r}")
 
 def all_finite(v) -> bool:
     "Whether every value of `v` (a number, tensor or array) is finite"
@@ -84,7 +86,8 @@ def dtype_name(d) -> str:
 def draw_seed(seed:int|None=None) -> int:
     "`seed`, or (None) a seed drawn from torch's global RNG, so `torch.manual_seed` fixes it"
     if seed is not None and (not is_int(seed) or not -2**63 <= seed < 2**64):
-        raise ExperienceReplayException(f'seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed takes, got {seed!r}')
+        raise ExperienceReplayException('seed must be an int between -2**63 and 2**64 - 1, as torch.manual_seed '
+                                        f'takes, got {seed!r}')
     return seed if seed is not None else int(torch.randint(2**62, ()))
 
 ACCELERATORS = ('cuda', 'mps', 'xpu')  # the device types whose presence `as_device` checks
@@ -106,8 +109,11 @@ def _listed(names:list) -> str:
 def as_device(device, name:str='device') -> torch.device:
     "`device` (a `torch.device`, its name, or None for the CPU) as a `torch.device` of this machine that holds values"
     try: d = torch.device(ifnone(device, 'cpu'))
-    except (RuntimeError, TypeError, ValueError): raise ExperienceReplayException(f'{name} must be a torch device or its name, got {device!r}') from None
-    if d.type == 'meta': raise ExperienceReplayException(f"{name} must hold values (the CPU or an accelerator), got {device!r}: a meta device keeps none")
+    except (RuntimeError, TypeError, ValueError):
+        raise ExperienceReplayException(f'{name} must be a torch device or its name, got {device!r}') from None
+    if d.type == 'meta':
+        raise ExperienceReplayException(f"{name} must hold values (the CPU or an accelerator), got {device!r}: a meta "
+                                        "device keeps none")
     if d.type in ACCELERATORS and (d.index or 0) >= accelerator_count(d.type):
         has = _listed(machine_devices())
         raise ExperienceReplayException(f'{name} {str(d)!r} is not available: this machine has {has}')
@@ -116,7 +122,8 @@ def as_device(device, name:str='device') -> torch.device:
 def new_generator(generator:torch.Generator|None=None, seed:int|None=None, device=None) -> torch.Generator:
     "`generator`, checked to be on `device`, or a new one there seeded with `seed` (default: `draw_seed()`)"
     device = as_device(device)
-    if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
+    if generator is not None and seed is not None:
+        raise ExperienceReplayException('give either a generator or a seed, not both')
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ExperienceReplayException(f'generator must be a torch.Generator, got {type(generator).__name__}')
     if generator is None:

@@ -80,12 +80,14 @@ def _score(act, mode, n, seed) -> dict:
     r = evaluate_choices(act, mode, n, seed + 50_000 + mode)
     return dict(rate=float(r['rate']), confusion=r['confusion'].tolist())
 
-def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=2000, memory_sz:int=25_000, replay_bs:int=100,
+def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=2000, memory_sz:int=25_000,
+                   replay_bs:int=100,
                    eval_trials:int=5000, curve_every:int=100, curve_trials:int=500) -> dict:
     "The tutorial's experiment with its A2C agent: scores, confusion matrices and curves"
     act_of, res, curves = _a2c_act(seed + 7), {}, []
     mem = make_memory(memory, memory_sz, replay_bs, replay_bs, seed)
-    def curve(branch, start): c = RateCurve(act_of, branch, 100, start, curve_every, curve_trials, seed); curves.append(c); return c
+    def curve(branch, start):
+        c = RateCurve(act_of, branch, 100, start, curve_every, curve_trials, seed); curves.append(c); return c
     l1 = a2c_learner(1, steps1, seed=seed, cbs=[TrialReplay(mem, 'write')])
     _fit(l1, 1, [curve('mode 1', 0)])
     m1 = copy.deepcopy(l1.model)
@@ -104,23 +106,28 @@ def a2c_forgetting(seed:int=0, memory:str='fifo', steps1:int=1000, steps2:int=20
 _DQN = dict(net=dict(hidden=(100,), target_sync=100), gamma=0.91, n_steps=1, optim=dict(train_every=4, lr=1e-3))
 
 def _dqn(mode, steps, mem, seed, eps_start, model=None):
-    learn = dqn_learner(changing_env_id(mode, features=True), memory=mem, steps_per_epoch=max(steps // 10, 1), seed=seed,
+    learn = dqn_learner(changing_env_id(mode, features=True), memory=mem, steps_per_epoch=max(steps // 10, 1),
+                        seed=seed,
                         explore=dict(eps_start=eps_start, eps_end=0.05, eps_steps=max(steps // 2, 1)), **_DQN)
     if model is not None: learn.model.load_state_dict(model.state_dict())
     return learn
 
-def dqn_forgetting(seed:int=0, memory:str='reservoir', steps1:int=10_000, steps2:int=10_000, memory_sz:int=2_000, replay_bs:int=64,
+def dqn_forgetting(seed:int=0, memory:str='reservoir', steps1:int=10_000, steps2:int=10_000, memory_sz:int=2_000,
+                   replay_bs:int=64,
                    eval_trials:int=5000, curve_every:int=250, curve_trials:int=500) -> dict:
     "The experiment with a DQN whose memory runs through both modes: FIFO without replay of mode 1, `memory` with"
     act_of, res, curves = _dqn_act(seed), {}, []
     warm = min(500, memory_sz)
-    def curve(branch, start): c = RateCurve(act_of, branch, _DQN['optim']['train_every'], start, curve_every, curve_trials, seed); curves.append(c); return c
+    def curve(branch, start):
+        c = RateCurve(act_of, branch, _DQN['optim']['train_every'], start, curve_every, curve_trials,
+                      seed); curves.append(c); return c
     mem = make_memory(memory, memory_sz, replay_bs, warm, seed)
     l1 = _dqn(1, steps1, mem, seed, 1.)
     _fit(l1, 10, [curve('mode 1', 0)])
     for m in (1, 2): res[f'before_{m}'] = _score(act_of(l1.model), m, eval_trials, seed)
     rows = {k: v for k, v in mem.memory.items() if k != 'task'}  # the no-replay branch: the same rows in a FIFO memory
-    fifo = mem if memory == 'fifo' else ExperienceReplay(bs=replay_bs, max_sz=memory_sz, warmup_sz=warm, seed=seed + 1, memory=rows)
+    fifo = mem if memory == 'fifo' else ExperienceReplay(bs=replay_bs, max_sz=memory_sz, warmup_sz=warm, seed=seed + 1,
+                                                         memory=rows)
     if isinstance(mem, TaskBalancedReplay): mem.task = 1
     branches = [('no_replay', fifo)] + ([] if memory == 'fifo' else [('replay', mem)])
     for name, m in branches:
@@ -140,7 +147,8 @@ def _mode1_rows(mem) -> int:
     return int(((s[:, :6].reshape(-1, 2, 3) == torch.tensor([1., 1., 0.])).all(-1).any(-1)).sum())
 
 # %% ../nbs/15_forgetting.ipynb #e263f9b0
-_PANELS = (('before', 'before mode 2'), ('no_replay', 'after mode 2, no replay'), ('replay', 'after mode 2, replay'), ('only', 'mode 2 only'))
+_PANELS = (('before', 'before mode 2'), ('no_replay', 'after mode 2, no replay'), ('replay', 'after mode 2, replay'),
+           ('only', 'mode 2 only'))
 
 def plot_confusions(scores:dict, title:str='') -> go.Figure:
     "Heatmaps of best (rows) against chosen (columns) colour for each mode and agent state in `scores`"
@@ -156,7 +164,8 @@ def plot_confusions(scores:dict, title:str='') -> go.Figure:
             share = cm / np.maximum(cm.sum(1, keepdims=True), 1)
             fig.add_trace(go.Heatmap(z=share, x=cols, y=cols, zmin=0, zmax=1, colorscale='Blues', showscale=False,
                                      text=np.round(share, 2), texttemplate='%{text}', customdata=cm,
-                                     hovertemplate='best %{y}, chose %{x}: %{customdata} trials<extra></extra>'), r + 1, c + 1)
+                                     hovertemplate='best %{y}, chose %{x}: %{customdata} trials<extra></extra>'), r + 1,
+                          c + 1)
             fig.update_yaxes(autorange='reversed', row=r + 1, col=c + 1)
     fig.update_xaxes(title_text='chosen', row=2)
     fig.update_yaxes(title_text='best', col=1)
@@ -170,10 +179,12 @@ def plot_rate_curves(curve:list, title:str='') -> go.Figure:
     for branch, colour in colours.items():
         pts = [r for r in curve if r[1] == branch]
         for m, dash in ((1, 'solid'), (2, 'dot')):
-            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1 + m] for p in pts], mode='lines+markers', name=f'{branch}: mode {m}',
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1 + m] for p in pts], mode='lines+markers',
+                                     name=f'{branch}: mode {m}',
                                      line=dict(color=colour, dash=dash)))
     return fig.update_layout(title=title or 'Optimal-choice rate over training (solid: mode 1, dotted: mode 2)',
-                             xaxis_title='trials played', yaxis_title='optimal-choice rate', yaxis_range=[0.4, 1.02], height=420)
+                             xaxis_title='trials played', yaxis_title='optimal-choice rate', yaxis_range=[0.4, 1.02],
+                             height=420)
 
 # %% ../nbs/15_forgetting.ipynb #5784c5d1
 def run_forgetting(seed:int=0, # Seed of everything sampled
@@ -181,7 +192,9 @@ def run_forgetting(seed:int=0, # Seed of everything sampled
                    memory:str='fifo', # 'fifo', 'reservoir' or 'balanced'
                    out:str|Path='reports/forgetting', # Folder that receives `metrics.json` and `report.html`
                    eval_trials:int=5000, # Trials per final score
-                   **budget # `steps1`, `steps2` (gradient steps for A2C, environment steps for DQN), `memory_sz`, `replay_bs`, `curve_every`, `curve_trials`
+                   # `steps1`, `steps2` (gradient steps for A2C, environment steps for DQN), `memory_sz`, `replay_bs`,
+                   # `curve_every`, `curve_trials`
+                   **budget
                   ) -> dict:
     "Run the forgetting experiment once and write its metrics and report"
     check_choice(agent, 'agent', tuple(BUDGETS)); check_choice(memory, 'memory', tuple(MEMORIES))
@@ -197,14 +210,16 @@ def run_forgetting(seed:int=0, # Seed of everything sampled
     m = dict(seed=seed, agent=agent, memory=memory, mode1_before=rate('before_1'), mode2_before=rate('before_2'),
              mode1_after_no_replay=rate('no_replay_1'), mode2_after_no_replay=rate('no_replay_2'),
              mode1_after_replay=rate('replay_1'), mode2_after_replay=rate('replay_2'), mode2_only=rate('only_2'))
-    m.update(retention=m['mode1_after_replay'] / m['mode1_before'], retention_no_replay=m['mode1_after_no_replay'] / m['mode1_before'],
+    m.update(retention=m['mode1_after_replay'] / m['mode1_before'],
+             retention_no_replay=m['mode1_after_no_replay'] / m['mode1_before'],
              mode2_ratio=m['mode2_after_replay'] / m['mode2_only'])
     m.update(forgets_without_replay=m['mode1_before'] - m['mode1_after_no_replay'] >= 0.02,
              targets_met=m['retention'] >= 0.9 and m['mode2_ratio'] >= 0.9,
              eval_trials=eval_trials, budget=settings, memory_rows=run['memory_rows'], wall_s=round(wall, 1))
     if 'mode1_rows_left' in run: m['mode1_rows_left'] = run['mode1_rows_left']
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    (out/'metrics.json').write_text(json.dumps({**m, 'confusion': {k: v['confusion'] for k, v in s.items()}, 'curve': run['curve']}, indent=1))
+    (out/'metrics.json').write_text(json.dumps({**m, 'confusion': {k: v['confusion'] for k, v in s.items()},
+                                                'curve': run['curve']}, indent=1))
     figs = [plot_rate_curves(run['curve']), plot_confusions(s)]
     (out/'report.html').write_text(_report(m, figs))
     return dict(m, report=str(out/'report.html'))
@@ -213,8 +228,11 @@ def _report(m:dict, figs) -> str:
     "An offline HTML page: the title, the metrics, the figures with plotly.js inlined"
     rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(f"{v:.4f}" if isinstance(v, float) else str(v))}</td></tr>'
                    for k, v in m.items())
-    head = (f'<h1>Replay against forgetting: {m["agent"].upper()}, {html.escape(m["memory"])} memory, seed {m["seed"]}</h1>'
-            f'<p>Mode 1 optimal-choice rate {m["mode1_before"]:.3f} before mode 2, {m["mode1_after_no_replay"]:.3f} after it without '
-            f'replay, {m["mode1_after_replay"]:.3f} with replay; mode 2 {m["mode2_after_replay"]:.3f} with replay against '
+    head = (f'<h1>Replay against forgetting: {m["agent"].upper()}, {html.escape(m["memory"])} memory, seed '
+            f'{m["seed"]}</h1>'
+            f'<p>Mode 1 optimal-choice rate {m["mode1_before"]:.3f} before mode 2, {m["mode1_after_no_replay"]:.3f} '
+            'after it without '
+            f'replay, {m["mode1_after_replay"]:.3f} with replay; mode 2 {m["mode2_after_replay"]:.3f} with replay '
+            'against '
             f'{m["mode2_only"]:.3f} for an agent trained on mode 2 alone.</p><table>{rows}</table>')
     return figures_to_html(figs, show=False).replace('<body>', '<body>\n' + head, 1)

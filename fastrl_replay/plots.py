@@ -20,7 +20,8 @@ __all__ = ['setup_plotly', 'get_steps', 'plot_replay_stats', 'plot_priorities', 
 # %% ../nbs/07_plots.ipynb #e9e7144a
 def _offline_renderer():
     "plotly's `notebook` renderer (plotly.js inline, once per notebook) without the MathJax script it links from a CDN"
-    from plotly.io.base_renderers import NotebookRenderer  # imported here: importing it imports `plotly.tools`, which sets a warnings filter
+    # imported here: importing it imports `plotly.tools`, which sets a warnings filter
+    from plotly.io.base_renderers import NotebookRenderer
     class OfflineNotebookRenderer(NotebookRenderer):
         def to_mimebundle(self, fig_dict):
             b = super().to_mimebundle(fig_dict)
@@ -59,7 +60,8 @@ def _plot_columns(er, columns) -> list[str]:
     if not cols or not all(isinstance(c, str) and c for c in cols):
         raise ExperienceReplayException(f'columns must name one or more columns, got {columns!r}')
     for c in cols:
-        if c not in er.keys: raise ExperienceReplayException(f'column {c!r} is not in the memory, whose columns are {er.keys}')
+        if c not in er.keys:
+            raise ExperienceReplayException(f'column {c!r} is not in the memory, whose columns are {er.keys}')
     return cols
 
 def _row_values(v:torch.Tensor) -> tuple[np.ndarray, bool]:
@@ -90,15 +92,18 @@ def _add_player(fig:go.Figure, rows) -> go.Figure:
     names, play = get_steps(len(rows))
     play['frame']['duration'] = 500
     stop = dict(frame=dict(duration=0, redraw=False), transition=dict(duration=0), mode='immediate')
-    buttons = [dict(label='▶', method='animate', args=[names, play]), dict(label='◼', method='animate', args=[[None], stop])]
+    buttons = [dict(label='▶', method='animate', args=[names, play]),
+               dict(label='◼', method='animate', args=[[None], stop])]
     steps = [dict(label=str(r), method='animate', args=get_steps(i, atomic=True)) for i, r in enumerate(rows)]
     return fig.update_layout(
         updatemenus=[dict(type='buttons', buttons=buttons, direction='left', showactive=False,
                           x=0.1, y=0, xanchor='right', yanchor='top', pad=dict(r=10, t=87))],
-        sliders=[dict(steps=steps, currentvalue=dict(prefix='row='), x=0.1, len=0.9, y=0, yanchor='top', pad=dict(b=10, t=50))])
+        sliders=[dict(steps=steps, currentvalue=dict(prefix='row='), x=0.1, len=0.9, y=0, yanchor='top',
+                      pad=dict(b=10, t=50))])
 
 # %% ../nbs/07_plots.ipynb #06de7b3f
-def plot_replay_stats(experience_replay, # The memory to plot: an `ExperienceReplay`, or any memory with `keys` and `memory`
+# The memory to plot: an `ExperienceReplay`, or any memory with `keys` and `memory`
+def plot_replay_stats(experience_replay,
                       columns:str|list='td_error', # Columns to plot: a comma-separated string or a list of names
                       n_cols:int=2, # Subplots per row of the grid
                       max_frames:int=200 # Most animation frames, spread evenly over the buffer rows
@@ -118,7 +123,8 @@ def plot_replay_stats(experience_replay, # The memory to plot: an `ExperienceRep
         pos = dict(row=i // n_cols + 1, col=i % n_cols + 1)
         x, yc = _curve(y)  # a long column as the min and max of each run of rows
         fig.add_trace(go.Scatter(x=x, y=yc, mode='lines+markers', name=titles[i]), **pos)
-        fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode='markers', marker=dict(color='red', size=10), name=f'{c} row'), **pos)
+        fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode='markers', marker=dict(color='red', size=10), name=f'{c} row'),
+                      **pos)
     markers = list(range(1, 2 * len(cols), 2))  # traces alternate line, marker: frames move only the markers
     rows = _frame_rows(len(er), max_frames)
     fig.frames = [go.Frame(name=str(i), traces=markers, data=[go.Scatter(x=[r], y=[y[r]]) for y in ys])
@@ -139,7 +145,8 @@ def plot_priorities(mem, # A memory: its priorities if it has them (`get_priorit
     check_positive(bins, 'bins')
     vals, name = _priorities(mem)
     counts, edges = np.histogram(vals, bins=bins)
-    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color='#636efa', name=name))
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color='#636efa',
+                           name=name))
     fig.update_layout(title=f'{name} of {len(vals):,} stored rows', xaxis_title=name, yaxis_title='rows',
                       yaxis_type='log', bargap=0.05, height=350)
     return fig
@@ -190,12 +197,15 @@ def plot_returns(returns, # Returns of finished episodes, in order: a list, arra
 
 # %% ../nbs/07_plots.ipynb #7be512c8
 def figures_to_html(figs, # Figures to put in the page, in order
-                    include_plotlyjs:bool|str=True, # plotly.js with the first figure: True inlines it (the page works offline), 'cdn' links it, False leaves it out
+                    # plotly.js with the first figure: True inlines it (the page works offline), 'cdn' links it, False
+                    # leaves it out
+                    include_plotlyjs:bool|str=True,
                     show:bool=True # Also display the figures when running in IPython
                    ) -> str:
     "One HTML document holding every figure in `figs` and plotly.js at most once; the figures are displayed in IPython"
     _offline_by_default()
-    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, auto_play=False)  # animations wait for ▶
+    divs = [f.to_html(full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False,
+                      auto_play=False)  # animations wait for ▶
             for i, f in enumerate(figs)]
     html = '<html><head><meta charset="utf-8" /></head><body>\n' + '\n'.join(divs) + '\n</body></html>'
     from IPython import get_ipython  # imported here: IPython is only needed to display

@@ -43,9 +43,16 @@ def test_report_of_a_short_run_is_titled_readable_offline_and_light(tmp_path):
     for label, value in [('learning rate', '0.001'), ('replay memory capacity', '50,000'), ('environment steps', '5,000'), ('seed', '0')]:
         assert f'<tr><th>{label}</th><td>{value}</td></tr>' in text, label
     epochs = re.search(r'<h2>Epochs</h2><table>(.*?)</table>', text).group(1)
+    head = re.findall(r'<th>(.*?)</th>', epochs)
+    assert head == ['epoch', 'train loss', 'valid loss', 'return', 'episodes', 'epsilon', 'valid return'], head
     rows = [re.findall(r'<td[^>]*>(.*?)</td>', r) for r in re.findall(r'<tr>(.*?)</tr>', epochs)][1:]
-    assert len(rows) == 10 and rows[0] == ['1', '—', '—', '—', '—']  # the first epoch is all warm-up
+    col = {n: [r[head.index(n)] for r in rows] for n in head}
+    assert len(rows) == 10 and [col[n][0] for n in head[:2] + head[3:6]] == ['1', '—', '—', '—', '—']  # all warm-up
     assert all('—' not in r for r in rows[1:]), rows
+    assert '—' not in col['valid return'] + col['valid loss']  # greedy episodes after every epoch, the first too
+    metrics = json.loads((run_dir/'metrics.json').read_text())
+    from fastrl_replay.runs import _fmt
+    assert [_fmt(v) for v in metrics['valid_returns']] == col['valid return']  # the validation's return per epoch
 
 def test_prioritized_report_adds_priorities_and_draw_counts(tmp_path):
     r = run('train', '--steps', '1200', '--replay-size', '1000', '--replay', 'per', '--out', str(tmp_path), '--quiet')
@@ -105,3 +112,29 @@ def test_bad_arguments_are_refused_before_torch_is_imported():
     assert r.stdout.split('\n')[:4] == ['2', '2', '0', '[]'], r.stdout + r.stderr
     r = run('train', '--steps', '0')
     assert r.returncode == 2 and "expected a positive integer, got '0'" in r.stderr
+
+@pytest.mark.parametrize('case', ['env', 'out_file', 'out_unmakeable', 'resume_file'])
+def test_train_reports_a_run_that_cannot_start_in_one_line(tmp_path, case):
+    "A bad `ALE/` id, an `--out` or `--resume` that is not a folder: one line on stderr, exit status 2, no traceback"
+    f = tmp_path/'file'; f.write_text('x')
+    args = {'env': ['--env', 'ALE/NoSuchGame-v5', '--out', str(tmp_path)], 'out_file': ['--out', str(f)],
+            'out_unmakeable': ['--out', str(f/'run')], 'resume_file': ['--resume', str(f)]}[case]
+    r = run('train', '--quiet', *args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith('fastrl-replay: error: ') and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert {'env': 'ALE/NoSuchGame-v5', 'out_file': 'not a folder', 'out_unmakeable': str(f/'run'),
+            'resume_file': 'not a folder'}[case] in r.stderr, r.stderr
+
+def test_train_reports_a_full_disk_at_the_first_checkpoint(tmp_path, monkeypatch, capsys):
+    "A disk that fills up when the first checkpoint is written: one line on stderr, exit status 2"
+    import errno
+    import fastrl_replay.checkpoint as ckpt
+    from fastrl_replay.cli import main
+    def full(path, *args, **kwargs): raise OSError(errno.ENOSPC, 'No space left on device', str(path))
+    monkeypatch.setattr(ckpt, 'write_checkpoint', full)
+    with pytest.raises(SystemExit) as e:
+        main(['train', '--steps', '1500', '--replay-size', '1000', '--checkpoint-every', '500', '--out', str(tmp_path),
+              '--quiet'])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and 'no space left on the device' in err and 'checkpoint' in err, err

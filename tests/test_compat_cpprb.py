@@ -448,3 +448,21 @@ def test_samples_are_new_contiguous_arrays_of_the_drawn_rows():
     s['obs'][:] = -1  # the sample is the caller's: the stored rows are untouched
     assert ours._encode_sample(idx)['obs'].min() >= 0
     assert {k: v.shape for k, v in ours.get_all_transitions().items()}['obs'] == (5, 2, 3)
+
+def test_sample_none_refused():
+    "`sample(None)` raises the library's exception in both buffers, as cpprb's prioritized buffer refuses it"
+    for C in (ReplayBuffer, PrioritizedReplayBuffer):
+        ours = C(8, {'obs': {}}, seed=0)
+        for t in range(3): ours.add(obs=float(t))
+        before = ours.get_all_transitions()
+        for bad in (None, 0, 1.5):
+            with pytest.raises(ExperienceReplayException, match='bs must be a positive int'): ours.sample(bad)
+        if C is PrioritizedReplayBuffer:  # the refused call leaves the importance-sampling exponent as it was
+            beta = ours.replay.sampler.beta
+            with pytest.raises(ExperienceReplayException): ours.sample(None, beta=beta + 0.25)
+            assert ours.replay.sampler.beta == beta
+        after = ours.get_all_transitions()
+        np.testing.assert_array_equal(before['obs'], after['obs'])
+    theirs = cpprb.PrioritizedReplayBuffer(8, {'obs': {}})
+    theirs.add(obs=1.)
+    with pytest.raises(TypeError): theirs.sample(None)

@@ -26,8 +26,10 @@ __all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer', 'LaBERmean
 class NumpySampler(Sampler):
     "Rows drawn uniformly with NumPy's `randint`: from NumPy's global generator, as cpprb and SB3 draw, or from a `RandomState(seed)` of its own"
     def __init__(self,
-                 numpy_seed:int|None=None, # Seed of a NumPy generator of its own (default: NumPy's global one, which `np.random.seed` sets)
-                 generator:torch.Generator|None=None, # The torch generator every sampler has; this one draws nothing from it
+                 # Seed of a NumPy generator of its own (default: NumPy's global one, which `np.random.seed` sets)
+                 numpy_seed:int|None=None,
+                 # The torch generator every sampler has; this one draws nothing from it
+                 generator:torch.Generator|None=None,
                  seed:int|None=None): # Its seed (default 0, so that making it leaves torch's global generator alone)
         super().__init__(generator, 0 if generator is None and seed is None else seed)
         self.numpy_seed, self._rs = numpy_seed, None if numpy_seed is None else np.random.RandomState(numpy_seed)
@@ -61,9 +63,11 @@ class NumpySampler(Sampler):
 register_kind(NumpySampler)  # checkpoints may name it
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #c9f8a307
-_SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}  # their bytes, in columns torch computes with
+_SAME_SIZE = {np.dtype(np.uint16): np.dtype(np.int16), np.dtype(np.uint32): np.dtype(np.int32),
+              np.dtype(np.uint64): np.dtype(np.int64)}  # their bytes, in columns torch computes with
 _NUMBERS = frozenset('biufc')
-_RESERVED = {'td_error': 'the replay core keeps TD errors there', 'weight': 'the prioritized sampler puts its weights there'}
+_RESERVED = {'td_error': 'the replay core keeps TD errors there',
+             'weight': 'the prioritized sampler puts its weights there'}
 
 class MissingValues(ExperienceReplayException, KeyError):
     "`add` was not given a value it needs: a `KeyError`, as cpprb raises, and the library's exception"
@@ -73,23 +77,29 @@ def _names(v, what:str) -> list[str]:
     "`v`, a name or a sequence of names, as a list (None: empty)"
     if v is None: return []
     names = [v] if isinstance(v, str) else list(v)
-    if not all(isinstance(n, str) for n in names): raise ExperienceReplayException(f'{what}: expected a name or a list of names, got {v!r}')
+    if not all(isinstance(n, str) for n in names):
+        raise ExperienceReplayException(f'{what}: expected a name or a list of names, got {v!r}')
     return names
 
 def _column_spec(name:str, defs, default_dtype) -> tuple[tuple, np.dtype, np.dtype]:
     "Trailing shape, dtype and stored dtype of `env_dict[name]`"
     if name in _RESERVED: raise ExperienceReplayException(f'env_dict: the name {name!r} is reserved: {_RESERVED[name]}')
     if not isinstance(defs, Mapping):
-        raise ExperienceReplayException(f"env_dict[{name!r}]: expected a dict with optional 'shape' and 'dtype', got {type(defs).__name__}")
+        raise ExperienceReplayException(f"env_dict[{name!r}]: expected a dict with optional 'shape' and 'dtype', got "
+                                        f"{type(defs).__name__}")
     unknown = sorted(set(defs) - {'shape', 'dtype', 'add_shape'})  # cpprb writes 'add_shape' into the dicts it is given
-    if unknown: raise ExperienceReplayException(f"env_dict[{name!r}]: expected the keys 'shape' and 'dtype', got also {unknown}")
+    if unknown:
+        raise ExperienceReplayException(f"env_dict[{name!r}]: expected the keys 'shape' and 'dtype', got also {unknown}")
     shape = np.atleast_1d(np.asarray(defs.get('shape', 1)))
     if shape.ndim != 1 or not shape.size or shape.dtype.kind not in 'iu' or (shape < 1).any():
-        raise ExperienceReplayException(f"env_dict[{name!r}]: 'shape' must be a positive int or a tuple of them, got {defs.get('shape')!r}")
+        raise ExperienceReplayException(f"env_dict[{name!r}]: 'shape' must be a positive int or a tuple of them, got "
+                                        f"{defs.get('shape')!r}")
     try: dtype = np.dtype(defs.get('dtype', default_dtype))
-    except TypeError as e: raise ExperienceReplayException(f"env_dict[{name!r}]: 'dtype' is not a NumPy dtype: {e}") from None
+    except TypeError as e:
+        raise ExperienceReplayException(f"env_dict[{name!r}]: 'dtype' is not a NumPy dtype: {e}") from None
     stored = dtype if dtype in TORCH_DTYPES else _SAME_SIZE.get(dtype)
-    if stored is None: raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of "
+    if stored is None:
+        raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of "
                                                        f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _SAME_SIZE})}")
     return tuple(int(s) for s in shape), dtype, stored
 
@@ -98,14 +108,19 @@ class ReplayBuffer:
     "cpprb's `ReplayBuffer`: values named by `env_dict`, added by keyword, sampled uniformly as dicts of NumPy arrays"
     def __init__(self,
                  size:int|float, # Capacity in transitions (a float with an integer value, such as 1e6, is taken)
-                 env_dict:dict|None=None, # Name -> {'shape': int or tuple (default 1), 'dtype': NumPy dtype (default `default_dtype`)}
+                 # Name -> {'shape': int or tuple (default 1), 'dtype': NumPy dtype (default `default_dtype`)}
+                 env_dict:dict|None=None,
                  next_of:str|list|None=None, # Names whose next value is added and sampled as `next_<name>`
-                 stack_compress:str|list|None=None, # Names of stacked values (the last dimension is the stack); kept whole
+                 # Names of stacked values (the last dimension is the stack); kept whole
+                 stack_compress:str|list|None=None,
                  default_dtype=None, # dtype of the entries that name none (default float32)
-                 Nstep:dict|None=None, # {'size': n, 'gamma': 0.99, 'rew': names summed over n steps, 'next': names taken n - 1 steps later}
-                 mmap_prefix:str|Path|None=None, # Keep the columns in memory-mapped files in this directory instead of RAM
+                 # {'size': n, 'gamma': 0.99, 'rew': names summed over n steps, 'next': names taken n - 1 steps later}
+                 Nstep:dict|None=None,
+                 # Keep the columns in memory-mapped files in this directory instead of RAM
+                 mmap_prefix:str|Path|None=None,
                  seed:int|None=None): # Seed of the sampler's generator (default: NumPy's global generator, as cpprb)
-        check_positive(int(size) if isinstance(size, (float, np.floating)) and float(size).is_integer() else size, 'size')
+        check_positive(int(size) if isinstance(size, (float, np.floating)) and float(size).is_integer() else size,
+                       'size')
         self._size, self.seed, self._dir = int(size), seed, None if mmap_prefix is None else Path(mmap_prefix)
         self.env_dict = dict(env_dict or {})
         if not self.env_dict: raise ExperienceReplayException('env_dict must name at least one value, got none')
@@ -121,7 +136,8 @@ class ReplayBuffer:
                 raise ExperienceReplayException(f"next_of={k!r} adds 'next_{k}': env_dict must not name it too")
             self._cols[f'next_{k}'] = self._cols[k]
         self.Nstep = None if Nstep is None else self._check_nstep(Nstep)
-        self._declared = [(k, None if stored is dtype else dtype) for k, (_, dtype, stored) in self._cols.items()]  # the columns, in storage order, and the dtype each is returned in where it differs from the stored one
+        # the columns, in storage order, and the dtype each is returned in where it differs from the stored one
+        self._declared = [(k, None if stored is dtype else dtype) for k, (_, dtype, stored) in self._cols.items()]
         self._pending, self._episode_len = None, 0
         self.replay = self._new_replay(self._new_sampler(), reuse_files=False)
 
@@ -161,16 +177,19 @@ class ReplayBuffer:
             for k, (shape, dtype, stored) in self._cols.items():
                 a = kwargs[k]
                 if type(a) is not np.ndarray: a = host_array(a, k)
-                if a.dtype.kind not in _NUMBERS: raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
+                if a.dtype.kind not in _NUMBERS:
+                    raise ExperienceReplayException(f'{k}: expected numbers, got an array of {a.dtype}')
                 try: a = a.reshape(-1, *shape)
                 except ValueError:
-                    raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, {", ".join(map(str, shape))}), '
+                    raise ExperienceReplayException(f'{k}: expected shape {shape} or a batch of shape (n, '
+                                                    f'{", ".join(map(str, shape))}), '
                                                     f'got {a.shape}') from None
                 if a.dtype != dtype: a = a.astype(dtype)
                 rows[k] = a if stored is dtype else a.view(stored)
         n = len(a)
         if any(len(v) != n for v in rows.values()):
-            raise ExperienceReplayException(f'add: every value needs the same number of steps, got { {k: len(v) for k, v in rows.items()} }')
+            raise ExperienceReplayException('add: every value needs the same number of steps, got '
+                                            f'{ {k: len(v) for k, v in rows.items()} }')
         return rows, n
     def add(self, **kwargs) -> int|None:
         "Add one transition, or a batch with a leading step dimension; the index of the first one stored (None while all wait for their n-step return)"
@@ -192,7 +211,8 @@ class ReplayBuffer:
     def _written(self, start:int, n:int, priorities):
         "Rows `start` to `start + n` (wrapping) were written: nothing more to do for a uniform buffer"
     def _check_stored(self):
-        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        if not len(self.replay):
+            raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
     def _out(self, batch) -> dict:
         "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
         return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
@@ -211,7 +231,8 @@ class ReplayBuffer:
     def _encode_sample(self,
                        idx): # Indexes of stored transitions: an int or a sequence of them
         "The transitions at `idx`, as a dict of NumPy arrays (cpprb's name, which code written for it calls)"
-        with self.replay.lock: return self._gathered(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx').numpy())
+        with self.replay.lock:
+            return self._gathered(as_idxs(np.atleast_1d(np.asarray(idx)), len(self.replay), name='idx').numpy())
     def _shuffled(self, n:int) -> np.ndarray: return self.replay.sampler.rng.permutation(n)
     def get_all_transitions(self,
                             shuffle:bool=False): # Return them in a random order instead of storage order
@@ -241,34 +262,43 @@ class ReplayBuffer:
         try:
             with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
         except ValueError as e:
-            raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that save_transitions wrote '
+            raise ExperienceReplayException(f'load_transitions: {file!r} is not a file of plain arrays that '
+                                            'save_transitions wrote '
                                             f'(files that need pickle, as cpprb\'s own, are not read): {e}') from None
         version, nstep = d.pop('version', None), d.pop('Nstep', None)
         if version is None or nstep is None or version.shape != () or int(version) != _FORMAT:
-            raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an Nstep flag, got version {version!r}')
-        if bool(nstep) != self.is_Nstep(): raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
-        if bad := [k for k in d if not k.startswith('data.')]: raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
+            raise ExperienceReplayException(f'load_transitions: expected a file of format version {_FORMAT} with an '
+                                            f'Nstep flag, got version {version!r}')
+        if bool(nstep) != self.is_Nstep():
+            raise ExperienceReplayException('load_transitions: stored data and buffer mismatch for Nstep')
+        if bad := [k for k in d if not k.startswith('data.')]:
+            raise ExperienceReplayException(f'load_transitions: unexpected entries {bad}')
         rows, n = self._rows({k[5:]: v for k, v in d.items()})
         if n: self._write(rows, None)
     def _check_nstep(self, Nstep) -> dict:
         "Nstep, checked against the columns, with its defaults"
         if not isinstance(Nstep, Mapping) or 'size' not in Nstep:
-            raise ExperienceReplayException(f"Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and 'next', got {Nstep!r}")
+            raise ExperienceReplayException("Nstep: expected a dict with 'size' and optional 'gamma', 'rew' and "
+                                            f"'next', got {Nstep!r}")
         n, gamma = Nstep['size'], Nstep.get('gamma', 0.99)
         check_positive(n, "Nstep['size']")
         check_number("Nstep['gamma']", gamma)
         rew, nxt = _names(Nstep.get('rew'), "Nstep['rew']"), _names(Nstep.get('next'), "Nstep['next']")
         if missing := [k for k in ['done', *rew, *nxt] if k not in self._cols]:
             raise ExperienceReplayException(f'Nstep: {missing} are not among the values {list(self._cols)}')
-        if self._cols['done'][0] != (1,): raise ExperienceReplayException(f"Nstep: 'done' must have shape 1, got {self._cols['done'][0]}")
+        if self._cols['done'][0] != (1,):
+            raise ExperienceReplayException(f"Nstep: 'done' must have shape 1, got {self._cols['done'][0]}")
         if bad := [k for k in rew if self._cols[k][1].kind != 'f']:
-            raise ExperienceReplayException(f"Nstep: rewards are summed in their dtype, which must be a float one; {bad} are not")
+            raise ExperienceReplayException("Nstep: rewards are summed in their dtype, which must be a float one; "
+                                            f"{bad} are not")
         return dict(size=int(n), gamma=float(np.float32(gamma)), rew=rew, next=nxt)
     def _nstep_push(self, rows:dict, priorities) -> tuple[dict|None, np.ndarray|None]:
         "Append checked rows to the window; the transitions whose n-step window is now complete (None if none), and their priorities"
         P, n = self._pending, self.Nstep['size']
-        A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k, v in rows.items()}
-        if priorities is not None: A['__priorities'] = priorities if P is None else np.concatenate([P['__priorities'], priorities])
+        A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k,
+                                                                      v in rows.items()}
+        if priorities is not None:
+            A['__priorities'] = priorities if P is None else np.concatenate([P['__priorities'], priorities])
         L = len(A['done'])
         E = max(L - (n - 1), 0)
         self._pending = {k: v[E:] for k, v in A.items()}
@@ -284,7 +314,8 @@ class ReplayBuffer:
             j = np.minimum(t + k, L - 1)
             last = np.where(ends[j] & (j <= last), j, last)
         out = {k: v[:E] for k, v in A.items() if k != '__priorities'}
-        steps = np.minimum(t[:, None] + np.arange(n), L - 1)  # each window's steps; those past the window's data get discount 0
+        steps = np.minimum(t[:, None] + np.arange(n),
+                           L - 1)  # each window's steps; those past the window's data get discount 0
         d = A['done'].reshape(L)
         g = (1 - d.astype(np.result_type(d.dtype, np.float32))) * np.float32(self.Nstep['gamma'])
         disc = np.where(t[:, None] + np.arange(n) < L - 1, g[steps], g.dtype.type(0))
@@ -318,17 +349,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._max_p = np.float32(1.)
         super().__init__(size, env_dict, Nstep=Nstep, seed=seed, **kwargs)
         if clash := [k for k in self._cols if k in ('priorities', 'weights', 'indexes')]:
-            raise ExperienceReplayException(f'env_dict: {clash} are the names of what a prioritized buffer takes and returns')
-        if check_for_update: self.replay.sampler.stamp_all()  # cpprb counts every row as unchanged since a sample at first
+            raise ExperienceReplayException(f'env_dict: {clash} are the names of what a prioritized buffer takes and '
+                                            'returns')
+        # cpprb counts every row as unchanged since a sample at first
+        if check_for_update: self.replay.sampler.stamp_all()
 
     def _new_sampler(self) -> Sampler:
-        return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory', seed=self.seed)
+        return PrioritizedSampler(alpha=self.alpha, beta=0.4, beta_steps=0, stratified=True, weight_norm='memory',
+                                  seed=self.seed)
     def _checked_priorities(self, priorities, n:int, what:str='priorities') -> np.ndarray:
         "`priorities` as `n` float32 values, each finite and >= 0; raise otherwise"
         p = np.ravel(priority_tensor(priorities, 'cpu').numpy().astype(np.float32)) if priorities is not None else None
         if p is None or len(p) != n:
-            raise ExperienceReplayException(f'{what}: expected {n} priorities, one per transition, got {None if p is None else len(p)}')
-        if not np.isfinite(p).all() or (p < 0).any(): raise ExperienceReplayException(f'{what}: expected finite values >= 0, got {p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
+            raise ExperienceReplayException(f'{what}: expected {n} priorities, one per transition, got '
+                                            f'{None if p is None else len(p)}')
+        if not np.isfinite(p).all() or (p < 0).any():
+            raise ExperienceReplayException(f'{what}: expected finite values >= 0, got '
+                                            f'{p[~(p >= 0) | ~np.isfinite(p)][:5].tolist()}')
         return p
     def _leaf(self, p:np.ndarray) -> np.ndarray:
         "(p + eps)^alpha in float32, as cpprb's segment tree holds it"
@@ -339,7 +376,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         "Add one transition or a batch, with their priorities; the index of the first one stored (None while all wait for their n-step return)"
         rows, n = self._rows(kwargs)
         if priorities is not None: priorities = self._checked_priorities(priorities, n)
-        elif self.Nstep is not None: priorities = np.full(n, self._max_p, np.float32)  # the largest now, not when it leaves the window
+        elif self.Nstep is not None: priorities = np.full(n, self._max_p,
+                                                          np.float32)  # the largest now, not when it leaves the window
         return self._store(rows, priorities)
     def _written(self, start:int, n:int, priorities):
         "Set the priorities of the rows just written (the largest so far where none is given); the sampler marks them stale if handed out before"
@@ -351,27 +389,34 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def sample(self,
                batch_size:int, # Transitions to draw
                beta:float=0.4, # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
-               generations:bool=False): # Also give the rows' write generations as `generations`, for `update_priorities`
+               # Also give the rows' write generations as `generations`, for `update_priorities`
+               generations:bool=False):
         "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes` (and `generations` if asked)"
         check_number('beta', beta)
         self._check_stored()
+        check_positive(batch_size)
         self.replay.sampler.beta = float(beta)
         batch, idxs, gens = self.replay.sample(batch_size, generations=True)
         res = self._out(batch)
         res['weights'], res['indexes'] = batch['weight'][:, 0].numpy(), idxs.numpy().astype(np.uint64)
         if generations: res['generations'] = gens.numpy()
-        if self.check_for_update: self.replay.sampler.stamp_all()  # cpprb's guard: any row written after this sample is stale
+        # cpprb's guard: any row written after this sample is stale
+        if self.check_for_update: self.replay.sampler.stamp_all()
         return res
     def update_priorities(self,
                           indexes, # Indexes, as `sample` returned them
                           priorities, # One priority p >= 0 per index
-                          generations=None): # Their write generations, as `sample(generations=True)` gave them: rows written since that sample keep theirs
+                          # Their write generations, as `sample(generations=True)` gave them: rows written since that
+                          # sample keep theirs
+                          generations=None):
         "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`; with `generations`, since theirs)"
         i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
         p = self._checked_priorities(priorities, len(i))
         guard = self.check_for_update or generations is not None
-        keep = self.replay.sampler.fresh(i, generations).numpy() if guard else slice(None)  # cpprb's guard is the sampler's staleness mark
-        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=guard, generations=generations)  # stale rows skipped, counted in n_stale
+        # cpprb's guard is the sampler's staleness mark
+        keep = self.replay.sampler.fresh(i, generations).numpy() if guard else slice(None)
+        self.replay.sampler.set_priority(i, self._leaf(p).astype(np.float64), fresh_only=guard,
+                                         generations=generations)  # stale rows skipped, counted in n_stale
         if len(p[keep]): self._max_p = max(self._max_p, p[keep].max())
     def get_max_priority(self) -> float:
         "The largest priority given so far (1 at first): what a transition added without one gets"
@@ -388,7 +433,8 @@ def _whole(v, what:str):
     a = host_array(v, what)
     if a.dtype.kind != 'f': return v
     if not np.isfinite(a).all() or (a != np.round(a)).any():
-        raise ExperienceReplayException(f'{what}: expected whole numbers, got {a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')
+        raise ExperienceReplayException(f'{what}: expected whole numbers, got '
+                                        f'{a[~np.isfinite(a) | (a != np.round(a))][:5].tolist()}')
     return a.astype(np.int64)
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #b1aa0002
@@ -401,4 +447,5 @@ class _CpprbLaBER:
 
 class LaBERmean(_CpprbLaBER, laber.LaBERmean): "cpprb's `LaBERmean`: weights mean(p) / p_i"
 class LaBERlazy(_CpprbLaBER, laber.LaBERlazy): "cpprb's `LaBERlazy`: weights 1 / p_i"
-class LaBERmax(_CpprbLaBER, laber.LaBERmax): "cpprb's `LaBERmax`: weights (1 / p_i) over their largest in the kept batch"
+class LaBERmax(_CpprbLaBER, laber.LaBERmax):
+    "cpprb's `LaBERmax`: weights (1 / p_i) over their largest in the kept batch"

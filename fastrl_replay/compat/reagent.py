@@ -54,7 +54,8 @@ class PaddedFrameStorage(FrameStorage):
     def add_padded(self,
                    observation, action, reward, # One step's values
                    terminal, # The episode ended in a terminal state
-                   cut:bool=False, # The episode ended here without a terminal state: transitions reaching this step are not valid
+                   # The episode ended here without a terminal state: transitions reaching this step are not valid
+                   cut:bool=False,
                    **extras): # The extra elements by name
         "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
         names = self.extra_names
@@ -63,11 +64,13 @@ class PaddedFrameStorage(FrameStorage):
         obs = _value('observation', observation, self.obs_shape, self.obs_dtype)
         act = _value('action', action, self.action_shape, self.action_dtype)
         rew = _value('reward', reward, self.reward_shape, self.reward_dtype)
-        if rew.dtype.kind == 'f' and not np.isfinite(rew).all(): raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
+        if rew.dtype.kind == 'f' and not np.isfinite(rew).all():
+            raise ExperienceReplayException(f'reward holds NaN or inf: {rew}')
         t = host_array(terminal, 'terminal')
         if t.size != 1: raise ExperienceReplayException(f'terminal: expected one value, got shape {t.shape}')
         ex = {e.name: _value(e.name, extras[e.name], e.shape, e.type) for e in self.extras if e.name != _PAD}
-        # an int ends the episode when it is not 0, as the peers' uint8 terminal column holds it; anything else must be a bool, 0 or 1
+        # an int ends the episode when it is not 0, as the peers' uint8 terminal column holds it; anything else must be
+        # a bool, 0 or 1
         term = bool(t.reshape(()).item()) if t.dtype.kind in 'biu' else as_flag(t.reshape(()).item(), 'terminal')
         first = self.add_count
         if self.opens_episode:
@@ -102,13 +105,16 @@ class PaddedFrameStorage(FrameStorage):
         b.pop(_PAD)
         return b
     def add(self, other):
-        raise ExperienceReplayException('a PaddedFrameStorage is written one step at a time, with `add_padded` (the buffers\' `add`), '
+        raise ExperienceReplayException('a PaddedFrameStorage is written one step at a time, with `add_padded` (the '
+                                        'buffers\' `add`), '
                                         'so that each episode opens with its padding; it takes no batches')
 
 # %% ../../nbs/13c_compat.reagent.ipynb #33af6ee2
 def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
     "`v` as an array of `shape` and `dtype`: a float rounds to a float dtype, anything else must fit exactly"
-    if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array of shape {shape}, got a dict (sparse features are not supported)')
+    if isinstance(v, dict):
+        raise ExperienceReplayException(f'{name}: expected a dense array of shape {shape}, got a dict (sparse '
+                                        'features are not supported)')
     a = host_array(v, name)
     if a.shape != tuple(shape): raise ExperienceReplayException(f'{name}: expected shape {tuple(shape)}, got {a.shape}')
     if a.dtype == dtype: return a
@@ -118,7 +124,8 @@ def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
 # %% ../../nbs/13c_compat.reagent.ipynb #c2a7e602
 class ReAgentRing:
     "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
-    empty_batches = False  # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
+    # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
+    empty_batches = False
     def cursor(self) -> int:
         "Index of the row the next step is written to"
         return self.add_count % self.replay_capacity
@@ -131,7 +138,8 @@ class ReAgentRing:
     def is_valid_transition(self, index) -> bool:
         "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
         i = to_numpy(index)
-        if i.size != 1 or i.dtype.kind not in 'iu': raise ExperienceReplayException(f'an index is one int, got {index!r}')
+        if i.size != 1 or i.dtype.kind not in 'iu':
+            raise ExperienceReplayException(f'an index is one int, got {index!r}')
         i = int(i.reshape(()))
         return 0 <= i < self.replay_capacity and bool(self._valid_at(np.array([i]))[0])
     def valid_mask(self) -> np.ndarray:
@@ -139,7 +147,8 @@ class ReAgentRing:
         return self._valid_at(np.arange(self.replay_capacity))
     def sample_index_batch(self,
                            batch_size:int, # Indices to draw
-                           generations:bool=False): # Also return the rows' write generations, for `update_td` and `set_priority`
+                           # Also return the rows' write generations, for `update_td` and `set_priority`
+                           generations:bool=False):
         "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor (and, with `generations`, their write generations)"
         idx = self._draw(batch_size)
         return (idx, self.sampler.generations(idx)) if generations else idx
@@ -150,7 +159,9 @@ class ReAgentRing:
             raise NoValidTransitions(f'none of the {len(self)} stored rows is a valid transition yet')
         return self.sample_transition_batch(indices=rows)
     def _check_prioritized(self, what:str):
-        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples uniformly')
+        if not self.prioritized:
+            raise ExperienceReplayException(f'{what} needs a prioritized buffer; this {type(self).__name__} samples '
+                                            'uniformly')
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c3b1a002
 class CircularReplayBuffer(ReAgentRing, FrameReplay):
@@ -163,16 +174,20 @@ class CircularReplayBuffer(ReAgentRing, FrameReplay):
                  update_horizon:int=1, # n of the n-step return
                  gamma:float=0.99, # Discount factor
                  extra_storage_types:list|None=None, # `ReplayElement`s stored per step and returned with its transition
-                 **kwargs): # `FrameReplay`'s other settings: `prioritized`, `warmup_sz`, `seed`, the storage's and the sampler's
-        for v, name in ((replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'), (update_horizon, 'update_horizon')):
+                 # `FrameReplay`'s other settings: `prioritized`, `warmup_sz`, `seed`, the storage's and the sampler's
+                 **kwargs):
+        for v, name in ((replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'),
+                        (update_horizon, 'update_horizon')):
             check_positive(v, name)
-        super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma, extra_storage_types, **kwargs)
+        super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma,
+                         extra_storage_types, **kwargs)
     replay_capacity = property(lambda self: self.max_sz, doc='Steps kept before the oldest are overwritten')
     batch_size = property(lambda self: self.bs, doc='Transitions per sample')
     update_horizon = property(lambda self: self.n_steps, doc='n of the n-step return')
     size = property(lambda self: len(self), doc='Steps stored')
     def _described(self) -> dict:
-        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, replay_capacity=self.max_sz, update_horizon=self.n_steps,
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, replay_capacity=self.max_sz,
+                    update_horizon=self.n_steps,
                     size=self.size, cursor=self.cursor())
     @classmethod
     def create_from_env(cls,
@@ -211,7 +226,8 @@ class CircularReplayBuffer(ReAgentRing, FrameReplay):
         els.append(('indices', (bs,), np.int64))
         return [ReplayElement(n, s, np.dtype(d)) for n, s, d in els]
 
-own_kind(CircularReplayBuffer, 'fastrl_replay.memory.circular.CircularReplayBuffer')  # checkpoints written when the class lived in memory.circular
+# checkpoints written when the class lived in memory.circular
+own_kind(CircularReplayBuffer, 'fastrl_replay.memory.circular.CircularReplayBuffer')
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c2a10ad1
 def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
@@ -225,17 +241,23 @@ class PaddedReplay(ReAgentRing, Replay):
     "A `Replay` over a `PaddedFrameStorage` with ReAgent's and Dopamine's settings, indices and validity: what their buffers share"
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
-    checkpoint_duration, keep_every = 4, None  # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
-    def __init__(self, stack_size:int, replay_capacity:int, batch_size:int, update_horizon:int=1, gamma:float=0.99, # As the buffers name them
-                 generator:torch.Generator|None=None, seed:int|None=None): # A CPU random generator for sampling, or the seed of a new one
+    # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
+    checkpoint_duration, keep_every = 4, None
+    def __init__(self, stack_size:int, replay_capacity:int, batch_size:int, update_horizon:int=1,
+                 gamma:float=0.99, # As the buffers name them
+                 generator:torch.Generator|None=None,
+                 seed:int|None=None): # A CPU random generator for sampling, or the seed of a new one
         for v, name in ((stack_size, 'stack_size'), (replay_capacity, 'replay_capacity'), (batch_size, 'batch_size'),
                         (update_horizon, 'update_horizon')): check_positive(v, name)
         check_number('gamma', gamma)
         if gamma > 1: raise ExperienceReplayException(f'gamma must be in [0, 1], got {gamma!r}')
         if replay_capacity < update_horizon + stack_size:
-            raise ExperienceReplayException(f'There is not enough capacity to cover update_horizon and stack_size: replay_capacity must be '
-                                            f'at least update_horizon + stack_size = {update_horizon + stack_size}, got {replay_capacity}')
-        if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
+            raise ExperienceReplayException('There is not enough capacity to cover update_horizon and stack_size: '
+                                            'replay_capacity must be '
+                                            f'at least update_horizon + stack_size = {update_horizon + stack_size}, '
+                                            f'got {replay_capacity}')
+        if generator is not None and seed is not None:
+            raise ExperienceReplayException('give either a generator or a seed, not both')
         self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = stack_size, replay_capacity, update_horizon, float(gamma)
         self.bs, self.warmup_sz, self._draws = batch_size, min(batch_size, replay_capacity), (generator, seed)
         self.storage, self.sampler = None, self._new_sampler(generator, seed)
@@ -250,10 +272,12 @@ class PaddedReplay(ReAgentRing, Replay):
     def extra_names(self) -> list:
         "The names of the extra elements, in the order they are stored"
         return [] if self.storage is None else self.storage.extra_names
-    load = _Load()  # `Class.load(path)` returns the saved buffer; `buffer.load(checkpoint_dir, suffix)` restores one into it
+    # `Class.load(path)` returns the saved buffer; `buffer.load(checkpoint_dir, suffix)` restores one into it
+    load = _Load()
 
     def __repr__(self):
-        return (f'{type(self).__name__}(stack_size={self.stack_size}, replay_capacity={self.replay_capacity}, batch_size={self.bs}, '
+        return (f'{type(self).__name__}(stack_size={self.stack_size}, replay_capacity={self.replay_capacity}, '
+                f'batch_size={self.bs}, '
                 f'update_horizon={self.update_horizon}, size={self.size}, cursor={self.cursor()})')
     def _new_sampler(self, generator=None, seed=None):
         "A uniform sampler, or one by priority taking priorities as they are given (alpha 1)"
@@ -261,7 +285,8 @@ class PaddedReplay(ReAgentRing, Replay):
         return PrioritizedSampler(alpha=1., beta=1., beta_steps=0, weight_norm='batch', generator=generator, seed=seed)
     def _build(self, observation:tuple, action:tuple, reward:tuple, extras:list):
         "Make the storage for columns given as (shape, dtype) and join it with the sampler"
-        st = PaddedFrameStorage(observation[0], self.replay_capacity, self.stack_size, self.update_horizon, self.gamma, extras,
+        st = PaddedFrameStorage(observation[0], self.replay_capacity, self.stack_size, self.update_horizon, self.gamma,
+                                extras,
                                 observation_dtype=observation[1], action_shape=action[0], action_dtype=action[1],
                                 reward_shape=reward[0], reward_dtype=reward[1])
         Replay.__init__(self, st, self.sampler, self.bs, self.warmup_sz)
@@ -281,7 +306,8 @@ class PaddedReplay(ReAgentRing, Replay):
     def from_parts(cls, storage, sampler, bs:int=16, warmup_sz:int=100, *args, **kwargs) -> PaddedReplay:
         "A buffer of class `cls` joining a `PaddedFrameStorage` and a sampler (the interface's settings at their defaults until `load_state_dict`)"
         if not isinstance(storage, PaddedFrameStorage):
-            raise ExperienceReplayException(f'a {cls.__name__} keeps its steps in a PaddedFrameStorage, got a {type(storage).__name__}')
+            raise ExperienceReplayException(f'a {cls.__name__} keeps its steps in a PaddedFrameStorage, got a '
+                                            f'{type(storage).__name__}')
         self = Replay.from_parts.__func__(cls, storage, sampler, bs, warmup_sz, *args, **kwargs)
         self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = storage.stack_size, storage.max_sz, storage.n_steps, storage.gamma
         self._draws = None, None
@@ -292,7 +318,8 @@ class PaddedReplay(ReAgentRing, Replay):
         "Check and write one step after its padding; tell the sampler; update the valid indices"
         if priority is not None:
             if not self.prioritized:
-                raise ExperienceReplayException(f'priority: a {type(self).__name__} samples uniformly; got priority={priority!r}')
+                raise ExperienceReplayException(f'priority: a {type(self).__name__} samples uniformly; got '
+                                                f'priority={priority!r}')
             p = to_numpy(priority)
             if p.size != 1: raise ExperienceReplayException(f'priority: expected one number, got shape {p.shape}')
             priority = p.reshape(()).item()
@@ -320,7 +347,8 @@ class PaddedReplay(ReAgentRing, Replay):
         "`batch_size` valid indices drawn by the sampler"
         check_positive(batch_size, 'batch_size')
         if self.size == 0:
-            raise NoValidTransitions(f'cannot sample {batch_size} indices: none of the {len(self)} stored rows is a valid transition yet')
+            raise NoValidTransitions(f'cannot sample {batch_size} indices: none of the {len(self)} stored rows is a '
+                                     'valid transition yet')
         return self.sampler.draw(batch_size)
     def _rows(self, indices) -> np.ndarray:
         "`indices`, `(n,)` or `(n, 1)`, as a 1-d array of indices in range"
@@ -338,12 +366,16 @@ class PaddedReplay(ReAgentRing, Replay):
     def set_priority(self,
                      indices, # Indices of written rows, `(n,)` or `(n, 1)`
                      priorities, # One finite priority >= 0 per index
-                     generations=None): # Their write generations, as `sample_index_batch(generations=True)` gave them (None: the hand-out marks guard)
+                     # Their write generations, as `sample_index_batch(generations=True)` gave them (None: the hand-out
+                     # marks guard)
+                     generations=None):
         "Set the priorities of `indices` as given: sampling is proportional to them"
         self._check_prioritized('set_priority')
         rows = self._rows(indices)
-        if self.storage is None: raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
-        self.sampler.set_priority(rows, priorities, fresh_only=True, generations=generations)  # rows overwritten since they were handed out keep theirs
+        if self.storage is None:
+            raise ExperienceReplayException(f'indices {rows[:5].tolist()} are out of range for a buffer of 0 rows')
+        self.sampler.set_priority(rows, priorities, fresh_only=True,
+                                  generations=generations)  # rows overwritten since they were handed out keep theirs
     def get_priority(self, indices) -> np.ndarray:
         "The priorities of `indices` as set, float32: 0 for padding and for rows never written"
         self._check_prioritized('get_priority')
@@ -355,10 +387,12 @@ class PaddedReplay(ReAgentRing, Replay):
     @property
     def sum_tree(self) -> BufferSumTree:
         "A prioritized buffer's priorities under Dopamine's `SumTree` interface, as Dopamine's and ReAgent's buffers keep them (`max_recorded_priority`, `set`, `get`, draws); a uniform buffer has none"
-        if not self.prioritized: raise AttributeError(f"a {type(self).__name__} samples uniformly: it has no 'sum_tree'")
+        if not self.prioritized:
+            raise AttributeError(f"a {type(self).__name__} samples uniformly: it has no 'sum_tree'")
         return BufferSumTree(self)
     def _ready(self, what:str):
-        if self.storage is None: raise ExperienceReplayException(f'{what}: the buffer has no columns yet (its first add types them)')
+        if self.storage is None:
+            raise ExperienceReplayException(f'{what}: the buffer has no columns yet (its first add types them)')
     def settings(self) -> dict:
         self._ready('settings')
         return Replay.settings(self)
@@ -371,22 +405,28 @@ class PaddedReplay(ReAgentRing, Replay):
         self._ready('load_state_dict')
         compat = state.get('compat') if isinstance(state, dict) else None
         if not isinstance(compat, dict) or set(compat) != set(self._defaults):
-            raise ExperienceReplayException(f'the state holds the settings {sorted(compat) if isinstance(compat, dict) else None}; '
+            raise ExperienceReplayException('the state holds the settings '
+                                            f'{sorted(compat) if isinstance(compat, dict) else None}; '
                                             f'a {type(self).__name__} keeps {sorted(self._defaults)}')
         Replay.load_state_dict(self, {k: v for k, v in state.items() if k != 'compat'}, assign=assign)
         for k, v in compat.items(): setattr(self, k, np.dtype(v) if k.endswith('dtype') else v)
         self._revalidate()
     def save(self,
-             path, # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per iteration
-             durable:bool|int=True): # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
+             # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per
+             # iteration
+             path,
+             # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
+             durable:bool|int=True):
         "Write a checkpoint to the directory `path`, atomically; `save(checkpoint_dir, iteration_number)` writes `checkpoint_dir/ckpt.<iteration_number>` and removes the one `checkpoint_duration` iterations older, unless `keep_every` spares it"
         self._ready('save')
         if isinstance(durable, bool): return Replay.save(self, path, durable)
         if not is_int(durable) or durable < 0:
-            raise ExperienceReplayException(f'save(path, durable) takes a bool, or save(checkpoint_dir, iteration_number) an int >= 0; got {durable!r}')
+            raise ExperienceReplayException('save(path, durable) takes a bool, or save(checkpoint_dir, '
+                                            f'iteration_number) an int >= 0; got {durable!r}')
         res = Replay.save(self, _ckpt(path, durable), True)
         stale = durable - self.checkpoint_duration
-        if stale >= 0 and not (self.keep_every is not None and stale % self.keep_every == 0): shutil.rmtree(_ckpt(path, stale), ignore_errors=True)
+        if stale >= 0 and not (self.keep_every is not None and stale % self.keep_every == 0):
+            shutil.rmtree(_ckpt(path, stale), ignore_errors=True)
         return res
     @classmethod
     def _load_saved(cls, path, suffix=None) -> PaddedReplay:
@@ -400,7 +440,8 @@ class PaddedReplay(ReAgentRing, Replay):
         fresh = self.storage is None
         if fresh:  # a ReAgent buffer not yet added to takes the saved one's columns
             st = saved.storage
-            self._build((st.obs_shape, st.obs_dtype), (st.action_shape, st.action_dtype), (st.reward_shape, st.reward_dtype),
+            self._build((st.obs_shape, st.obs_dtype), (st.action_shape, st.action_dtype),
+                        (st.reward_shape, st.reward_dtype),
                         [e for e in st.extras if e.name != _PAD])
         try: self.load_state_dict(saved.state_dict())
         except BaseException:
@@ -456,17 +497,22 @@ _REQUIRED = ('observation', 'action', 'reward', 'terminal')
 
 def _dense_type(name:str, v) -> tuple[tuple, np.dtype]:
     "Shape and dtype of a column typed by its first value `v`, float64 stored as float32"
-    if isinstance(v, dict): raise ExperienceReplayException(f'{name}: expected a dense array or number, got a dict (sparse features are not supported)')
+    if isinstance(v, dict):
+        raise ExperienceReplayException(f'{name}: expected a dense array or number, got a dict (sparse features are '
+                                        'not supported)')
     a = to_numpy(v)
-    if a.dtype.kind not in 'biuf': raise ExperienceReplayException(f'{name}: expected numbers (bool, int or float), got dtype {a.dtype}')
+    if a.dtype.kind not in 'biuf':
+        raise ExperienceReplayException(f'{name}: expected numbers (bool, int or float), got dtype {a.dtype}')
     return a.shape, np.dtype(np.float32) if a.dtype == np.float64 else a.dtype
 
 def _check_names(names:list, extras:list):
     "Raise unless every extra element names fields that are identifiers, not starting with `_`, and every field is named once"
-    bad = [k for k in extras if not (isinstance(k, str) and k.isidentifier()) or keyword.iskeyword(k) or k.startswith('_')]
+    bad = [k for k in extras if not (isinstance(k,
+                                                str) and k.isidentifier()) or keyword.iskeyword(k) or k.startswith('_')]
     dup = sorted({n for n in names if names.count(n) > 1})
     if bad or dup:
-        raise ExperienceReplayException(f'extra elements name fields of the sampled batch: identifiers not starting with "_", each field once; '
+        raise ExperienceReplayException('extra elements name fields of the sampled batch: identifiers not starting '
+                                        'with "_", each field once; '
                                         f'got {bad} invalid and {dup} repeated')
 
 # %% ../../nbs/13c_compat.reagent.ipynb #6d793f05
@@ -478,7 +524,8 @@ class ReplayBuffer(PaddedReplay):
                  replay_capacity:int=10000, # Rows kept, padding included
                  batch_size:int=1, # Transitions per sample
                  return_everything_as_stack:bool=False, # `reward` is the stack of rewards instead of the n-step return
-                 return_as_timeline_format:bool=False, # `reward` and the `next_*` columns are lists: per transition, the stacks at each step of its window
+                 # `reward` and the `next_*` columns are lists: per transition, the stacks at each step of its window
+                 return_as_timeline_format:bool=False,
                  update_horizon:int=1, # n of the n-step return
                  gamma:float=0.99, # Discount factor
                  *,
@@ -496,17 +543,20 @@ class ReplayBuffer(PaddedReplay):
         "Type the columns from one step's values (the first `add` calls it)"
         if self.storage is not None: raise ExperienceReplayException("the buffer's columns are typed already")
         missing = [k for k in _REQUIRED if k not in kwargs]
-        if missing: raise ExperienceReplayException(f'a step holds {list(_REQUIRED)} and extra elements; missing {missing}')
+        if missing:
+            raise ExperienceReplayException(f'a step holds {list(_REQUIRED)} and extra elements; missing {missing}')
         extras = [k for k in kwargs if k not in _REQUIRED]
         _check_names(self.get_transition_elements(extras), extras)
         types = {k: _dense_type(k, v) for k, v in kwargs.items() if k != 'terminal'}
-        self._build(types['observation'], types['action'], types['reward'], [ReplayElement(k, *types[k]) for k in extras])
+        self._build(types['observation'], types['action'], types['reward'],
+                    [ReplayElement(k, *types[k]) for k in extras])
     def _add(self, values:dict, priority=None):
         "Write one step given by name; the first add types the columns, and types nothing if it fails"
         fresh = self.storage is None
         try:
             if fresh: self.initialize_buffer(**values)
-            self._write(*(values[k] for k in _REQUIRED), {k: v for k, v in values.items() if k not in _REQUIRED}, priority=priority)
+            self._write(*(values[k] for k in _REQUIRED), {k: v for k, v in values.items() if k not in _REQUIRED},
+                        priority=priority)
         except BaseException:
             if fresh: self.storage, self.sampler = None, self._new_sampler(*self._draws)
             raise
@@ -540,7 +590,8 @@ class ReplayBuffer(PaddedReplay):
         return _batch_type(tuple(out))(**out)
     def sample_transition_batch(self,
                                 batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
-                                indices=None): # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
+                                # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
+                                indices=None):
         "A named tuple of transitions with ReAgent's fields (every column stacked, `next_*` columns, `terminal`, `indices`, `step`)"
         return self._batch(self._resolve(batch_size, indices))
     @classmethod
@@ -557,7 +608,8 @@ class ReplayBuffer(PaddedReplay):
                                             'CircularReplayBuffer keeps several apart')
         obs, act = _space_type('observation', env.observation_space), _space_type('action', env.action_space)
         buf = cls(stack_size=stack_size, replay_capacity=replay_memory_size, batch_size=batch_size, **kwargs)
-        extras = [ReplayElement('mdp_id', (), np.dtype(np.int64)), ReplayElement('sequence_number', (), np.dtype(np.int64))]
+        extras = [ReplayElement('mdp_id', (), np.dtype(np.int64)),
+                  ReplayElement('sequence_number', (), np.dtype(np.int64))]
         if store_log_prob: extras.append(ReplayElement('log_prob', (), np.dtype(np.float32)))
         buf._build(obs, act, ((), np.dtype(np.float32)), extras)
         return buf
@@ -566,7 +618,8 @@ class ReplayBuffer(PaddedReplay):
 def _space_type(name:str, space) -> tuple[tuple, np.dtype]:
     "Shape and dtype of a column holding values of the gymnasium `space`, float64 stored as float32"
     if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
-        raise ExperienceReplayException(f'{name}: expected a Box, Discrete, MultiDiscrete or MultiBinary space, got {space}')
+        raise ExperienceReplayException(f'{name}: expected a Box, Discrete, MultiDiscrete or MultiBinary space, got '
+                                        f'{space}')
     dtype = np.dtype(space.dtype)
     return tuple(space.shape), np.dtype(np.float32) if dtype == np.float64 else dtype
 
@@ -581,12 +634,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                  batch_size:int, # Transitions per sample
                  update_horizon:int=1, # n of the n-step return
                  gamma:float=0.99, # Discount factor
-                 max_sample_attempts:int=1000, # Kept for ReAgent's signature: only valid indices are drawn, so none is retried
+                 # Kept for ReAgent's signature: only valid indices are drawn, so none is retried
+                 max_sample_attempts:int=1000,
                  *,
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None): # Seed for a new generator
         check_positive(max_sample_attempts, 'max_sample_attempts')
-        super().__init__(stack_size, replay_capacity, batch_size, False, False, update_horizon, gamma, generator=generator, seed=seed)
+        super().__init__(stack_size, replay_capacity, batch_size, False, False, update_horizon, gamma,
+                         generator=generator, seed=seed)
         self.max_sample_attempts = max_sample_attempts
     def add(self,
             observation, action, reward, # One step's values
@@ -606,7 +661,9 @@ def invalid_range(cursor:int, # Index of the row the next step is written to
                   update_horizon:int # n of the n-step return
                  ) -> np.ndarray:
     "The `update_horizon + stack_size` indices from `cursor - update_horizon` on, wrapping at `replay_capacity`: those Dopamine never samples"
-    for v, name in ((replay_capacity, 'replay_capacity'), (stack_size, 'stack_size'), (update_horizon, 'update_horizon')): check_positive(v, name)
+    for v, name in ((replay_capacity, 'replay_capacity'), (stack_size, 'stack_size'),
+                    (update_horizon, 'update_horizon')):
+        check_positive(v, name)
     if not is_int(cursor) or not 0 <= cursor < replay_capacity:
         raise PeerAssertionError(f'cursor must be an int in [0, replay_capacity = {replay_capacity}), got {cursor!r}')
     return (cursor - update_horizon + np.arange(stack_size + update_horizon)) % replay_capacity
@@ -617,7 +674,8 @@ _DOPAMINE_FIELDS = ['state', 'action', 'reward', 'next_state', 'next_action', 'n
 
 class OutOfGraphReplayBuffer(PaddedReplay):
     "Dopamine's `OutOfGraphReplayBuffer`: columns declared up front, extra elements by position, samples as tuples of NumPy arrays"
-    _defaults = dict(max_sample_attempts=1000, terminal_dtype=np.dtype(np.uint8), checkpoint_duration=4, keep_every=None)
+    _defaults = dict(max_sample_attempts=1000, terminal_dtype=np.dtype(np.uint8), checkpoint_duration=4,
+                     keep_every=None)
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation (a tuple)
                  stack_size:int, # Frames per state
@@ -625,8 +683,10 @@ class OutOfGraphReplayBuffer(PaddedReplay):
                  batch_size:int, # Transitions per sample
                  update_horizon:int=1, # n of the n-step return
                  gamma:float=0.99, # Discount factor
-                 max_sample_attempts:int=1000, # Kept for Dopamine's signature: only valid indices are drawn, so none is retried
-                 extra_storage_types:list|None=None, # `ReplayElement`s stored per step, given to `add` after `terminal`, in this order
+                 # Kept for Dopamine's signature: only valid indices are drawn, so none is retried
+                 max_sample_attempts:int=1000,
+                 # `ReplayElement`s stored per step, given to `add` after `terminal`, in this order
+                 extra_storage_types:list|None=None,
                  observation_dtype=np.uint8, # Dtype of observations
                  terminal_dtype=np.uint8, # Dtype of the sampled `terminal`
                  action_shape:tuple=(), # Shape of one action
@@ -638,20 +698,25 @@ class OutOfGraphReplayBuffer(PaddedReplay):
                  *,
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None): # Seed for a new generator
-        if not isinstance(observation_shape, tuple): raise PeerAssertionError(f'observation_shape must be a tuple, got {observation_shape!r}')
+        if not isinstance(observation_shape, tuple):
+            raise PeerAssertionError(f'observation_shape must be a tuple, got {observation_shape!r}')
         check_positive(max_sample_attempts, 'max_sample_attempts')
         super().__init__(stack_size, replay_capacity, batch_size, update_horizon, gamma, generator, seed)
         self.max_sample_attempts, self.terminal_dtype = max_sample_attempts, np.dtype(terminal_dtype)
         self.checkpoint_duration, self.keep_every = checkpoint_duration, keep_every
         extras = [ReplayElement(n, tuple(s), np.dtype(t)) for n, s, t in (extra_storage_types or [])]
-        _check_names(_DOPAMINE_FIELDS + [e.name for e in extras] + ['sampling_probabilities'] * self.prioritized, [e.name for e in extras])
+        _check_names(_DOPAMINE_FIELDS + [e.name for e in extras] + ['sampling_probabilities'] * self.prioritized,
+                     [e.name for e in extras])
         self._build((observation_shape, np.dtype(observation_dtype)), (tuple(action_shape), np.dtype(action_dtype)),
                     (tuple(reward_shape), np.dtype(reward_dtype)), extras)
     def get_transition_elements(self, batch_size:int|None=None) -> list:
         "The `ReplayElement`s of `sample_transition_batch`: name, shape and dtype of each array"
         bs, st, S = self.bs if batch_size is None else batch_size, self.storage, self.stack_size
-        state, act, rew = ((bs, *st.obs_shape, S), st.obs_dtype), ((bs, *st.action_shape), st.action_dtype), ((bs, *st.reward_shape), st.reward_dtype)
-        els = [('state', *state), ('action', *act), ('reward', *rew), ('next_state', *state), ('next_action', *act), ('next_reward', *rew),
+        state, act, rew = ((bs, *st.obs_shape, S), st.obs_dtype), ((bs, *st.action_shape),
+                                                                   st.action_dtype), ((bs, *st.reward_shape),
+                                                                                      st.reward_dtype)
+        els = [('state', *state), ('action', *act), ('reward', *rew), ('next_state', *state), ('next_action', *act),
+               ('next_reward', *rew),
                ('terminal', (bs,), self.terminal_dtype), ('indices', (bs,), np.int32)]
         els += [(e.name, (bs, *e.shape), e.type) for e in st.extras if e.name != _PAD]
         if self.prioritized: els.append(('sampling_probabilities', (bs,), np.float32))
@@ -664,8 +729,11 @@ class OutOfGraphReplayBuffer(PaddedReplay):
             episode_end:bool=False): # The episode ended here without a terminal state (a time limit)
         "Write one step at the cursor, after `stack_size - 1` padding steps when it opens an episode"
         names = self.extra_names
-        if len(args) != len(names): raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got {len(args)}')
-        self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end), priority=priority)
+        if len(args) != len(names):
+            raise ExperienceReplayException(f'Add expects {len(names)} extra elements {names} after terminal, got '
+                                            f'{len(args)}')
+        self._write(observation, action, reward, terminal, dict(zip(names, args)), cut=bool(episode_end),
+                    priority=priority)
     @property
     def episode_end_indices(self) -> set:
         "Indices of the stored steps that ended their episode without a terminal state (`add(..., episode_end=True)`), as Dopamine's `episode_end_indices`"
@@ -677,11 +745,13 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         st, S, m, C = self.storage, self.stack_size, len(rows), self.replay_capacity
         b = st.gather(torch.from_numpy(rows))
         k = b['horizon'][:, 0].numpy()
-        nxt = _window(st, rows, S, self.update_horizon)[np.arange(m), S - 1 + k]  # the step each transition bootstraps from
+        nxt = _window(st, rows, S, self.update_horizon)[np.arange(m),
+                                                        S - 1 + k]  # the step each transition bootstraps from
         stack = lambda x: np.ascontiguousarray(x[..., None] if S == 1 else np.moveaxis(x, 1, -1))
         out = dict(state=stack(b['state'].numpy()), action=st.action[rows],
                    reward=b['reward'].numpy().reshape(m, *st.reward_shape).astype(st.reward_dtype),
-                   next_state=stack(b['next_state'].numpy()), next_action=_take(st.action, nxt, C), next_reward=_take(st.reward, nxt, C),
+                   next_state=stack(b['next_state'].numpy()), next_action=_take(st.action, nxt, C),
+                   next_reward=_take(st.reward, nxt, C),
                    terminal=b['terminated'].numpy()[:, 0].astype(self.terminal_dtype), indices=rows.astype(np.int32),
                    **{n: st.extra[n][rows] for n in st.extra_names})
         if self.prioritized: out['sampling_probabilities'] = self.get_priority(rows)
@@ -704,11 +774,14 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         "Rows `start_index .. end_index - 1` of `array`, wrapping around the ring, as Dopamine's `get_range`"
         C = self.replay_capacity
         if not (is_int(start_index) and is_int(end_index)) or end_index <= start_index:
-            raise PeerAssertionError(f'get_range: end_index must be larger than start_index, got {start_index!r} and {end_index!r}')
+            raise PeerAssertionError(f'get_range: end_index must be larger than start_index, got {start_index!r} and '
+                                     f'{end_index!r}')
         if end_index < 0 or start_index >= C:
-            raise PeerAssertionError(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, got {start_index} and {end_index}')
+            raise PeerAssertionError(f'get_range: expected end_index >= 0 and start_index < replay_capacity = {C}, '
+                                     f'got {start_index} and {end_index}')
         if not self.is_full() and end_index > self.cursor():
-            raise PeerAssertionError(f'get_range: Index {start_index} has not been added. (the cursor is at {self.cursor()})')
+            raise PeerAssertionError(f'get_range: Index {start_index} has not been added. (the cursor is at '
+                                     f'{self.cursor()})')
         a = np.asarray(array)
         if start_index % C < end_index % C: return a[start_index:end_index]
         return a[np.arange(start_index, end_index) % C]
@@ -722,12 +795,17 @@ class OutOfGraphReplayBuffer(PaddedReplay):
 class OutOfGraphPrioritizedReplayBuffer(OutOfGraphReplayBuffer):
     "Dopamine's `OutOfGraphPrioritizedReplayBuffer`: an `OutOfGraphReplayBuffer` drawn in proportion to priorities"
     prioritized = True
-    def __init__(self, observation_shape:tuple, stack_size:int, replay_capacity:int, batch_size:int, update_horizon:int=1,
-                 gamma:float=0.99, max_sample_attempts:int=1000, extra_storage_types:list|None=None, observation_dtype=np.uint8,
-                 terminal_dtype=np.uint8, action_shape:tuple=(), action_dtype=np.int32, reward_shape:tuple=(), reward_dtype=np.float32,
+    def __init__(self, observation_shape:tuple, stack_size:int, replay_capacity:int, batch_size:int,
+                 update_horizon:int=1,
+                 gamma:float=0.99, max_sample_attempts:int=1000, extra_storage_types:list|None=None,
+                 observation_dtype=np.uint8,
+                 terminal_dtype=np.uint8, action_shape:tuple=(), action_dtype=np.int32, reward_shape:tuple=(),
+                 reward_dtype=np.float32,
                  *, generator:torch.Generator|None=None, seed:int|None=None):
-        super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma, max_sample_attempts,
-                         extra_storage_types, observation_dtype, terminal_dtype, action_shape, action_dtype, reward_shape, reward_dtype,
+        super().__init__(observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma,
+                         max_sample_attempts,
+                         extra_storage_types, observation_dtype, terminal_dtype, action_shape, action_dtype,
+                         reward_shape, reward_dtype,
                          generator=generator, seed=seed)
 
 # %% ../../nbs/13c_compat.reagent.ipynb #06438fa1
@@ -735,13 +813,15 @@ class SumTree:
     "Dopamine's `SumTree` (`set`, `get`, `sample`, `stratified_sample`, `nodes`, `max_recorded_priority`) over the library's `SumTree`"
     def __init__(self,
                  capacity:int, # Leaves, all starting at 0
-                 seed:int|None=None): # Seed of the query values' own `random.Random` (default: Python's global `random`, as Dopamine)
+                 # Seed of the query values' own `random.Random` (default: Python's global `random`, as Dopamine)
+                 seed:int|None=None):
         check_positive(capacity, 'capacity')
         self.tree, self.rng, self.max_recorded_priority = LeafSumTree(capacity), random if seed is None else random.Random(seed), 1.
         sums = self.tree.sum_tree.numpy()  # level d of the tree: nodes 2**d .. 2**(d+1) - 1, the root at 1
         self.nodes = [sums[1 << d:2 << d] for d in range(self.tree.depth + 1)]
         for level in self.nodes: level.flags.writeable = False
-    def __repr__(self): return f'{type(self).__name__}(capacity={self.tree.capacity}, total_priority={self.total_priority()})'
+    def __repr__(self):
+        return f'{type(self).__name__}(capacity={self.tree.capacity}, total_priority={self.total_priority()})'
     def total_priority(self) -> float:
         "The sum of all leaves"
         return self.tree.total
@@ -764,12 +844,14 @@ class SumTree:
         "One uniform draw in each `[lo[i], hi[i])`: from `rng`, one after another, as Dopamine draws them"
         return [self.rng.uniform(a, b) for a, b in zip(lo, hi)]
     def _check_mass(self):
-        if not self.total_priority() > 0: raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
+        if not self.total_priority() > 0:
+            raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
     def sample(self,
                query_value:float|None=None): # A fraction in [0, 1] of the total mass (default: a uniform draw)
         "The leaf whose slice of the cumulative sum holds `query_value` of the total: with a random one, a leaf drawn with probability value / total"
         self._check_mass()
-        if query_value is not None and not 0 <= query_value <= 1: raise ExperienceReplayException(f'query_value must be in [0, 1], got {query_value!r}')
+        if query_value is not None and not 0 <= query_value <= 1:
+            raise ExperienceReplayException(f'query_value must be in [0, 1], got {query_value!r}')
         return self._find(self._uniform([0.], [1.]) if query_value is None else [query_value])[0]
     def stratified_sample(self,
                           batch_size:int): # Leaves to draw: one in each of `batch_size` equal slices of the total mass
@@ -783,8 +865,10 @@ class SumTree:
 # %% ../../nbs/13c_compat.reagent.ipynb #0755674b
 class BufferSumTree(SumTree):
     "A prioritized buffer's priorities under Dopamine's `SumTree` interface: its `sum_tree`"
-    def __init__(self, buffer:PaddedReplay): self.buffer = buffer  # Reads and sets the priorities of this buffer, through its sampler
-    def __repr__(self): return f'{type(self).__name__}(capacity={self.buffer.replay_capacity}, total_priority={self.total_priority()})'
+    # Reads and sets the priorities of this buffer, through its sampler
+    def __init__(self, buffer:PaddedReplay): self.buffer = buffer
+    def __repr__(self):
+        return f'{type(self).__name__}(capacity={self.buffer.replay_capacity}, total_priority={self.total_priority()})'
     @property
     def tree(self) -> LeafSumTree:
         "The sampler's tree, up to date: the priorities of the valid transitions"
@@ -822,8 +906,10 @@ class BufferSumTree(SumTree):
     def _uniform(self, lo, hi) -> list:
         "One uniform draw in each `[lo[i], hi[i])`, from the buffer's generator"
         lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-        return (lo + (hi - lo) * torch.rand(len(lo), dtype=torch.float64, generator=self.buffer.sampler.generator).numpy()).tolist()
+        return (lo + (hi - lo) * torch.rand(len(lo), dtype=torch.float64,
+                                            generator=self.buffer.sampler.generator).numpy()).tolist()
 
 # %% ../../nbs/13c_compat.reagent.ipynb #ec2abd48
-for _c in (PaddedFrameStorage, ReplayBuffer, PrioritizedReplayBuffer, OutOfGraphReplayBuffer, OutOfGraphPrioritizedReplayBuffer):
+for _c in (PaddedFrameStorage, ReplayBuffer, PrioritizedReplayBuffer, OutOfGraphReplayBuffer,
+           OutOfGraphPrioritizedReplayBuffer):
     register_kind(_c)

@@ -23,7 +23,8 @@ _I64_MAX = np.iinfo(np.int64).max
 def check_values(v, name:str):
     "Raise if `v` is a meta tensor: a shape and a dtype without values"
     if isinstance(v, torch.Tensor) and v.is_meta:
-        raise ExperienceReplayException(f'{name}: expected a tensor with values, got a meta tensor of shape {tuple(v.shape)} '
+        raise ExperienceReplayException(f'{name}: expected a tensor with values, got a meta tensor of shape '
+                                        f'{tuple(v.shape)} '
                                         f'{dtype_name(v.dtype)}, which holds none')
 
 def check_values_in(state, name:str='state'):
@@ -57,11 +58,13 @@ def as_idxs(idxs, n_rows:int, device=None, name:str='indices') -> torch.Tensor:
         if t.ndim != 1 or t.dtype.kind not in 'iu':
             raise ExperienceReplayException(f'{name} must be a 1-d sequence of ints, got shape {t.shape} {t.dtype}')
         if t.dtype.kind == 'u' and t.size and t.max() > _I64_MAX:
-            raise ExperienceReplayException(f'{name} {t[t > _I64_MAX][:5].tolist()} are out of range for a memory of {n_rows} rows')
+            raise ExperienceReplayException(f'{name} {t[t > _I64_MAX][:5].tolist()} are out of range for a memory of '
+                                            f'{n_rows} rows')
         t = torch.from_numpy(t.astype(np.int64, copy=False))
     if t.numel() == 0: t = t.long()
     if t.ndim != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise ExperienceReplayException(f'{name} must be a 1-d sequence of ints, got shape {tuple(t.shape)} {dtype_name(t.dtype)}')
+        raise ExperienceReplayException(f'{name} must be a 1-d sequence of ints, got shape {tuple(t.shape)} '
+                                        f'{dtype_name(t.dtype)}')
     t = t.to(ifnone(device, t.device), torch.int64)
     bad = (t < 0) | (t >= n_rows)
     if bool(bad.any()):
@@ -85,11 +88,13 @@ NP_DTYPES = {torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, t
 TORCH_DTYPES = {np.dtype(v): k for k, v in NP_DTYPES.items()}
 _LOSSLESS = {}
 
-_UNSIGNED = {torch.uint16: np.uint16, torch.uint32: np.uint32, torch.uint64: np.uint64}  # torch's own, which no column is made of
+_UNSIGNED = {torch.uint16: np.uint16, torch.uint32: np.uint32,
+             torch.uint64: np.uint64}  # torch's own, which no column is made of
 
 def _as_np(d) -> np.dtype|None:
     "`d` (torch or NumPy) as a NumPy dtype, or None for a torch dtype NumPy lacks (bfloat16)"
-    if isinstance(d, torch.dtype): return np.dtype(NP_DTYPES.get(d, _UNSIGNED.get(d))) if d in NP_DTYPES or d in _UNSIGNED else None
+    if isinstance(d, torch.dtype):
+        return np.dtype(NP_DTYPES.get(d, _UNSIGNED.get(d))) if d in NP_DTYPES or d in _UNSIGNED else None
     return np.dtype(d)
 
 def _fits(src, dst) -> bool:
@@ -145,7 +150,8 @@ def batch_of(other) -> Mapping:
     if type(other) is dict or type(other) is BD: return other  # the common cases, without the checks below
     if isinstance(other, tuple) and len(other) == 1: other = other[0]
     if hasattr(other, '_asdict') or (dataclasses.is_dataclass(other) and not isinstance(other, type)):
-        raise ExperienceReplayException(f'a {type(other).__name__} is one transition, and `+` adds batches: add it with `memory.append(transition)`')
+        raise ExperienceReplayException(f'a {type(other).__name__} is one transition, and `+` adds batches: add it '
+                                        'with `memory.append(transition)`')
     if not isinstance(other, Mapping):
         got = f'a tuple of {len(other)} elements' if isinstance(other, tuple) else type(other).__name__
         raise ExperienceReplayException(f'a batch is a BD, a dict of tensors or a 1-tuple holding one; got {got}')
@@ -155,10 +161,12 @@ def td_vector(td, n:int, of:str='indices'):
     "TD errors of shape `(n,)` or `(n, 1)`, a tensor or an array, as shape `(n,)`; raise on any other shape"
     if td.ndim == 2 and td.shape[1] == 1: td = td[:, 0]
     if tuple(td.shape) != (n,):
-        raise ExperienceReplayException(f'td_errors: expected shape ({n},) or ({n}, 1) for {n} {of}, got {tuple(td.shape)}')
+        raise ExperienceReplayException(f'td_errors: expected shape ({n},) or ({n}, 1) for {n} {of}, got '
+                                        f'{tuple(td.shape)}')
     return td
 
-TD_KEY, TD_DTYPE = 'td_error', torch.float32  # the column a batch may bring TD errors in; the dtype samplers keep them in
+# the column a batch may bring TD errors in; the dtype samplers keep them in
+TD_KEY, TD_DTYPE = 'td_error', torch.float32
 
 def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
     "Checked indices of a memory of `n_rows` rows and TD errors, as tensors on `device`, the TD errors float32; raise on bad input"
@@ -180,7 +188,8 @@ def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Te
 def real_array(v, name:str) -> np.ndarray:
     "`v` (an array, or a list or tuple of numbers) as a NumPy array of bools, ints, floats or complex numbers; raise for anything else, naming what it holds"
     try: a = np.asarray(v)
-    except (ValueError, TypeError) as e: raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} {e}') from None
+    except (ValueError, TypeError) as e:
+        raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} {e}') from None
     if a.dtype.kind not in 'biufc':
         held = sorted({type(x).__name__ for x in a.reshape(-1)[:1000].tolist()}) if a.dtype.kind in 'OUS' else [str(a.dtype)]
         raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} of {", ".join(held)}')
@@ -190,12 +199,15 @@ def _td_tensor(v, what:str) -> torch.Tensor:
     "The TD errors `v` that come with rows, as a float32 tensor on the CPU; raise unless they are real numbers that fit float32"
     check_values(v, TD_KEY)
     if isinstance(v, np.ndarray): v = torch.from_numpy(real_array(v, f'column {TD_KEY!r}'))
-    elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)): v = torch.tensor([float(v)], dtype=torch.float64)
+    elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        v = torch.tensor([float(v)], dtype=torch.float64)
     if not isinstance(v, torch.Tensor):
-        raise ExperienceReplayException(f'column {TD_KEY!r}: expected a tensor with a leading batch dimension, got {type(v).__name__}')
+        raise ExperienceReplayException(f'column {TD_KEY!r}: expected a tensor with a leading batch dimension, got '
+                                        f'{type(v).__name__}')
     v = v.detach().as_subclass(torch.Tensor)
     if not (v.is_floating_point() or lossless(v.dtype, TD_DTYPE)):
-        raise ExperienceReplayException(f'column {TD_KEY!r}: dtype {dtype_name(v.dtype)} cannot be stored as float32 without loss')
+        raise ExperienceReplayException(f'column {TD_KEY!r}: dtype {dtype_name(v.dtype)} cannot be stored as float32 '
+                                        'without loss')
     check_finite(v, TD_KEY)
     res = v.to('cpu', TD_DTYPE, copy=True)  # a copy: the values may be a view of the memory's own TD errors
     if not bool(torch.isfinite(res).all()):  # finite values too large for float32
@@ -208,7 +220,8 @@ def batch_td(v, rest:Mapping) -> torch.Tensor:
     td = _td_tensor(v, 'batch')
     n = next((x.shape[0] for x in rest.values() if getattr(x, 'ndim', 0)), td.shape[0] if td.ndim else None)
     if td.ndim != 2 or td.shape[1] != 1:
-        raise ExperienceReplayException(f"column 'td_error': expected shape (n, 1) and a float dtype, got {tuple(td.shape)} {dtype_name(td.dtype)}")
+        raise ExperienceReplayException("column 'td_error': expected shape (n, 1) and a float dtype, got "
+                                        f"{tuple(td.shape)} {dtype_name(td.dtype)}")
     if td.shape[0] != n:
         raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
                                         f'{ {k: (x.shape[0] if getattr(x, "ndim", 0) else None) for k, x in {**rest, TD_KEY: td}.items()} }')
@@ -218,7 +231,8 @@ def row_td(v) -> torch.Tensor:
     "The `td_error` value of one transition, checked: a (1,) float32 tensor"
     td = _td_tensor(v, 'row')
     if td.numel() != 1 or td.ndim > 1:
-        raise ExperienceReplayException(f"column 'td_error': expected one value for one transition, got shape {tuple(td.shape)}")
+        raise ExperienceReplayException("column 'td_error': expected one value for one transition, got shape "
+                                        f"{tuple(td.shape)}")
     return td.reshape(1)
 
 # %% ../../nbs/06h_memory.checks.ipynb #0063f3e1
@@ -236,9 +250,12 @@ def as_flag(v, name:str) -> bool:
 def as_flags(v:np.ndarray, name:str) -> np.ndarray:
     "Column `v` of flags as bools: a bool column, or numbers that are each exactly 0 or 1; raise naming the other values"
     if v.dtype.kind == 'b': return v
-    if v.dtype.kind not in 'iuf': raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v.dtype}')
+    if v.dtype.kind not in 'iuf':
+        raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v.dtype}')
     bad = (v != 0) & (v != 1)
-    if bad.any(): raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v[bad][:5].tolist()}')
+    if bad.any():
+        raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got '
+                                        f'{v[bad][:5].tolist()}')
     return v.astype(bool)
 
 def int_column(v:np.ndarray, name:str) -> np.ndarray:
@@ -255,8 +272,10 @@ def as_shape(v, name:str) -> tuple:
 def as_np_dtype(v, name:str) -> np.dtype:
     "`v` as a NumPy dtype of bools or numbers; raise for a name NumPy does not know, and for strings and objects"
     try: d = np.dtype(v)
-    except (TypeError, ValueError): raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {v!r}') from None
-    if d.kind not in 'biufc': raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {d}')
+    except (TypeError, ValueError):
+        raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {v!r}') from None
+    if d.kind not in 'biufc':
+        raise ExperienceReplayException(f'{name} must be a NumPy dtype of numbers or bools, got {d}')
     return d
 
 def priority_tensor(p, device) -> torch.Tensor:
@@ -273,7 +292,8 @@ def allocating(what:str, n:int, row_bytes:int):
     try: yield
     except ReplayError: raise  # refused for a reason of its own, e.g. files that belong to another memory
     except (MemoryError, OverflowError, ValueError, RuntimeError) as e:
-        raise ExperienceReplayException(f'{what}: {n} rows of {row_bytes} bytes ({n * row_bytes:,} bytes) cannot be allocated') from e
+        raise ExperienceReplayException(f'{what}: {n} rows of {row_bytes} bytes ({n * row_bytes:,} bytes) cannot be '
+                                        'allocated') from e
 
 # %% ../../nbs/06h_memory.checks.ipynb #3df18c64
 def check_kind(part, state:dict):

@@ -32,16 +32,20 @@ class FrameReplay(Replay):
                  n_steps:int=1, # n-step horizon: the rewards in each return
                  gamma:float=0.99, # Discount factor
                  extras:list|None=None, # `ReplayElement`s stored per step and returned with its transition
-                 prioritized:bool=False, # Sample by priority with a `PrioritizedSampler`, which takes `alpha`, `beta`, `eps`, ...
+                 # Sample by priority with a `PrioritizedSampler`, which takes `alpha`, `beta`, `eps`, ...
+                 prioritized:bool=False,
                  warmup_sz:int|None=None, # Steps stored before `sample` returns a batch (default: `bs`)
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None, # Seed for a new generator
-                 **kwargs): # `FrameStorage`'s settings, and the `PrioritizedSampler`'s (`weight_norm` 'batch' and fixed β by default)
+                 # `FrameStorage`'s settings, and the `PrioritizedSampler`'s (`weight_norm` 'batch' and fixed β by
+                 # default)
+                 **kwargs):
         for v, name in ((max_sz, 'max_sz'), (bs, 'bs'), (n_steps, 'n_steps')): check_positive(v, name)
         if warmup_sz is not None: check_nonneg(warmup_sz, 'warmup_sz')
         prio = {k: kwargs.pop(k) for k in list(kwargs) if k in _PRIORITY_ARGS}
         storage = FrameStorage(observation_shape, max_sz, stack_size, n_steps, gamma, extras, **kwargs)
-        sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator, seed=seed)
+        sampler = (PrioritizedSampler(**{'weight_norm': 'batch', 'beta_steps': 0, **prio}, generator=generator,
+                                      seed=seed)
                    if prioritized else UniformSampler(generator, seed))
         super().__init__(storage, sampler, bs, min(bs, max_sz) if warmup_sz is None else warmup_sz)
     def add(self,
@@ -69,7 +73,8 @@ class FrameReplay(Replay):
         return self.storage.batch_device
     def _described(self) -> dict:
         "The settings and counts `repr` shows"
-        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, max_sz=self.max_sz, n_steps=self.n_steps, rows=len(self), pointer=self.pointer)
+        return dict(observation_shape=self.obs_shape, stack_size=self.stack_size, max_sz=self.max_sz,
+                    n_steps=self.n_steps, rows=len(self), pointer=self.pointer)
     def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self._described().items())})"
     @classmethod
     def from_env(cls,
@@ -104,11 +109,14 @@ class FrameReplay(Replay):
         b['indices'] = rows
         return b
     def _check_prioritized(self, what:str):
-        if not self.prioritized: raise ExperienceReplayException(f'{what} needs a prioritized memory; this {type(self).__name__} samples uniformly')
+        if not self.prioritized:
+            raise ExperienceReplayException(f'{what} needs a prioritized memory; this {type(self).__name__} samples '
+                                            'uniformly')
     def set_priority(self,
                      idxs, # Storage indices
                      priorities, # One finite priority >= 0 per index
-                     generations=None): # Their write generations, as `draw` or `sample` handed them out: rows written since keep theirs
+                     # Their write generations, as `draw` or `sample` handed them out: rows written since keep theirs
+                     generations=None):
         "Set the priorities of `idxs` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
         self._check_prioritized('set_priority')
         with self.lock: self.sampler.set_priority(idxs, priorities, generations=generations)
@@ -119,4 +127,5 @@ class FrameReplay(Replay):
 
 forward_attrs(FrameReplay, 'storage', 'obs_shape obs_dtype action_shape action_dtype reward_shape reward_dtype extras '
               'stack_size n_steps gamma padding obs_key add_count')
-forward_attrs(FrameReplay, 'sampler', 'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')
+forward_attrs(FrameReplay, 'sampler',
+              'alpha beta beta_end beta_steps eps weight_norm current_beta max_priority n_stale tree sample_counts')

@@ -51,7 +51,8 @@ class Reservoir(Writer):
     def check_state(self, state:dict):
         max_sz = self.storage.max_sz
         if not is_int(state.get('seen')) or state['seen'] < state['len'] or state['len'] != min(state['seen'], max_sz):
-            raise ExperienceReplayException(f"seen={state.get('seen')!r} does not fit len={state['len']} and max_sz={max_sz}")
+            raise ExperienceReplayException(f"seen={state.get('seen')!r} does not fit len={state['len']} and "
+                                            f"max_sz={max_sz}")
     def load_state_dict(self, state:dict):
         self.seen = int(state['seen'])
         self.generator.set_state(torch.as_tensor(state['generator']))
@@ -125,12 +126,15 @@ class ReservoirReplay(_WrittenRows, Replay):
                  warmup_sz:int=100, # Rows needed before `sample` returns a batch
                  memory:Mapping|None=None, # Transitions to start with, added as with `+`
                  device:str|torch.device|None=None, # Where storage lives and sampling happens (default: CPU)
-                 seed:int|None=None, # Seed of the eviction and sampling generators (default: drawn from torch's global RNG)
+                 # Seed of the eviction and sampling generators (default: drawn from torch's global RNG)
+                 seed:int|None=None,
                  sampler:Sampler|None=None, # Picks the rows of a sample (default: `UniformSampler`)
                  fields:tuple|None=None): # Names of the elements of a transition `append` gets as a plain tuple
         s_evict, s_sample = _seeds(seed)
-        if sampler is not None and seed is not None: raise ExperienceReplayException('a ready sampler comes with its own generator: give it the seed')
-        super().__init__(ReservoirStorage(seed=s_evict, max_sz=max_sz, device=device), sampler or UniformSampler(seed=s_sample), bs, warmup_sz)
+        if sampler is not None and seed is not None:
+            raise ExperienceReplayException('a ready sampler comes with its own generator: give it the seed')
+        super().__init__(ReservoirStorage(seed=s_evict, max_sz=max_sz, device=device),
+                         sampler or UniformSampler(seed=s_sample), bs, warmup_sz)
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 
@@ -141,7 +145,8 @@ forward_attrs(ReservoirReplay, 'storage', 'seen')  # read only
 class TaskShares(Writer):
     "Once full, a row of a task under its share replaces the oldest row of the task holding most; a task at its share replaces its own oldest"
     def __init__(self,
-                 task_key:str='task', # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
+                 # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
+                 task_key:str='task',
                  task:int=0): # The task of rows added without a task column
         self.task_key, self.task = task_key, task
 
@@ -157,7 +162,8 @@ class TaskShares(Writer):
     def attach(self, storage):
         super().attach(storage)
         with allocating(f'max_sz={storage.max_sz}: the write stamps', storage.max_sz, 8):
-            self.stamp, self.clock = np.zeros(storage.max_sz, np.int64), 0  # when each row was written, to find a task's oldest
+            self.stamp, self.clock = np.zeros(storage.max_sz,
+                                              np.int64), 0  # when each row was written, to find a task's oldest
 
     def settings(self) -> dict: return {'task_key': self.task_key, 'task': self.task}
 
@@ -178,7 +184,8 @@ class TaskShares(Writer):
         else:
             tv = to_numpy(b[self.task_key])
             if tv.dtype.kind not in 'iu' or (tv.size and tv.min() < 0):
-                raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got {tv.dtype} '
+                raise ExperienceReplayException(f'column {self.task_key!r}: expected task ids, ints >= 0, got '
+                                                f'{tv.dtype} '
                                                 f'values {tv.reshape(-1)[:5].tolist()}')
         return b
 
@@ -219,7 +226,8 @@ class TaskShares(Writer):
     def check_state(self, state:dict):
         st, max_sz = state.get('stamp'), self.storage.max_sz
         if st is None or tuple(st.shape) != (max_sz,):
-            raise ExperienceReplayException(f'the state holds write times of shape {None if st is None else tuple(st.shape)}, '
+            raise ExperienceReplayException('the state holds write times of shape '
+                                            f'{None if st is None else tuple(st.shape)}, '
                                             f'this storage needs ({max_sz},)')
 
     def load_state_dict(self, state:dict):
@@ -231,7 +239,8 @@ class TaskShares(Writer):
 class TaskStorage(ColumnStorage):
     "Columns holding a share of rows per task: a `ColumnStorage` written by `TaskShares`"
     def __init__(self,
-                 task_key:str='task', # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
+                 # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
+                 task_key:str='task',
                  task:int=0, # The task of rows added without a task column
                  **kwargs): # `ColumnStorage`'s settings: max_sz, device, storage_dir, reuse_files
         super().__init__(writer=TaskShares(task_key, task), **kwargs)
@@ -270,7 +279,8 @@ class TaskBalancedSampler(UniformSampler):
 
     def attach(self, storage):
         if not isinstance(storage, TaskStorage):
-            raise ExperienceReplayException(f'a TaskBalancedSampler samples a TaskStorage, got a {type(storage).__name__}')
+            raise ExperienceReplayException('a TaskBalancedSampler samples a TaskStorage, got a '
+                                            f'{type(storage).__name__}')
         super().attach(storage)
 
     def added(self, start:int, n:int):
@@ -311,7 +321,8 @@ class TaskBalancedReplay(_WrittenRows, Replay):
                  task_key:str='task', # The column holding each row's task
                  balance:bool=True, # Sample the tasks evenly (else the rows uniformly)
                  fields:tuple|None=None): # Names of the elements of a transition `append` gets as a plain tuple
-        super().__init__(TaskStorage(task_key, task, max_sz=max_sz, device=device), TaskBalancedSampler(balance, seed=seed), bs, warmup_sz)
+        super().__init__(TaskStorage(task_key, task, max_sz=max_sz, device=device),
+                         TaskBalancedSampler(balance, seed=seed), bs, warmup_sz)
         if fields is not None: self.fields = tuple(fields)
         if memory is not None: self + memory
 

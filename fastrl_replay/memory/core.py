@@ -13,9 +13,11 @@ import copy, dataclasses, importlib, re, threading
 from pathlib import Path
 from fastcore.basics import ifnone
 from ..core import BD
-from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int, check_positive,
+from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, is_int,
+                                  check_positive,
                                   new_generator, as_device, dtype_name)
-from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td, row_td, allocating,
+from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td,
+                                         row_td, allocating,
                                          check_values_in)
 from .kernels import td_arrays, put_in_order, rows_written, fresh_rows
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
@@ -36,10 +38,12 @@ _PKG = 'fastrl_replay'
 
 def own_kind(cls:type, *former_names:str):
     "Register `cls` under its kind name, and the `former_names` checkpoints may still use, if this package defines it"
-    if cls.__module__.split('.')[0] != _PKG or '<locals>' in cls.__qualname__: return  # a notebook's or a test's copy never replaces the library's
+    # a notebook's or a test's copy never replaces the library's
+    if cls.__module__.split('.')[0] != _PKG or '<locals>' in cls.__qualname__: return
     for name in (kind_name(cls), *former_names): KINDS[name] = cls
 
-MOVED_KINDS = {'fastrl_replay.memory.circular.CircularReplayBuffer': 'fastrl_replay.compat.reagent'}  # kind name: the module a class moved to, when its old module does not import it
+# kind name: the module a class moved to, when its old module does not import it
+MOVED_KINDS = {'fastrl_replay.memory.circular.CircularReplayBuffer': 'fastrl_replay.compat.reagent'}
 
 def find_kind(name) -> type|None:
     "The class registered as `name`, importing its module first if that is a module of this package; else None"
@@ -83,7 +87,8 @@ class Storage:
     n_changed = 0  # rows recorded and not yet handed over
     def add_row(self, row:Mapping) -> tuple[int, int]:
         "Write one transition, its values without a batch dimension (by default as a batch of one)"
-        return self.add({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else np.asarray(v))[None] for k, v in row.items()})
+        return self.add({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else np.asarray(v))[None] for k,
+                         v in row.items()})
     def row(self, i:int):
         "Row `i` in storage order, as a named tuple"
         raise ExperienceReplayException(f'a {type(self).__name__} has no rows by position')
@@ -143,7 +148,9 @@ class Writer:
         "Restore what `state_dict` put in the storage's `state`"
 
 # %% ../../nbs/06_memory.core.ipynb #8b243a8a
-NEW, OUT, STALE = 0, 1, 2  # a row's hand-out mark: not handed out since written (nor before); handed out since written; overwritten since handed out
+# a row's hand-out mark: not handed out since written (nor before); handed out since written; overwritten since handed
+# out
+NEW, OUT, STALE = 0, 1, 2
 
 def _overwritten(marks):
     "Marks `marks` (a slice, NumPy or torch) of rows just written: a row handed out before is now stale"
@@ -156,9 +163,11 @@ _NO_GENERATIONS = np.empty(0, np.int64)  # what the compiled guard is given when
 def as_generations(generations, n:int, device) -> torch.Tensor:
     "`generations` (a tensor, array or list of ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise `ExperienceReplayException` otherwise"
     check_values_in(generations, 'generations')
-    g = generations if isinstance(generations, torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
+    g = generations if isinstance(generations,
+                                  torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
     if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool or tuple(g.shape) != (n,):
-        raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them out; '
+        raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them '
+                                        'out; '
                                         f'got shape {tuple(g.shape)} {dtype_name(g.dtype)}')
     return g.to(device, torch.int64)
 
@@ -171,7 +180,8 @@ class Sampler:
     def __init__(self,
                  generator:torch.Generator|None=None, # Random generator, on the device the sampler draws on
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
-        if generator is not None and seed is not None: raise ExperienceReplayException('give either a generator or a seed, not both')
+        if generator is not None and seed is not None:
+            raise ExperienceReplayException('give either a generator or a seed, not both')
         self.generator, self.seed, self.storage = generator, seed, None
 
     def draws_on(self, storage:Storage) -> torch.device:
@@ -189,8 +199,10 @@ class Sampler:
         dev = self.generator.device  # the marks live where the draws are made
         self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE
         self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
-        self.written = torch.zeros(storage.max_sz, dtype=torch.int64, device=dev)  # each row's write generation: how many times its slot was written
-        self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None, None)
+        self.written = torch.zeros(storage.max_sz, dtype=torch.int64,
+                                   device=dev)  # each row's write generation: how many times its slot was written
+        self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None,
+                                                                                                                  None)
         self._written_np = self.written.numpy() if dev.type == 'cpu' else None
 
     @property
@@ -230,7 +242,8 @@ class Sampler:
 
     def fresh(self,
               idxs, # Storage rows
-              generations=None # The rows' write generations when they were handed out (`generations`); None: the hand-out marks decide
+              # The rows' write generations when they were handed out (`generations`); None: the hand-out marks decide
+              generations=None
              ) -> torch.Tensor:
         "For each of storage rows `idxs`, whether it still holds the transition it held when it was handed out: the same write generation, or (no generations given) not overwritten since it was last handed out"
         i = as_idxs(idxs, self.storage.max_sz, self.handed.device)
@@ -264,7 +277,8 @@ class Sampler:
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors
                   idxs, # n storage rows
-                  generations=None): # The rows' write generations, as the sample handed them out (None: the hand-out marks guard)
+                  # The rows' write generations, as the sample handed them out (None: the hand-out marks guard)
+                  generations=None):
         "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows written since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
         n, dev = len(self.storage), self._td.device
         if self._td_host is not None and self._handed_np is not None:
@@ -278,7 +292,8 @@ class Sampler:
         if len(idxs):
             ok = self.fresh(idxs.to(self.handed.device), generations).to(dev)
             self._n_stale += (~ok).sum().to(self._n_stale.device)
-            idxs, td = last_wins(idxs, torch.where(ok, td, self._td[idxs]))  # a stale row is written its own value: no host synchronization
+            # a stale row is written its own value: no host synchronization
+            idxs, td = last_wins(idxs, torch.where(ok, td, self._td[idxs]))
             self._td[idxs] = td
 
     def settings(self) -> dict:
@@ -308,26 +323,36 @@ class Sampler:
         check_kind(self, state)
         g, mine = state.get('generator'), self.generator.get_state()
         if not isinstance(g, torch.Tensor) or g.dtype != torch.uint8 or g.shape != mine.shape or g.device.type != 'cpu':
-            got = f'{tuple(g.shape)} {dtype_name(g.dtype)} on {g.device}' if isinstance(g, torch.Tensor) else type(g).__name__
-            raise ExperienceReplayException(f"the state holds a generator state of {got}, this sampler's generator takes {tuple(mine.shape)} uint8 on cpu")
+            got = f'{tuple(g.shape)} {dtype_name(g.dtype)} on {g.device}' if isinstance(g,
+                                                                                        torch.Tensor) else type(g).__name__
+            raise ExperienceReplayException(f"the state holds a generator state of {got}, this sampler's generator "
+                                            f"takes {tuple(mine.shape)} uint8 on cpu")
         td = state.get('td')  # a checkpoint from when storages kept the TD errors has none here
-        if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
+        if td is not None and (tuple(getattr(td, 'shape',
+                                             ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
             raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
-                                            f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps ({len(self._td)},) float32')
+                                            f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps '
+                                            f'({len(self._td)},) float32')
         for k in ('handed', 'written_at', 'sampled_at'):  # the marks, or the clocks they were kept as before
             a = state.get(k)
             if a is None: continue
             want = torch.int8 if k == 'handed' else torch.int64
-            if not isinstance(a, (torch.Tensor, np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape) or torch.as_tensor(a).dtype != want:
-                raise ExperienceReplayException(f'the state holds {k} of shape {tuple(getattr(a, "shape", ()))} {getattr(a, "dtype", type(a).__name__)}, '
+            if not isinstance(a,
+                              (torch.Tensor,
+                               np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape) or torch.as_tensor(a).dtype != want:
+                raise ExperienceReplayException(f'the state holds {k} of shape {tuple(getattr(a, "shape", ()))} '
+                                                f'{getattr(a, "dtype", type(a).__name__)}, '
                                                 f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
             if k == 'handed' and not bool(((torch.as_tensor(a) >= NEW) & (torch.as_tensor(a) <= STALE)).all()):
                 raise ExperienceReplayException(f'the state holds hand-out marks outside {NEW}..{STALE}')
         w = state.get('written')  # a checkpoint from before write generations has none: they start at 0
-        if w is not None and (not isinstance(w, (torch.Tensor, np.ndarray)) or tuple(w.shape) != tuple(self.written.shape)
+        if w is not None and (not isinstance(w,
+                                             (torch.Tensor, np.ndarray)) or tuple(w.shape) != tuple(self.written.shape)
                               or torch.as_tensor(w).dtype != torch.int64 or bool((torch.as_tensor(w) < 0).any())):
-            raise ExperienceReplayException(f'the state holds write generations of shape {tuple(getattr(w, "shape", ()))} '
-                                            f'{getattr(w, "dtype", type(w).__name__)}, this sampler keeps ({len(self.written)},) int64 >= 0')
+            raise ExperienceReplayException('the state holds write generations of shape '
+                                            f'{tuple(getattr(w, "shape", ()))} '
+                                            f'{getattr(w, "dtype", type(w).__name__)}, this sampler keeps '
+                                            f'({len(self.written)},) int64 >= 0')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
@@ -383,13 +408,17 @@ class UniformSampler(Sampler):
 class ReplayMemory(Protocol):
     "What `ExperienceReplayCallback` and the learners built on it need of a memory: what it does, declared, and the calls"
     warmup_sz: int # Rows needed before `sample` returns a batch
-    makes_n_step: bool # Whether the memory builds the n-step returns itself from the steps it is given (then feed it single steps)
+    # Whether the memory builds the n-step returns itself from the steps it is given (then feed it single steps)
+    makes_n_step: bool
     prioritized: bool # Whether `sample` draws by priority, with a `weight` column of importance weights
     def __add__(self, batch): "Add a batch of transitions in place and return the memory"
-    def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]: "A batch and its storage indices; `WarmupNotReached` during warm-up"
+    def sample(self, bs:int|None=None) -> tuple[BD, torch.Tensor]:
+        "A batch and its storage indices; `WarmupNotReached` during warm-up"
     def update_td(self, td_errors, idxs): "Write TD errors back to the sampled rows"
-    # A memory that declares `hands_generations = True` also takes `sample(bs, generations=True)`, which returns the rows' write
-    # generations third, and `update_td(td_errors, idxs, generations)`, which skips rows written since: the callback then uses them
+    # A memory that declares `hands_generations = True` also takes `sample(bs, generations=True)`, which returns the
+    # rows' write
+    # generations third, and `update_td(td_errors, idxs, generations)`, which skips rows written since: the callback
+    # then uses them
     def __len__(self) -> int: "Rows stored"
     def state_dict(self) -> dict: "Everything needed to restore the memory"
     def load_state_dict(self, state:dict): "Restore what `state_dict` returned"
@@ -406,14 +435,16 @@ class Replay:
                  memory:Mapping|None=None): # Transitions to start with, added as with `+`
         check_positive(bs)
         if not is_int(warmup_sz) or not 0 <= warmup_sz <= storage.max_sz:
-            raise ExperienceReplayException(f'warmup_sz must be an int between 0 and max_sz={storage.max_sz}, got {warmup_sz!r}')
+            raise ExperienceReplayException(f'warmup_sz must be an int between 0 and max_sz={storage.max_sz}, got '
+                                            f'{warmup_sz!r}')
         self.bs, self.warmup_sz, self.storage, self.sampler = bs, warmup_sz, storage, ifnone(sampler, UniformSampler())
         self.lock = threading.RLock()  # held by every call that reads or writes the rows or the sampler's state
         self.sampler.attach(storage)
         if memory is not None: self + memory
 
     def __getstate__(self) -> dict: return {k: v for k, v in self.__dict__.items() if k != 'lock'}
-    def __setstate__(self, state:dict): self.__dict__.update(state); self.lock = threading.RLock()  # a copy has a lock of its own
+    # a copy has a lock of its own
+    def __setstate__(self, state:dict): self.__dict__.update(state); self.lock = threading.RLock()
 
     fields = None  # names of the elements of a transition given as a plain tuple to `append`
     makes_n_step = False  # the rows are transitions as given: whoever feeds the memory folds the n-step returns
@@ -469,7 +500,9 @@ class Replay:
         return self
 
     def append(self,
-               transition): # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields` order
+               # One transition without a batch dimension: a dict, a named tuple, a dataclass, or a tuple in `fields`
+               # order
+               transition):
         "Add one transition in place and return the memory"
         t = as_transition(transition, self.fields)
         td = None
@@ -489,7 +522,8 @@ class Replay:
         raise ExperienceReplayException('only `experience_replay + batch` is supported: the memory must be on the left '
                                         '(so `0 + er` and `sum([er, ...])` are not)')
 
-    hands_generations = True  # `sample(generations=True)` hands out the rows' write generations, and `update_td` takes them back
+    # `sample(generations=True)` hands out the rows' write generations, and `update_td` takes them back
+    hands_generations = True
 
     def sample(self,
                bs:int|None=None, # Rows to draw (default: `self.bs`)
@@ -508,10 +542,12 @@ class Replay:
     def update_td(self,
                   td_errors, # (n,) or (n, 1) TD errors: tensor, array or list
                   idxs, # n storage indices, as `sample` returned them
-                  generations=None): # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+                  # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
+                  generations=None):
         "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them); rows overwritten since they were handed out keep theirs"
         with self.lock:
-            if generations is None: self.sampler.update_td(td_errors, idxs)  # a sampler of its own may take no generations
+            if generations is None: self.sampler.update_td(td_errors,
+                                                           idxs)  # a sampler of its own may take no generations
             else: self.sampler.update_td(td_errors, idxs, generations)
 
     def __getitem__(self, idx) -> Replay:
@@ -533,12 +569,14 @@ class Replay:
 
     def load_state_dict(self,
                         state:dict, # What `state_dict` returned
-                        assign:bool=False): # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
+                        # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
+                        assign:bool=False):
         "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
         check_kind(self, state)
         check_values_in(state)
         with self.lock:
-            storage, td = self.storage.split_td(state['storage'])  # an older checkpoint keeps the TD errors in the storage's state
+            # an older checkpoint keeps the TD errors in the storage's state
+            storage, td = self.storage.split_td(state['storage'])
             sampler = state['sampler'] if td is None else {**state['sampler'], 'td': td}
             self.storage.check_state(storage); self.sampler.check_state(sampler)
             self.storage.load_state_dict(storage, assign=assign)
@@ -552,7 +590,8 @@ class Replay:
                     sampler=dict(kind=kind_name(type(self.sampler)), **self.sampler.settings()))
 
     @classmethod
-    def from_parts(cls, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100, fields:tuple|None=None) -> Replay:
+    def from_parts(cls, storage:Storage, sampler:Sampler, bs:int=16, warmup_sz:int=100,
+                   fields:tuple|None=None) -> Replay:
         "A memory of class `cls` joining `storage` and `sampler`"
         self = cls.__new__(cls)
         Replay.__init__(self, storage, sampler, bs, warmup_sz)
@@ -566,11 +605,15 @@ def as_transition(t, fields:tuple|None=None) -> Mapping:
     "One transition as a dict of its values"
     if type(t) is dict or isinstance(t, Mapping): return t
     if hasattr(t, '_asdict'): return t._asdict()
-    if dataclasses.is_dataclass(t) and not isinstance(t, type): return {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):
+        return {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
     if isinstance(t, (tuple, list)) and fields is not None:
-        if len(t) != len(fields): raise ExperienceReplayException(f'the memory names {len(fields)} fields {list(fields)}, got a transition of {len(t)}')
+        if len(t) != len(fields):
+            raise ExperienceReplayException(f'the memory names {len(fields)} fields {list(fields)}, got a transition '
+                                            f'of {len(t)}')
         return dict(zip(fields, t))
-    raise ExperienceReplayException(f'one transition is a dict, a named tuple, a dataclass, or a tuple when the memory was made with '
+    raise ExperienceReplayException('one transition is a dict, a named tuple, a dataclass, or a tuple when the '
+                                    'memory was made with '
                                     f'fields=(...) naming its elements; got {type(t).__name__}')
 
 # %% ../../nbs/06_memory.core.ipynb #3df18c64

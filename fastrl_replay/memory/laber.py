@@ -45,10 +45,12 @@ class LaBER:
                                             f'{self.batch_size} rows, got {tuple(pr.shape)}')
         p = pr.reshape(-1).to(torch.float64)
         if not bool(((p >= 0) & (p < math.inf)).all()):
-            raise ExperienceReplayException(f'priorities must be finite and >= 0, got {p[~((p >= 0) & (p < math.inf))][:5].tolist()}')
+            raise ExperienceReplayException('priorities must be finite and >= 0, got '
+                                            f'{p[~((p >= 0) & (p < math.inf))][:5].tolist()}')
         p = p + self.eps
         total = p.sum()
-        if not total > 0: raise ExperienceReplayException('every priority is 0 and eps is 0: there is nothing to draw from')
+        if not total > 0:
+            raise ExperienceReplayException('every priority is 0 and eps is 0: there is nothing to draw from')
         p = p / total
         # drawn where the generator lives, so the same seed gives the same rows wherever the priorities come from
         idx = torch.multinomial(p.to(self.generator.device), self.batch_size, replacement=True,
@@ -96,7 +98,8 @@ class LaBERSampler(UniformSampler):
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
         check_positive(m, 'm')
         if score is not None and not callable(score):
-            raise ExperienceReplayException(f'score must be a function from a batch to one priority per row, got {type(score).__name__} {score!r}')
+            raise ExperienceReplayException('score must be a function from a batch to one priority per row, got '
+                                            f'{type(score).__name__} {score!r}')
         if variant not in _VARIANTS:
             raise ExperienceReplayException(f"variant must be 'mean', 'lazy' or 'max', got {variant!r}")
         super().__init__(generator, seed)
@@ -130,7 +133,8 @@ class LaBERSampler(UniformSampler):
             raise ExperienceReplayException('LaBER sampling needs `score`, a function from a batch to one '
                                             'surrogate priority per row, before it can sample')
         before = self.generator.get_state()
-        try:  # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
+        # scores come after the draws: a refused score puts the generator back, so a refused sample changes nothing
+        try:
             large = self.candidates(self.m * bs)
             batch = self.storage.gather(large)
             with torch.no_grad(): prios = self.score(batch)
