@@ -731,8 +731,19 @@ class SamplerReplay(ExperienceReplay):
     def __init__(self, bs:int=16, max_sz:int=200, warmup_sz:int=100, memory:Mapping|None=None, device=None,
                  storage_dir=None, fields=None,
                  **kwargs): # The sampler's arguments: `generator`, `seed` and its own
+        unknown = set(kwargs) - set(self.sampler_settings())
+        if unknown: raise ExperienceReplayException(f'{type(self).__name__}: expected settings among '
+                                                    f'{self.sampler_settings()} (its sampler\'s) or {_own_settings}, '
+                                                    f'got unknown {sorted(unknown)}')
         super().__init__(bs, max_sz, warmup_sz, memory, device, sampler=self.sampler_cls(**kwargs),
                          storage_dir=storage_dir, fields=fields)
+    @classmethod
+    def sampler_settings(cls) -> list:
+        "Names of the settings `sampler_cls` takes"
+        return [p.name for p in inspect.signature(cls.sampler_cls).parameters.values()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+_own_settings = ['bs', 'max_sz', 'warmup_sz', 'memory', 'device', 'storage_dir', 'fields']
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #a658bf7e
 def _first_value(k, v) -> np.ndarray:
