@@ -1,4 +1,4 @@
-"""Carry a training run on exactly after an interruption: `CheckpointCallback` writes everything the run needs, atomically, and restores it.
+"""Carry a run on exactly after an interruption: `CheckpointCallback` writes all it needs, atomically, and restores it.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/checkpoint.html.md"""
 
@@ -6,19 +6,22 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/checkpoint.html.md"""
 
 # %% ../nbs/12_checkpoint.ipynb #715f485a
 from __future__ import annotations
-import io, json, os, random, re, time, zlib
+import math, os, random, re, time
 from pathlib import Path
 import numpy as np, torch
 from fastcore.foundation import L
-from fastai.callback.core import Callback, CancelEpochException
-from fastai.callback.schedule import ParamScheduler
+from .errors import importing_fastai
+with importing_fastai():
+    from fastai.callback.core import Callback, CancelEpochException
+    from fastai.callback.schedule import ParamScheduler
 from .data.gym import Source, TransitionLoader
 from .callback import ExperienceReplayCallback
 from .errors import ExperienceReplayException, CheckpointError, is_int, check_positive
 _all_ = ['CheckpointError']  # defined in `errors`
 from .memory.core import Replay
-from .memory.persist import (load_into, atomic_dir, last_complete, write_tree, read_sealed, read_tree,
-                                          read_small, open_dir, open_inside, check_keys, pack, unpack, SEAL, MANIFEST as MEMORY_MANIFEST)
+from .memory.persist import (load_into, atomic_dir, last_complete, write_tree, write_memory, read_sealed,
+                                          read_tree, read_small, open_dir, check_keys, pack, unpack, SEAL,
+                                          MANIFEST as MEMORY_MANIFEST)
 
 # %% auto #0
 __all__ = ['rng_states', 'set_rng_states', 'write_checkpoint', 'read_checkpoint', 'CheckpointCallback', 'CheckpointError']
@@ -38,123 +41,145 @@ def set_rng_states(state:dict):
     random.setstate(state['python'])
 
 # %% ../nbs/12_checkpoint.ipynb #fd16aa67
-def save_memory(memory:Replay, path:Path):
-    "Write replay memory `memory` to the folder `path`, with its own `save` (the checkpoint flushes every file to the disk itself)"
-    memory.save(path, durable=False)
+def save_memory(memory:Replay, path:Path) -> int:
+    "Write replay memory `memory` into the new folder `path` of a checkpoint being written; the CRC-32 of its manifest"
+    return write_memory(memory, path)
 
 def load_memory_state(memory:Replay, path:Path):
-    "Put the memory saved in the folder `path` into `memory`, made with the same settings: every row, priority, counter and generator"
+    "Put the memory saved in folder `path` into `memory`, made with the same settings: every row, priority and counter"
     load_into(memory, path)
 
 # %% ../nbs/12_checkpoint.ipynb #bc766282
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.checkpoint', 2, 'checkpoint.json'
-READS = (1, 2)  # 1: the state in state.json and state.pth (read with torch's weights-only unpickler), every file listed with its CRC-32; 2: the memory format's sealed manifest and .npy arrays
+CONVERT = ("with it, `ck = read_checkpoint(path); mems = {n: load_memory(p) for n, p in ck.pop('memories').items()}; "
+           'write_checkpoint(path, ck, mems)` writes version 2')  # how a release converts an older checkpoint
 _NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}')  # a memory's folder: memory/<name>
 
 def _check_name(name, where):
-    if not isinstance(name, str) or not _NAME.fullmatch(name): raise CheckpointError(f'{where}: {name!r} is not a memory name (letters, digits, _ . -)')
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise CheckpointError(f'{where}: {name!r} is not a memory name (letters, digits, _ . -)')
 
 def _memory_seal(root:int, path:Path, name) -> int:
-    "The CRC-32 sealing the manifest of memory `name` in the checkpoint open at `root` (a real folder inside it, no link)"
+    "The CRC-32 sealing the manifest of memory `name` in the checkpoint open at `root` (a real folder in it, no link)"
     _check_name(name, f'{path/MANIFEST}: memories')
     f = f'memory/{name}/{MEMORY_MANIFEST}{SEAL}'
     raw = read_small(root, f, str(path/f))
     try: return int(raw.decode('ascii'))
     except (ValueError, UnicodeDecodeError): raise CheckpointError(f'{path/f}: not a CRC-32') from None
 
-def _from_v1(v, tensors:list, arrays:list, where:str, path:str='state'):
-    "Version 1's tags (an index into the tensors of state.pth) as version 2's"
-    if isinstance(v, list): return [_from_v1(x, tensors, arrays, where, f'{path}[{i}]') for i, x in enumerate(v)]
-    if not isinstance(v, dict): return v
-    tag = next(iter(v), None)
-    if len(v) != 1 or tag not in ('__tensor__', '__array__', '__scalar__'): return {k: _from_v1(x, tensors, arrays, where, path) for k, x in v.items()}
-    i = v[tag]
-    if not is_int(i) or not 0 <= i < len(tensors): raise CheckpointError(f'{where}: {path}: {v} is not one of the {len(tensors)} tensors')
-    t = tensors[i] if tag == '__tensor__' else tensors[i].numpy()
-    if tag == '__scalar__': return pack(t[()], arrays, None, path)
-    arrays.append(t)
-    return {'__array__': len(arrays) - 1}
-
-def _read_v1(root:int, path:Path, m:dict) -> dict:
-    "The state of a version-1 checkpoint: every file in the folder listed and matching its CRC-32, state.pth read with torch's weights-only unpickler"
-    f = path/MANIFEST
-    check_keys(m, ('memories', 'files'), f, exact=False)
-    files, names = m['files'], m['memories']
-    if not isinstance(files, dict) or not all(is_int(c) for c in files.values()) or not isinstance(names, list):
-        raise CheckpointError(f'{f}: expected files (path: CRC-32) and memories (a list of names)')
-    for d, dirs, fs in os.walk(path):
-        for n in fs + [n for n in dirs if os.path.islink(os.path.join(d, n))]:
-            rel = Path(d, n).relative_to(path).as_posix()
-            if rel != MANIFEST and rel not in files: raise CheckpointError(f'{path/rel} is not listed in {MANIFEST}: the checkpoint was changed')
-    for name, digest in files.items():
-        fd, crc = open_inside(root, name, str(path/name)), 0
-        with open(fd, 'rb') as o:
-            for chunk in iter(lambda: o.read(1 << 22), b''): crc = zlib.crc32(chunk, crc)
-        if crc != digest: raise CheckpointError(f'{path/name} does not match its checksum in {MANIFEST}: the checkpoint is damaged')
-    for name in names:
-        _check_name(name, f'{f}: memories')
-        os.close(open_inside(root, f'memory/{name}/{MEMORY_MANIFEST}', f'{path}/memory/{name}/{MEMORY_MANIFEST}'))
-    try: tensors = torch.load(io.BytesIO(read_small(root, 'state.pth', str(path/'state.pth'))), map_location='cpu', weights_only=True)
-    except CheckpointError: raise
-    except Exception as e: raise CheckpointError(f'{path}/state.pth: the tensors cannot be read ({e})') from None
-    if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors): raise CheckpointError(f'{path}/state.pth: expected a list of tensors')
-    try: tree = json.loads(read_small(root, 'state.json', str(path/'state.json')))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{path}/state.json: not valid JSON ({e})') from None
-    arrays = []
-    return unpack(_from_v1(tree, tensors, arrays, str(path/'state.json')), arrays, str(path/'state.json'))
-
 # %% ../nbs/12_checkpoint.ipynb #72a4de84
 def write_checkpoint(path:str|Path, # The checkpoint's folder, made or replaced
                      state:dict, # The run's state: plain data, tensors and arrays
                      memories:dict|None=None): # Replay memories by name
-    "Write a checkpoint to `path` atomically: into a temporary sibling folder, flushed to the disk, then put in place in one step"
+    "Write a checkpoint to `path` atomically: into a temporary sibling folder, flushed to the disk, then put in place"
     memories = memories or {}
     for name in memories: _check_name(name, 'write_checkpoint: memories')
     def write(tmp:Path):
-        seals = {}
-        for name, mem in memories.items():
-            save_memory(mem, tmp/'memory'/name)
-            seals[name] = int((tmp/'memory'/name/f'{MEMORY_MANIFEST}{SEAL}').read_text())
+        seals = {name: save_memory(mem, tmp/'memory'/name) for name, mem in memories.items()}
         write_tree(tmp, MANIFEST, dict(format=FORMAT, version=VERSION, memories=seals), state)
     return atomic_dir(path, write)
 
 # %% ../nbs/12_checkpoint.ipynb #7bd46879
 def read_checkpoint(path:str|Path) -> dict:
-    "The state in the checkpoint at `path`, with `memories` (name: path); the manifest, every array and each memory's seal checked first"
+    "The state in the checkpoint at `path`, with `memories` (name: path): its manifest, arrays and seals checked"
     path = last_complete(Path(path))
     root = open_dir(path, f'no checkpoint at {path}: expected a folder written by CheckpointCallback')
+    f = path/MANIFEST
     try:
         try: os.stat(MANIFEST, dir_fd=root, follow_symlinks=False)
-        except FileNotFoundError: raise CheckpointError(f'{path/MANIFEST} is missing: {path} is not a whole checkpoint') from None
-        m, current = read_sealed(root, path, MANIFEST, FORMAT, READS)
-        if current:
-            check_keys(m, ('format', 'version', 'memories', 'state', 'arrays'), path/MANIFEST)
-            if not isinstance(m['memories'], dict): raise CheckpointError(f'{path/MANIFEST}: memories: expected a dict (name: CRC-32)')
-            for name, crc in m['memories'].items():
-                if _memory_seal(root, path, name) != crc:
-                    raise CheckpointError(f'{path}/memory/{name}/{MEMORY_MANIFEST}{SEAL} does not match its CRC-32 in {MANIFEST}: the checkpoint was changed')
-            state, names = read_tree(root, path, MANIFEST, m, True), list(m['memories'])
-        else: state, names = _read_v1(root, path, m), m['memories']
+        except FileNotFoundError: raise CheckpointError(f'{f} is missing: {path} is not a whole checkpoint') from None
+        m = read_sealed(root, path, MANIFEST, FORMAT, VERSION, CONVERT)
+        check_keys(m, ('format', 'version', 'memories', 'state', 'arrays'), f)
+        if not isinstance(m['memories'], dict): raise CheckpointError(f'{f}: memories: expected a dict (name: CRC-32)')
+        for name, crc in m['memories'].items():
+            if _memory_seal(root, path, name) != crc:
+                raise CheckpointError(f'{path}/memory/{name}/{MEMORY_MANIFEST}{SEAL} does not match its CRC-32 in '
+                                      f'{MANIFEST}: the checkpoint was changed')
+        state = read_tree(root, path, MANIFEST, m)
     finally: os.close(root)
-    if not isinstance(state, dict): raise CheckpointError(f'{path/MANIFEST}: state: expected a dict, got a {type(state).__name__}')
-    return dict(state, memories={name: path/'memory'/name for name in names})
+    if not isinstance(state, dict): raise CheckpointError(f'{f}: state: expected a dict, got a {type(state).__name__}')
+    return dict(state, memories={name: path/'memory'/name for name in m['memories']})
 
 _RUN_KEYS = ('position', 'env_steps', 'elapsed', 'model', 'opt', 'callbacks', 'data', 'recorder', 'schedules', 'rng')
+_POSITION = ('epoch', 'batch', 'n_epoch', 'n_iter', 'train_iter', 'pct_train')
+_RECORDER = ('lrs', 'iters', 'values', 'losses', 'smooth_count', 'smooth_val', 'final_record')
 
 def _run_state(ck:dict, path:Path) -> dict:
-    "Checkpoint `ck`, checked to hold every part of a run's state that `run_state` writes"
-    check_keys(ck, _RUN_KEYS + ('memories',), f'{path/MANIFEST}: state', exact=False)
-    check_keys(ck['position'] if isinstance(ck['position'], dict) else {}, ('epoch', 'batch', 'n_epoch', 'n_iter', 'train_iter', 'pct_train'),
-               f'{path/MANIFEST}: state.position', exact=False)
-    bad = [k for k in ('callbacks', 'recorder', 'schedules', 'rng', 'model', 'opt') if not isinstance(ck[k], dict)]
-    if bad: raise CheckpointError(f'{path/MANIFEST}: state: {bad} must be dicts')
+    "Checkpoint `ck`, checked to hold every part of the state `run_state` writes, with counters a run can reach"
+    f = path/MANIFEST
+    check_keys(ck, _RUN_KEYS + ('memories',), f'{f}: state', exact=False)
+    pos = ck['position'] if isinstance(ck['position'], dict) else {}
+    check_keys(pos, _POSITION, f'{f}: state.position', exact=False)
+    bad = [k for k in ('callbacks', 'recorder', 'schedules', 'rng', 'model', 'opt', 'data') if type(ck[k]) is not dict]
+    if bad: raise CheckpointError(f'{f}: state: {bad} must be dicts')
+    check_keys(ck['recorder'], _RECORDER, f'{f}: state.recorder', exact=False)
+    _check_position(ck['position'], f)
+    _check_steps(ck, f)
+    _check_records(ck, f)
+    _check_rng(ck['rng'], f)
     return ck
 
+def _number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+def _check_position(pos:dict, f:Path):
+    "Raise unless `pos` is a place a fit passes through: its counters ints, agreeing with each other"
+    least = dict(epoch=0, batch=0, n_epoch=1, n_iter=1, train_iter=0)
+    bad = {k: pos[k] for k, lo in least.items() if not (is_int(pos[k]) and pos[k] >= lo)}
+    if bad: raise CheckpointError(f'{f}: state.position: {bad}: expected ints >= 0 (n_epoch and n_iter >= 1)')
+    e, b, n_e, n_i, it = (pos[k] for k in least)
+    if e > n_e or b >= n_i or (e == n_e and b):
+        raise CheckpointError(f'{f}: state.position: epoch {e}, batch {b}: not in {n_e} epochs of {n_i} batches')
+    if it != e * n_i + b:
+        raise CheckpointError(f'{f}: state.position.train_iter: {it}; batch {b} of epoch {e} follows {e * n_i + b}')
+    pct, done = pos['pct_train'], it / (n_e * n_i)
+    if not (_number(pct) and abs(pct - done) <= 1e-6):
+        raise CheckpointError(f'{f}: state.position.pct_train: {pct!r}; {it} batches of {n_e * n_i} are {done}')
+
+def _check_steps(ck:dict, f:Path):
+    "Raise unless the environment steps are an int >= 0, the data's loop's count, and the training time finite and >= 0"
+    steps, loop = ck['env_steps'], ck['data'].get('loop')
+    if not (is_int(steps) and steps >= 0):
+        raise CheckpointError(f'{f}: state.env_steps: expected an int >= 0, got {steps!r}')
+    if isinstance(loop, dict) and loop.get('env_steps') != steps:
+        raise CheckpointError(f"{f}: state.env_steps: {steps}; the data's loop counted {loop.get('env_steps')!r}")
+    if not (_number(ck['elapsed']) and ck['elapsed'] >= 0):
+        raise CheckpointError(f"{f}: state.elapsed: expected seconds >= 0, got {ck['elapsed']!r}")
+
+def _check_records(ck:dict, f:Path):
+    "Raise unless the recorder's and the schedules' histories are as long as the fit's position makes them"
+    r, pos = ck['recorder'], ck['position']
+    lrs, losses, it = r['lrs'], r['losses'], pos['train_iter']
+    n = len(lrs) if isinstance(lrs, np.ndarray) and lrs.ndim == 1 else None
+    n_losses = 0 if losses is None else len(losses) if isinstance(losses, torch.Tensor) and losses.ndim == 1 else None
+    if n is None or n > it or n_losses != n or r['smooth_count'] != n:
+        raise CheckpointError(f"{f}: state.recorder: {n} learning rates, {n_losses} losses and a smooth loss of "
+                              f"{r['smooth_count']!r}; expected as many of each, at most one per batch trained ({it})")
+    done = pos['epoch']
+    if not (type(r['iters']) is list and type(r['values']) is list and len(r['iters']) == len(r['values']) == done):
+        raise CheckpointError(f'{f}: state.recorder: iters and values: expected one of each per epoch done ({done})')
+    for name, hps in ck['schedules'].items():
+        if not isinstance(hps, dict) or not all(isinstance(v, np.ndarray) and v.shape == (it,) for v in hps.values()):
+            raise CheckpointError(f'{f}: state.schedules.{name}: expected one value per batch trained ({it}) for each')
+
+def _check_rng(rng:dict, f:Path):
+    "Raise unless `rng_states` could have returned `rng`: each state is set on a new generator first"
+    check_keys(rng, ('torch', 'cuda', 'numpy', 'python'), f'{f}: state.rng')
+    try:
+        torch.Generator().set_state(rng['torch'])
+        cuda = rng['cuda']
+        if type(cuda) is not list or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
+            raise TypeError('cuda: expected a list of uint8 tensors')
+        np.random.RandomState().set_state(rng['numpy'])
+        random.Random().setstate(rng['python'])
+    except (TypeError, ValueError, RuntimeError, KeyError, IndexError, OverflowError) as e:
+        raise CheckpointError(f'{f}: state.rng: not the state of the generators ({e})') from None
+
 # %% ../nbs/12_checkpoint.ipynb #650ce9a9
-def _stateful(cb) -> bool: return callable(getattr(type(cb), 'state_dict', None)) and callable(getattr(type(cb), 'load_state_dict', None))
+def _stateful(cb) -> bool:
+    return callable(getattr(type(cb), 'state_dict', None)) and callable(getattr(type(cb), 'load_state_dict', None))
 
 class CheckpointCallback(Callback):
-    "Write the whole training run to `path` every `every` environment steps and at the end of fit; with `resume`, carry on from it"
+    "Write the whole run to `path` every `every` environment steps and when fit ends; with `resume`, carry on from it"
     order, run_valid = 70, False  # after the recorder (50) and the schedulers (60) have recorded the batch
     def __init__(self,
                  path:str|Path, # The checkpoint's folder, replaced at each save
@@ -162,17 +187,20 @@ class CheckpointCallback(Callback):
                  resume:bool=False): # Restore the run from `path` when fit starts, and carry on from where it stopped
         check_positive(every, 'every', none_ok=True)
         self.path, self.every = Path(path), every
-        self.saved = _run_state(read_checkpoint(self.path), self.path) if resume else None  # a missing or damaged checkpoint is refused here
-        self.resumed_elapsed, self.last = 0., None  # seconds the run had trained before it was resumed; the last position saved
+        self.saved = _run_state(read_checkpoint(self.path), self.path) if resume else None  # refused here if bad
+        self.resumed_elapsed, self.last = 0., None  # seconds trained before a resume; the last position saved
 
     def before_fit(self):
         if not isinstance(self.dls.train.dataset, Source):
-            raise CheckpointError(f'CheckpointCallback needs a Learner fed by a Source (`gym_dataloaders`), got a {type(self.dls.train.dataset).__name__}')
-        self.source, self.resume_at, self.t0, self.elapsed0, self.pos = self.dls.train.dataset, None, time.perf_counter(), 0., None
+            raise CheckpointError('CheckpointCallback needs a Learner fed by a Source (`gym_dataloaders`), '
+                                  f'got a {type(self.dls.train.dataset).__name__}')
+        self.source, self.resume_at, self.elapsed0, self.pos = self.dls.train.dataset, None, 0., None
+        self.t0 = time.perf_counter()
         if self.saved is not None: self._restore(self.saved)
         self.due, self.next_at = False, self._next(self.source.stats().env_steps)
 
-    def _next(self, steps:int) -> int|None: return None if self.every is None else (steps // self.every + 1) * self.every
+    def _next(self, steps:int) -> int|None:
+        return None if self.every is None else (steps // self.every + 1) * self.every
 
     def before_epoch(self):
         if self.resume_at is not None and self.epoch < self.resume_at['position']['epoch']: raise CancelEpochException()
@@ -199,7 +227,7 @@ class CheckpointCallback(Callback):
 
     def run_state(self) -> dict:
         "Everything the run needs to carry on from where it stands"
-        r = self.recorder
+        r, final = self.recorder, getattr(self.learn, 'final_record', None)
         return dict(
             position=dict(epoch=self.pos[0], batch=self.pos[1], n_epoch=self.n_epoch, n_iter=len(self.dls.train),
                           train_iter=self.train_iter, pct_train=self.pct_train),
@@ -208,8 +236,8 @@ class CheckpointCallback(Callback):
             callbacks={cb.name: cb.state_dict() for cb in self.cbs if _stateful(cb)},
             data=self.dls.train.dataset.state_dict(),
             recorder=dict(lrs=np.array(r.lrs, np.float64), iters=list(r.iters), values=[list(v) for v in r.values],
-                          losses=torch.stack(r.losses) if r.losses else None, smooth_count=r.smooth_loss.count, smooth_val=r.smooth_loss.val,
-                          final_record=None if getattr(self.learn, 'final_record', None) is None else list(self.learn.final_record)),
+                          losses=torch.stack(r.losses) if r.losses else None, smooth_count=r.smooth_loss.count,
+                          smooth_val=r.smooth_loss.val, final_record=None if final is None else list(final)),
             schedules={cb.name: {k: np.array(v, np.float64) for k, v in cb.hps.items()} for cb in self.cbs
                        if isinstance(cb, ParamScheduler) and 'hps' in vars(cb)},
             rng=rng_states())
@@ -218,7 +246,9 @@ class CheckpointCallback(Callback):
         "The replay memories of the learner's replay callbacks, by name, as their `memories()` give them"
         mems = {k: m for cb in self.cbs if isinstance(cb, ExperienceReplayCallback) for k, m in cb.memories().items()}
         other = {name: type(m).__name__ for name, m in mems.items() if not isinstance(m, Replay)}
-        if other: raise CheckpointError(f'the replay memories {other} cannot be checkpointed: a memory needs the `save` of a `Replay`')
+        if other:
+            raise CheckpointError(f'the replay memories {other} cannot be checkpointed: '
+                                  'a memory needs the `save` of a `Replay`')
         return mems
 
     def save(self):
@@ -228,17 +258,23 @@ class CheckpointCallback(Callback):
 
     def _restore(self, ck:dict):
         "Restore everything but the fit's counters and history (which fastai resets as fit starts) from checkpoint `ck`"
-        pos = ck['position']
-        if (pos['n_epoch'], pos['n_iter']) != (self.n_epoch, len(self.dls.train)):
-            raise CheckpointError(f"the checkpoint at {self.path} is of a fit of {pos['n_epoch']} epochs of {pos['n_iter']} batches; "
-                                  f'this fit has {self.n_epoch} epochs of {len(self.dls.train)}')
+        pos, n_iter = ck['position'], len(self.dls.train)
+        if (pos['n_epoch'], pos['n_iter']) != (self.n_epoch, n_iter):
+            raise CheckpointError(f"the checkpoint at {self.path} is of a fit of {pos['n_epoch']} epochs of "
+                                  f"{pos['n_iter']} batches; this fit has {self.n_epoch} epochs of {n_iter}")
         if pos['batch'] and not isinstance(self.dls.train, TransitionLoader):
             raise CheckpointError('resuming part-way through an epoch needs a TransitionLoader (`gym_dataloaders`), '
                                   f'got a {type(self.dls.train).__name__}')
         cbs, mems = {cb.name: cb for cb in self.cbs if _stateful(cb)}, self._memories()
         for what, saved, here in (('callbacks', ck['callbacks'], cbs), ('replay memories', ck['memories'], mems)):
             if sorted(saved) != sorted(here):
-                raise CheckpointError(f'the checkpoint at {self.path} holds the {what} {sorted(saved)}; this learner has {sorted(here)}')
+                raise CheckpointError(f'the checkpoint at {self.path} holds the {what} {sorted(saved)}; '
+                                      f'this learner has {sorted(here)}')
+        r, rows = self.recorder, ck['recorder']['values']
+        names = list(r.metric_names[1:len(r.metric_names) - bool(r.add_time)])  # the columns of an epoch's values
+        if any(len(v) != len(names) for v in rows):
+            raise CheckpointError(f'the checkpoint at {self.path} records epochs of {len(rows[0])} values; this '
+                                  f'learner records {len(names)}: {names} (its validation, `valid`, as the run had?)')
         try:
             self.model.load_state_dict(ck['model'])
             self.opt.load_state_dict(ck['opt'])
@@ -258,7 +294,7 @@ class CheckpointCallback(Callback):
         ck, self.resume_at = self.resume_at, None
         pos, rec, r = ck['position'], ck['recorder'], self.recorder
         self.learn.train_iter = pos['train_iter']
-        if pos['batch']: self.learn.pct_train = pos['pct_train']  # at an epoch's start fastai has set it, as in the run that stopped
+        if pos['batch']: self.learn.pct_train = pos['pct_train']  # at an epoch's start fastai set it, as the run did
         r.lrs, r.iters, r.values = list(rec['lrs']), list(rec['iters']), [L(v) for v in rec['values']]
         r.losses = [] if rec['losses'] is None else list(rec['losses'])
         r.smooth_loss.count, r.smooth_loss.val = rec['smooth_count'], rec['smooth_val']

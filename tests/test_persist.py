@@ -1,13 +1,15 @@
-"Memory checkpoints: exact round trips for every storage x sampler, refused damage, atomic saves under SIGKILL, mapped storages."
+"Memory checkpoints: exact round trips for every storage x sampler, refused damage and edits, atomic saves under SIGKILL, mapped storages."
 import zlib
-import copy, json, math, os, random, re, shutil, signal, tempfile, threading, time
+import copy, errno, json, math, os, random, re, shutil, signal, tempfile, threading, time
 from pathlib import Path
 import numpy as np, pytest, torch
 from fastrl_replay.memory.core import ExperienceReplayException, Replay, UniformSampler
 from fastrl_replay.memory.experience_replay import ColumnStorage, ExperienceReplay
 from fastrl_replay.memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay
 from fastrl_replay.memory.laber import LaBERSampler, LaBERExperienceReplay
-from fastrl_replay.memory.frames import FrameStorage
+from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
+from fastrl_replay.memory.continual import ReservoirReplay
+from fastrl_replay.errors import ReplayError
 from fastrl_replay.compat.reagent import CircularReplayBuffer
 from fastrl_replay.memory.persist import load_memory, load_into, register_kind, CheckpointError, KINDS, MANIFEST, SEAL
 from fastrl_replay.test_utils import synth_transitions
@@ -37,14 +39,20 @@ SAMPLERS = {'uniform': lambda: UniformSampler(seed=0),
 PAIRS = [(s, k) for s in (columns, frames) for k in SAMPLERS]
 
 
+def bits(t:torch.Tensor) -> torch.Tensor:
+    "Tensor `t` as integers of its width, so that equal NaNs compare equal"
+    t = t.detach().cpu()
+    return t if t.dtype == torch.bool else t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
 def same(a, b, path='state'):
     "Assert two states are equal, arrays exactly"
     if isinstance(a, dict):
         assert a.keys() == b.keys(), path
         for k in a: same(a[k], b[k], f'{path}.{k}')
     elif isinstance(a, (torch.Tensor, np.ndarray)):
-        a, b = torch.as_tensor(np.asarray(a) if isinstance(a, np.ndarray) else a), torch.as_tensor(np.asarray(b) if isinstance(b, np.ndarray) else b)
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), path
+        a, b = torch.as_tensor(np.array(a) if isinstance(a, np.ndarray) else a), torch.as_tensor(np.array(b) if isinstance(b, np.ndarray) else b)
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b)), path  # NaN included
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)): same(x, y, f'{path}[{i}]')
@@ -71,7 +79,7 @@ def advance(m, steps=3):
 
 
 @pytest.mark.parametrize('store,kind', PAIRS, ids=[f'{s.__name__}-{k}' for s, k in PAIRS])
-def test_round_trip_every_pair(tmp_path, store, kind):
+def test_round_trip_every_pair(tmp_path, store, kind, io):
     m = store(SAMPLERS[kind]())
     advance(m)
     m.save(tmp_path/'ck')
@@ -169,7 +177,7 @@ def first_big(m): return next(e for e in m['arrays'] if e['nbytes'] > 100)
 @pytest.mark.parametrize('damage,message', [
     ('no manifest', 'manifest.json: missing'),
     ('bad json', 'manifest.json: not valid JSON'),
-    ('version', 'format version 99; this library reads versions 1, 2, 3'),
+    ('version', 'format version 99; this library reads version 3'),
     ('format', 'not a fastrl_replay.memory manifest'),
     ('missing array', '.npy: missing'),
     ('truncated', 'not a whole .npy array: the file holds 1911 bytes of values, its header declares 1920'),
@@ -307,21 +315,23 @@ def test_write_array_stores_any_layout_in_c_order_in_bounded_pieces(tmp_path, la
     base = np.arange(5000 * 12, dtype=np.float32).reshape(5000, 12)
     a = {'contiguous': base, 'column of a row block': base[:, 2:7], 'fortran': np.asfortranarray(base), 'every third row': base[::3],
          'empty': base[:0], 'scalar': np.array(3.5)}[layout]
-    pieces, chunks = [], persist._c_chunks
-    monkeypatch.setattr(persist, '_c_chunks', lambda x: [pieces.append(len(p)) or p for p in chunks(x, nbytes=4096)])
+    pieces, chunks = [], persist._c_pieces
+    monkeypatch.setattr(persist, 'PIECE', 4096)
+    monkeypatch.setattr(persist, '_c_pieces', lambda x: [pieces.append(len(p)) or p for p in chunks(x)])
     (tmp_path/'arrays').mkdir()
-    entry = persist.write_array(a, tmp_path, 0, durable=False)
+    entry = persist.write_array(a, tmp_path, 0)
     persist.check_entry(entry, 0, 'here')
     root = os.open(tmp_path, os.O_RDONLY)
     try: back = persist.read_array(root, entry, tmp_path)
     finally: os.close(root)
     assert back.shape == a.shape and np.array_equal(back, a)
     assert entry['crc32'] == zlib.crc32(np.ascontiguousarray(a).tobytes())
-    assert max(pieces, default=0) <= (a.nbytes if a.flags.c_contiguous else 4096)
+    assert max(pieces, default=0) <= 4096 if a.flags.c_contiguous or a.ndim == 0 else 4096 + a[:1].nbytes
+    assert sum(pieces) == a.nbytes
 
 
 def big_memory(rows=25_000):
-    "A memory whose block of rows (48 bytes a row, 1.2 MB) passes the 1 MB from which arrays go to the disk directly"
+    "A memory whose block of rows (48 bytes a row, 1.2 MB) is written in several pieces"
     m = ExperienceReplay(bs=16, max_sz=rows, warmup_sz=16, seed=4)
     m + {'obs': torch.randn(rows + 123, 8), 'action': torch.arange(rows + 123)[:, None], 'done': torch.arange(rows + 123)[:, None] % 7 == 0}
     return m
@@ -332,6 +342,15 @@ def rows_entry(root):
     return man, man['arrays'][man['state']['storage']['rows']['__array__']]
 
 
+@pytest.fixture(params=['plain', 'direct'])
+def io(request):
+    "Large arrays written through the page cache (the default) or past it (`set_direct_io(True)`)"
+    from fastrl_replay.memory.persist import set_direct_io
+    before = set_direct_io(request.param == 'direct')
+    yield request.param
+    set_direct_io(before)
+
+
 def direct_io_works(d:Path) -> bool:
     "Whether the file system of `d` opens files for direct I/O (tmpfs does not)"
     try: os.close(os.open(d/'probe', os.O_WRONLY | os.O_CREAT | os.O_DIRECT))
@@ -340,139 +359,87 @@ def direct_io_works(d:Path) -> bool:
     return True
 
 
-def test_a_large_block_is_written_directly_and_numpy_reads_it(tmp_path):
-    m = big_memory()
-    m.save(tmp_path/'ck')
-    man, e = rows_entry(tmp_path/'ck')
-    f = tmp_path/'ck'/e['file']
-    raw = f.read_bytes()
-    start = 4096 if direct_io_works(tmp_path) else 128  # the values start the second page of the file, or follow NumPy's own header
-    assert int.from_bytes(raw[8:10], 'little') + 10 == start
-    assert len(raw) == start + m.storage._rows.nbytes and e['crc32'] == zlib.crc32(m.storage._rows)
-    assert np.array_equal(np.load(f), m.storage._rows)
-    twin = load_memory(tmp_path/'ck')
-    assert twin.storage._rows is not None and twin.storage._rows.ctypes.data % 4096 == 0  # packed, and ready to be written directly again
-    same(twin.state_dict(), m.state_dict())
-    assert torch.equal(twin.sample()[1], m.sample()[1])
-
-
-def test_direct_io_refused_goes_through_the_page_cache(tmp_path, monkeypatch):
-    import fcntl
-    from fastrl_replay.memory import persist
-    m = big_memory()
-    real_write = os.write
-    def no_direct_write(fd, data):  # a file system that opens files for direct I/O but refuses the writes
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT: raise OSError(22, 'Invalid argument')
+def refuse_direct_io(monkeypatch, when:str='open'):
+    "A file system that opens no file for direct I/O (tmpfs), or one that opens it and then refuses its writes"
+    real_open, real_write, direct = os.open, os.write, set()
+    def no_direct_open(path, flags, *a, **k):
+        if flags & os.O_DIRECT and when == 'open': raise OSError(errno.EINVAL, 'Invalid argument')
+        fd = real_open(path, flags, *a, **k)
+        if flags & os.O_DIRECT: direct.add(fd)
+        return fd
+    def no_direct_write(fd, data):
+        if fd in direct: direct.discard(fd); raise OSError(errno.EINVAL, 'Invalid argument')
         return real_write(fd, data)
-    monkeypatch.setattr(persist.os, 'write', no_direct_write)
-    m.save(tmp_path/'ck')
-    monkeypatch.undo()
-    if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O: every test here goes through the page cache')
-    man, e = rows_entry(tmp_path/'ck')
-    assert int.from_bytes((tmp_path/'ck'/e['file']).read_bytes()[8:10], 'little') + 10 == 4096  # written through the cache, its values still at byte 4,096
-    m.save(tmp_path/'direct')
-    real_fcntl = fcntl.fcntl
-    def no_direct(fd, cmd, *a):  # a file system that refuses direct I/O (tmpfs)
-        if cmd == fcntl.F_SETFL and a and a[0] & os.O_DIRECT: raise OSError(22, 'Invalid argument')
-        return real_fcntl(fd, cmd, *a)
-    monkeypatch.setattr(persist.fcntl, 'fcntl', no_direct)
-    for ck in ('ck', 'direct'):
-        twin = load_memory(tmp_path/ck)
-        same(twin.state_dict(), m.state_dict())
+    monkeypatch.setattr(os, 'open', no_direct_open)
+    monkeypatch.setattr(os, 'write', no_direct_write)
 
 
-def test_a_save_without_flush_goes_through_the_page_cache_into_a_file_allocated_whole(tmp_path, monkeypatch):
-    from fastrl_replay.memory import persist
+def test_the_files_are_the_same_bytes_whichever_way_they_were_written(tmp_path, monkeypatch):
+    "Plain or direct, durable or not, or direct refused by the file system: the same files, byte for byte; NumPy reads each"
+    from fastrl_replay.memory.persist import set_direct_io
     m = big_memory()
-    scope = type(m).save.__globals__  # the module the save runs in, whichever copy of it the session imported
-    opened, allocated, real_open, real_allocate = [], [], os.open, scope['_allocate']
-    monkeypatch.setattr(os, 'open', lambda path, flags, *a, **k: opened.append((Path(path).name, flags)) or real_open(path, flags, *a, **k))
-    monkeypatch.setitem(scope, '_allocate', lambda fd, n: allocated.append(n) or real_allocate(fd, n))
-    m.save(tmp_path/'ck', durable=False)
-    monkeypatch.undo()
-    assert not any(flags & os.O_DIRECT for _, flags in opened)
-    man, e = rows_entry(tmp_path/'ck')
-    f = tmp_path/'ck'/e['file']
-    assert int.from_bytes(f.read_bytes()[8:10], 'little') + 10 == 4096  # values at byte 4,096, where a load can read them directly
-    assert f.stat().st_size == 4096 + e['nbytes'] and e['nbytes'] >= persist.DIRECT_MIN
-    assert len(allocated) == len(man['arrays']) and allocated[0] == f.stat().st_size  # every array through the cache, the block allocated whole
-    assert e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
-    m.save(tmp_path/'flushed')
-    assert rows_entry(tmp_path/'flushed')[1]['crc32'] == e['crc32']
-    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
+    ways = {'plain': (False, True), 'plain, no flush': (False, False), 'direct': (True, True), 'direct, no flush': (True, False)}
+    try:
+        for name, (direct, durable) in ways.items():
+            set_direct_io(direct)
+            m.save(tmp_path/name, durable=durable)
+        for when in ('open', 'write'):
+            with monkeypatch.context() as mp:
+                refuse_direct_io(mp, when)
+                m.save(tmp_path/f'direct refused at {when}')
+    finally: set_direct_io(False)
+    files = sorted(p.relative_to(tmp_path/'plain') for p in (tmp_path/'plain').rglob('*') if p.is_file())
+    for name in [*ways, 'direct refused at open', 'direct refused at write']:
+        assert sorted(p.relative_to(tmp_path/name) for p in (tmp_path/name).rglob('*') if p.is_file()) == files
+        for f in files: assert (tmp_path/name/f).read_bytes() == (tmp_path/'plain'/f).read_bytes(), (name, f)
+    man, e = rows_entry(tmp_path/'plain')
+    raw = (tmp_path/'plain'/e['file']).read_bytes()
+    assert int.from_bytes(raw[8:10], 'little') + 10 == 4096 and len(raw) == 4096 + e['nbytes']  # the values start the second page
+    assert np.array_equal(np.load(tmp_path/'plain'/e['file']), m.storage._rows) and e['crc32'] == zlib.crc32(m.storage._rows)
+    small = man['arrays'][man['state']['sampler']['td']['__array__']]  # under 1 MB: exactly what np.save writes
+    np.save(tmp_path/'td.npy', m.sampler._td.numpy())
+    assert (tmp_path/'plain'/small['file']).read_bytes() == (tmp_path/'td.npy').read_bytes()
 
 
-@pytest.mark.parametrize('slow_pieces,switched_after', [((0, 1), 1), ((2, 3), 3), ((1, 3), None), ((), None)])
-def test_a_save_without_flush_goes_directly_after_two_slow_pieces_in_a_row(tmp_path, monkeypatch, slow_pieces, switched_after):
-    "A large array goes through the page cache PROBE bytes at a time, each piece timed; once SLOW_PIECES (2) in a row went slower than CACHE_MIN_RATE, the rest goes directly (O_DIRECT set on the file); a slow piece alone changes nothing: the same file either way"
-    import fcntl
-    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB
-    scope = type(m).save.__globals__
-    monkeypatch.setitem(scope, 'PROBE', 1 << 20)
-    monkeypatch.setitem(scope, 'CACHE_MIN_RATE', 1e7)  # a piece of 1 MB is slow past 0.1 s
-    cached, write_all = [], scope['_write_all']
-    def write(fd, data):
-        if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT and len(data) == 1 << 20:
-            cached.append(len(data))
-            if len(cached) - 1 in slow_pieces: time.sleep(0.15)
-        write_all(fd, data)
-    monkeypatch.setitem(scope, '_write_all', write)
-    direct, real_fcntl = [], fcntl.fcntl
-    def watch(fd, cmd, *a):
-        if cmd == fcntl.F_SETFL and a and a[0] & os.O_DIRECT: direct.append(fd)
-        return real_fcntl(fd, cmd, *a)
-    monkeypatch.setattr(fcntl, 'fcntl', watch)
-    m.save(tmp_path/'ck', durable=False)
-    monkeypatch.undo()
-    man, e = rows_entry(tmp_path/'ck')
-    assert len(direct) == (0 if switched_after is None else 1)  # the block only: the sampler's arrays are under a page-aligned MB
-    assert len(cached) == (e['nbytes'] >> 20 if switched_after is None else switched_after + 1)  # the pieces through the cache, up to the second slow one
-    f = tmp_path/'ck'/e['file']
-    assert f.stat().st_size == 4096 + e['nbytes'] and e['crc32'] == zlib.crc32(f.read_bytes()[4096:])
-    m.save(tmp_path/'flushed')
-    assert rows_entry(tmp_path/'flushed')[1]['crc32'] == e['crc32']
-    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
-
-
-@pytest.mark.parametrize('advice', ['faults pages in', 'refused'])
-def test_direct_loads_in_pieces_with_the_pages_faulted_in_ahead_or_not(tmp_path, monkeypatch, advice):
-    from fastrl_replay.memory import persist
-    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB
-    m.save(tmp_path/'ck')
-    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
-    if advice == 'refused': monkeypatch.setattr(persist, 'MADV_POPULATE_WRITE', -1)  # advice no kernel takes: the reads fault their own pages
-    twin = load_memory(tmp_path/'ck')
+def test_direct_io_writes_large_arrays_past_the_page_cache_where_it_can(tmp_path, monkeypatch):
+    from fastrl_replay.memory.persist import set_direct_io
+    if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O')
+    m = big_memory()
+    opened, real_open = [], os.open
+    monkeypatch.setattr(os, 'open', lambda p, flags, *a, **k: opened.append(bool(flags & os.O_DIRECT)) or real_open(p, flags, *a, **k))
+    try:
+        m.save(tmp_path/'plain')
+        assert not any(opened)
+        assert set_direct_io(True) is False
+        m.save(tmp_path/'direct')
+    finally: assert set_direct_io(False) is True
+    assert sum(opened) == 1  # the block of rows only: the other arrays are under 1 MB
+    twin = load_memory(tmp_path/'direct')
     same(twin.state_dict(), m.state_dict())
     assert torch.equal(twin.sample()[1], m.sample()[1])
 
 
-@pytest.mark.parametrize('threads', [1, 2])
-@pytest.mark.parametrize('cached', [True, False])
-def test_a_load_faults_in_each_piece_once_on_its_threads(tmp_path, monkeypatch, threads, cached):
+def test_a_durable_save_flushes_every_file_and_directory_and_one_without_flushes_none(tmp_path, monkeypatch):
     from fastrl_replay.memory import persist
-    m = big_memory(rows=100_000)  # a block of 4.8 MB: five pieces of 1 MB, the sampler's arrays under 1 MB
+    m = big_memory(rows=300)
+    flushed = []
+    monkeypatch.setattr(persist, '_fsync', lambda p, durable=True: durable and flushed.append(Path(p)))
+    m.save(tmp_path/'ck', durable=False)
+    assert flushed == []
     m.save(tmp_path/'ck')
-    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 20)
-    monkeypatch.setattr(persist, 'FAULT_THREADS', threads)
-    monkeypatch.setattr(persist, '_cached', lambda *a: cached)  # read through the page cache, or directly where the file system allows
-    calls, fault = [], persist._fault_in
-    monkeypatch.setattr(persist, '_fault_in', lambda address, n: calls.append((address, n, threading.get_ident())) or fault(address, n))
-    twin = load_memory(tmp_path/'ck')
-    rows = twin.storage._rows
-    assert sorted((a - rows.ctypes.data, n) for a, n, _ in calls) == [(s, min(1 << 20, rows.nbytes - s)) for s in range(0, rows.nbytes, 1 << 20)]
-    assert 1 <= len({t for *_, t in calls}) <= threads and threading.get_ident() not in {t for *_, t in calls}
-    same(twin.state_dict(), m.state_dict())
-    assert torch.equal(twin.sample()[1], m.sample()[1])
+    names = {p.name for p in flushed}
+    assert {'manifest.json', 'manifest.json.crc32', 'arrays', tmp_path.name} <= names and '0.npy' in names
+    assert flushed[-1] == tmp_path  # the parent, once the new directory is in place
 
 
 @pytest.mark.parametrize('damage,where', [('truncated', -9), ('flipped', 4096 + 777_777), ('flipped', -3)])
-def test_damage_to_a_directly_written_file_is_refused(tmp_path, damage, where):
+def test_damage_to_a_large_file_is_refused(tmp_path, damage, where, io):
     big_memory().save(tmp_path/'ck')
     man, e = rows_entry(tmp_path/'ck')
     f = tmp_path/'ck'/e['file']
     raw = bytearray(f.read_bytes())
     if damage == 'truncated': del raw[where:]
-    else: raw[where] ^= 16  # one bit in a whole page read directly, or in the last partial page
+    else: raw[where] ^= 16  # one bit in a middle piece, or in the last
     f.write_bytes(bytes(raw))
     msg = 'not a whole .npy array' if damage == 'truncated' else 'checksum'
     with pytest.raises(CheckpointError, match=msg) as err: load_memory(tmp_path/'ck')
@@ -489,16 +456,38 @@ def untag(v):
     return {k: untag(x) for k, x in v.items()}
 
 
-def as_version_2(root):
-    "Turn the checkpoint at `root` into what version 2 wrote: no seal, no tags"
+def as_version(root, version:int):
+    "Turn the checkpoint at `root` into what version 1 or 2 wrote: no seal, no tags"
     man = json.loads((root/MANIFEST).read_text())
-    man.update(version=2, settings=untag(man['settings']), state=untag(man['state']))
+    man.update(version=version, settings=untag(man['settings']), state=untag(man['state']))
     (root/(MANIFEST + SEAL)).unlink()
     (root/MANIFEST).write_text(json.dumps(man))
     return man
 
 
 DATA = Path(__file__).parent/'data'
+OLD = [DATA/'memory_v2_per', DATA/'memory_v2_crb', *sorted((DATA/'td_in_storage').glob('*_*'))]
+
+
+@pytest.mark.parametrize('path', OLD, ids=[p.name for p in OLD])
+def test_checkpoints_of_an_older_format_are_refused_saying_how_to_convert_them(path):
+    "tests/data holds checkpoints the version-2 writer made: refused, named, with the conversion, and nothing made"
+    assert json.loads((path/MANIFEST).read_text())['version'] == 2 and not (path/(MANIFEST + SEAL)).exists()
+    with pytest.raises(CheckpointError, match=re.escape(
+            f'{path/MANIFEST}: format version 2, an older format this release no longer reads (it reads version 3); convert it '
+            'with the fastrl_replay release that wrote it: with it, `load_memory(path).save(path)` writes version 3')):
+        load_memory(path)
+
+
+@pytest.mark.parametrize('version', [1, 2])
+def test_a_version_1_or_2_made_from_a_save_is_refused_and_a_memory_loaded_into_is_left_as_it_was(tmp_path, version):
+    m = per_fixture()
+    m.save(tmp_path/'ck')
+    as_version(tmp_path/'ck', version)
+    into = per_fixture()
+    before = copy.deepcopy(into.state_dict())
+    with pytest.raises(CheckpointError, match=f'format version {version}, an older format'): load_into(into, tmp_path/'ck')
+    same(into.state_dict(), before)
 
 
 def per_fixture():
@@ -506,80 +495,6 @@ def per_fixture():
     m + synth_transitions(45, start=4)
     b, i = m.sample(); m.update_td(torch.linspace(0.1, 2., 4), i)
     return m
-
-
-def crb_fixture():
-    c = CircularReplayBuffer((2, 2), 3, 25, 4, update_horizon=3, gamma=0.9, prioritized=True, seed=5, alpha=0.5)
-    for t in range(33): c.add(np.full((2, 2), t, np.uint8), t % 2, 1., t % 7 == 6)
-    return c
-
-
-@pytest.mark.parametrize('name,make', [('memory_v2_per', per_fixture), ('memory_v2_crb', crb_fixture)])
-def test_checkpoints_written_by_version_2_still_load(name, make):
-    "tests/data holds checkpoints the version-2 writer made of these memories: they load as the memory rebuilt here"
-    assert json.loads((DATA/name/MANIFEST).read_text())['version'] == 2 and not (DATA/name/(MANIFEST + SEAL)).exists()
-    m, twin = make(), load_memory(DATA/name)
-    assert type(twin) is type(m) and twin.settings() == m.settings()
-    generations_start_at_0(twin, m)
-    same_memory(twin, m)
-    for (i1, b1), (i2, b2) in zip(advance(m), advance(twin)):
-        assert torch.equal(i1, i2) and all(torch.equal(b1[k], b2[k]) for k in b1)
-    into, built = make(), make()
-    advance(into, 2)
-    load_into(into, DATA/name)  # resume's path: into a memory made with the same settings
-    generations_start_at_0(into, built)
-    same_memory(into, built)
-
-
-def generations_start_at_0(loaded, built):
-    "A checkpoint written before samplers kept write generations loads with every row's generation 0 (the rest as saved); `built` counted its writes"
-    assert torch.equal(loaded.sampler.written, torch.zeros_like(built.sampler.written)) and int(built.sampler.written.max()) > 0
-    loaded.sampler.written.copy_(built.sampler.written)  # so that the rest of the state is compared exactly
-
-
-def test_version_2_made_from_a_version_3_save_loads(tmp_path):
-    m = per_fixture()
-    m.save(tmp_path/'ck')
-    as_version_2(tmp_path/'ck')
-    same(load_memory(tmp_path/'ck').state_dict(), m.state_dict())
-
-
-def test_version_1_checkpoints_with_an_array_per_column_still_load(tmp_path):
-    "A version-1 checkpoint, made by splitting a saved block of rows into its columns, loads as the memory that was saved"
-    m = big_memory(rows=300)
-    m.save(tmp_path/'ck')
-    as_version_2(tmp_path/'ck')
-    man, e = rows_entry(tmp_path/'ck')
-    st = man['state']['storage']
-    rows = np.load(tmp_path/'ck'/e['file'])
-    del st['rows']
-    for k, c in st['columns'].items():
-        dtype = np.dtype(c['dtype'])
-        col = np.ascontiguousarray(np.ndarray((len(rows), *c['shape']), dtype, rows, c.pop('offset'), (rows.strides[0], *((dtype.itemsize,) if c['shape'] else ()))))
-        np.save(tmp_path/'ck'/'arrays'/f'col_{k}.npy', col)
-        man['arrays'].append(dict(lib='torch', dtype=c['dtype'], shape=list(col.shape), nbytes=col.nbytes, file=f'arrays/col_{k}.npy', crc32=zlib.crc32(col)))
-        c['data'] = {'__array__': len(man['arrays']) - 1}
-    man['version'] = 1
-    (tmp_path/'ck'/MANIFEST).write_text(json.dumps(man))
-    twin = load_memory(tmp_path/'ck')
-    assert twin.storage._rows is None  # an array per column, kept as loaded
-    for k in m.keys: assert torch.equal(twin.memory[k], m.memory[k]), k
-    assert torch.equal(twin.sample()[1], m.sample()[1])
-
-
-@pytest.mark.parametrize('name', ['columns_uniform', 'columns_per', 'frames_uniform', 'frames_per'])
-def test_checkpoints_whose_storage_kept_the_td_errors_still_load(name):
-    "Checkpoints written when the storage kept the TD errors (a `td_error` column, a frame storage's `td` array) load: the TD errors go to the sampler"
-    data = Path(__file__).parent/'data'/'td_in_storage'
-    want = json.loads((data/'expected.json').read_text())[name]
-    m = load_memory(data/name)
-    np.testing.assert_array_equal(m.td_errors.numpy(), np.array(want['td'], np.float32))
-    assert 'td_error' not in (m.storage.keys if name.startswith('columns') else ())
-    b, idxs = m.sample()  # the same draw and weights as the memory that was saved
-    assert idxs.tolist() == want['idxs']
-    if want['weight'] is not None: np.testing.assert_array_equal(b['weight'][:, 0].numpy(), np.array(want['weight'], np.float32))
-    m.update_td(torch.full((len(idxs),), 9.), idxs)
-    assert (m.td_errors[idxs] == 9.).all()
 
 
 # Untrusted checkpoints: every finding of the probe, with the exact refusal
@@ -653,16 +568,21 @@ FINDINGS = {  # name: (change to the checkpoint and its manifest, whether the ma
                        "/manifest.json: checksum <new> does not match manifest.json.crc32's <old>: the manifest was changed or damaged"),
     'bs -5': (lambda ck, man: man['settings'].update(bs=-5), True, '/manifest.json: settings: bs must be an int >= 1 and warmup_sz an int >= 0, got -5 and 4'),
     'max_priority NaN': (lambda ck, man: man['state']['sampler'].update(max_priority={'__float__': 'nan'}), True,
-                         '/manifest.json: state.sampler.max_priority: expected a finite number >= 0, got {"__float__": "nan"}'),
-    'max_priority -1': (lambda ck, man: man['state']['sampler'].update(max_priority=-1), True, '/manifest.json: state.sampler.max_priority: expected a finite number >= 0, got -1'),
-    'negative clock': (lambda ck, man: man['state']['sampler'].update(clock=-3), True, '/manifest.json: state.sampler.clock: expected a finite number >= 0, got -3'),
+                         '/manifest.json: state.sampler.max_priority: expected a finite number > 0, got {"__float__": "nan"}'),
+    'max_priority -1': (lambda ck, man: man['state']['sampler'].update(max_priority=-1), True, '/manifest.json: state.sampler.max_priority: expected a finite number > 0, got -1'),
+    'max_priority below a priority': (lambda ck, man: man['state']['sampler'].update(max_priority=0.5), True,
+                                      '/manifest.json: the state does not fit a PrioritizedExperienceReplay: the state holds a priority of 1.0, above its largest so far, 0.5'),
+    'negative clock': (lambda ck, man: man['state']['sampler'].update(clock=-3), True, '/manifest.json: state.sampler.clock: expected an int >= 0, got -3'),
+    'len 2.5': (lambda ck, man: man['state']['storage'].update(len=2.5), True, '/manifest.json: state.storage.len: expected an int >= 0, got 2.5'),
+    'pointer past the capacity': (lambda ck, man: man['state']['storage'].update(pointer=3001), True, '/manifest.json: state.storage.pointer: 3001, past the 3000 rows'),
     'swapped files': (lambda ck, man: (man['arrays'][0].update(file='arrays/1.npy'), man['arrays'][1].update(file='arrays/0.npy')), True,
                       "/manifest.json: arrays[0].file: expected 'arrays/0.npy', got 'arrays/1.npy'"),
     'swapped references': (swap_refs, True, '/manifest.json: the state does not fit a PrioritizedExperienceReplay: the block of rows: '
                                             'expected (3000, row bytes) uint8, got Tensor (3000,) torch.int8'),
     'flipped header byte': (lambda ck, man: flip_header_brace(ck/'arrays'/'0.npy'), True,
                             "/arrays/0.npy: not a whole .npy array: its header cannot be read (TokenError: ('EOF in multi-line statement', (2, 0)))"),
-    'missing state key': (lambda ck, man: man['state']['sampler'].pop('n_samples'), True, "/manifest.json: the state does not fit a PrioritizedExperienceReplay: 'n_samples'"),
+    'missing state key': (lambda ck, man: man['state']['sampler'].pop('n_samples'), True,
+                          '/manifest.json: the state does not fit a PrioritizedExperienceReplay: the state holds n_samples=None, not an int >= 0'),
     'missing manifest key': (lambda ck, man: man.pop('state'), True, "/manifest.json: expected the keys ['format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays'], "
                                                                      "got ['arrays', 'dropped', 'format', 'kind', 'settings', 'version']"),
     'missing settings key': (lambda ck, man: man['settings'].pop('sampler'), True,
@@ -686,9 +606,11 @@ def test_each_finding_is_refused_before_anything_is_made(rows3000, tmp_path, fin
     opened, real_open = [], os.open
     monkeypatch.setattr(os, 'open', lambda p, flags, *a, **k: opened.append((str(p), k.get('dir_fd'))) or real_open(p, flags, *a, **k))
     before = sorted(str(p) for p in tmp_path.rglob('*'))
-    t = time.perf_counter()
+    from fastrl_replay.memory import persist
+    allocated, allocate = [], persist.page_aligned_zeros
+    monkeypatch.setattr(persist, 'page_aligned_zeros', lambda shape, *a, **k: allocated.append(math.prod(shape)) or allocate(shape, *a, **k))
     with pytest.raises(CheckpointError, match=f'^{re.escape(str(ck) + message)}$'): load_memory(ck)
-    assert time.perf_counter() - t < 1  # nothing large was allocated (30M rows took 3.5 s)
+    assert max(allocated, default=0) <= 3000 * 64  # nothing larger than the arrays the checkpoint holds was allocated
     monkeypatch.undo()
     assert [p for p, d in opened if d is None] == [str(ck)]  # every other file opened relative to the checkpoint's directory
     assert not any(p.startswith(('/', '..')) or '..' in p.split('/') for p, d in opened if d is not None)
@@ -697,7 +619,7 @@ def test_each_finding_is_refused_before_anything_is_made(rows3000, tmp_path, fin
 
 # Fuzzing: any change to a manifest or an array header is refused with CheckpointError or loads a memory that round-trips exactly
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 PATHS_OUT = ['../outside.npy', '/etc/passwd', 'arrays/../../outside.npy', 'arrays/1.npy', '/dev/zero', 'arrays', '']
 LEAVES = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([0, 1, 2, 3, 29, 30, 31, -1, 2**31, 2**63])
@@ -719,10 +641,30 @@ def at(v, path):
     return v
 
 
-@pytest.fixture(scope='module')
-def small(tmp_path_factory):
-    m = PrioritizedExperienceReplay(bs=4, max_sz=30, warmup_sz=4, seed=2)
-    m + synth_transitions(20)
+def compressed(sampler):
+    m = Replay(CompressedFrameStorage((3, 3), max_sz=24, block=4, stack_size=2, n_steps=2), sampler, bs=8, warmup_sz=8)
+    for t in range(35):
+        m.storage.add_step(np.full((3, 3), t % 5, np.uint8), t % 4, np.float32(t / 4), t % 11 == 10, truncated=t % 13 == 12,
+                           next_observation=np.full((3, 3), 200 + t, np.uint8), env_id=t % 2)
+        m.sampler.added((m.storage.add_count - 1) % 24, 1)
+    return m
+
+
+def continual(sampler):
+    m = ReservoirReplay(max_sz=12, bs=4, warmup_sz=4, seed=0)
+    m + synth_transitions(30)
+    return m
+
+
+FUZZED = {'uniform': lambda: columns(SAMPLERS['uniform']()), 'per': lambda: columns(SAMPLERS['per']()),
+          'laber': lambda: columns(SAMPLERS['laber']()), 'continual': lambda: continual(None),
+          'frames': lambda: frames(SAMPLERS['per']()), 'compressed frames': lambda: compressed(SAMPLERS['per']())}
+
+
+@pytest.fixture(scope='module', params=list(FUZZED))
+def small(request, tmp_path_factory):
+    "A checkpoint of each kind of memory, sampled and updated a few times"
+    m = FUZZED[request.param]()
     advance(m, 2)
     base = tmp_path_factory.mktemp('fuzz')
     m.save(base/'ck')
@@ -740,9 +682,44 @@ def watched_open(inside:Path, log:list):
     return fake
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+NUMBERS = st.sampled_from([-5, -1, 0, 1, 2, 3, 7, 11, 12, 23, 24, 25, 29, 30, 31, 2**31, 2**63, 0.5, 2.5, -0.0, 1e308])
+SAME_SIZE = {1: ['uint8', 'int8', 'bool'], 2: ['int16', 'float16'], 4: ['int32', 'float32'], 8: ['int64', 'float64']}
+
+
+def odd_value(dtype:np.dtype):
+    "Values of `dtype` no save writes in most places: negatives, huge ones, NaN, infinities"
+    if dtype.kind == 'f': return st.sampled_from([np.nan, np.inf, -np.inf, -1., -0., 0., 1., 1e300, 5e-324])
+    if dtype.kind == 'b': return st.booleans()
+    info = np.iinfo(dtype)
+    return st.sampled_from(sorted({max(info.min, min(info.max, v)) for v in (-2**40, -1, 0, 1, 2, 3, 7, 23, 24, 31, 255, 2**31, 2**62)}))
+
+
+def edit_array(ck:Path, man:dict, data):
+    "Change an array's values, dtype or length, and write its entry's dtype, shape, size and CRC-32 to match, as a deliberate edit would"
+    if not man.get('arrays'): return
+    e = man['arrays'][data.draw(st.integers(0, len(man['arrays']) - 1), label='array')]
+    if not isinstance(e, dict) or not isinstance(e.get('file'), str) or not (ck/e['file']).is_file(): return
+    try: a = np.load(ck/e['file'], allow_pickle=False)
+    except Exception: return  # a header an earlier change broke
+    how = data.draw(st.sampled_from(['value', 'relabel', 'rows']), label='array change')
+    if how == 'value' and a.size:
+        flat = a.reshape(-1).copy()
+        with np.errstate(over='ignore'): flat[data.draw(st.integers(0, a.size - 1), label='element')] = data.draw(odd_value(a.dtype), label='to')
+        a = flat.reshape(a.shape)
+    elif how == 'relabel':
+        new = np.dtype(data.draw(st.sampled_from([d for d in SAME_SIZE[a.dtype.itemsize] if d != a.dtype.name]), label='dtype'))
+        a, e['dtype'] = (a.view(new) if a.ndim else a.reshape(1).view(new).reshape(())), new.name
+    elif how == 'rows' and a.ndim:
+        a = np.resize(a, (data.draw(st.integers(0, len(a) + 3), label='rows'), *a.shape[1:]))
+    np.save(ck/e['file'], a)
+    e.update(shape=list(a.shape), nbytes=a.nbytes, crc32=zlib.crc32(np.ascontiguousarray(a).tobytes()))
+
+
+@settings(max_examples=120, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, monkeypatch):
+def test_fuzzed_checkpoints_are_refused_or_round_trip(small, data, monkeypatch):
+    "Changes to the manifest, to array headers, and to array values resealed as a deliberate edit would (every CRC-32 recomputed): "
+    "each is refused with CheckpointError, or loads a memory that samples, and saves and loads again exactly"
     work = Path(tempfile.mkdtemp(dir=small))
     try:
         ck, outside = work/'ck', work/'outside.npy'
@@ -750,31 +727,41 @@ def test_fuzzed_manifests_and_headers_are_refused_or_round_trip(small, data, mon
         np.save(outside, np.arange(30 * 64, dtype=np.uint8).reshape(30, 64))  # what a path outside would find; it must stay as it is
         watched = outside.read_bytes()
         man = json.loads((ck/MANIFEST).read_text())
-        for _ in range(data.draw(st.integers(1, 3), label='changes')):
-            how = data.draw(st.sampled_from(['replace', 'delete', 'header']), label='how')
+        for _ in range(data.draw(st.integers(1, 2), label='changes')):
+            how = data.draw(st.sampled_from(['replace', 'delete', 'header', 'number', 'number', 'array', 'array', 'array']), label='how')
             if how == 'header':
-                f = data.draw(st.sampled_from(sorted((ck/'arrays').glob('*.npy'))), label='array')  # the files, whatever the manifest now says
+                f = data.draw(st.sampled_from(sorted((ck/'arrays').glob('*.npy'))), label='file')  # the files, whatever the manifest now says
                 raw = bytearray(f.read_bytes())
                 end = raw.index(b'\n') + 1 if b'\n' in raw else len(raw)
                 raw[data.draw(st.integers(0, end - 1), label='byte')] ^= data.draw(st.integers(1, 255), label='bits')
                 f.write_bytes(bytes(raw))
                 continue
-            path = data.draw(st.sampled_from([p for p in tree_paths(man) if p]), label='path')
+            if how == 'array':
+                edit_array(ck, man, data)
+                continue
+            paths = [p for p in tree_paths(man) if p and (how != 'number' or type(at(man, p)) in (int, float))]
+            if not paths: continue
+            path = data.draw(st.sampled_from(paths), label='path')
             parent = at(man, path[:-1])
             if how == 'delete': del parent[path[-1]]
-            else: parent[path[-1]] = data.draw(JSON, label='value')
+            else: parent[path[-1]] = data.draw(NUMBERS if how == 'number' else JSON, label='value')
         raw = json.dumps(man).encode()
         (ck/MANIFEST).write_bytes(raw)
-        if data.draw(st.booleans(), label='sealed again'): (ck/(MANIFEST + SEAL)).write_text(f'{zlib.crc32(raw)}\n')
+        if data.draw(st.integers(0, 4), label='sealed again') > 0: (ck/(MANIFEST + SEAL)).write_text(f'{zlib.crc32(raw)}\n')
         log = []
         with monkeypatch.context() as mp:
             mp.setattr(os, 'open', watched_open(ck, log))
             try: memory = load_memory(ck)
             except CheckpointError: memory = None
+        event('refused' if memory is None else 'loaded')
         assert outside.read_bytes() == watched and sorted(p.name for p in work.iterdir()) == ['ck', 'outside.npy']
-        if memory is not None:  # a consistent checkpoint: what loaded saves and loads again exactly
+        if memory is not None:  # a consistent checkpoint: what loaded saves and loads again exactly, and samples as a memory does
             memory.save(work/'again')
             same(load_memory(work/'again').state_dict(), memory.state_dict())
+            if isinstance(memory.sampler, LaBERSampler): memory.sampler.score = score
+            if len(memory) >= memory.warmup_sz:
+                try: memory.sample()
+                except ReplayError: pass  # a memory with nothing to draw says so
     finally: shutil.rmtree(work)
 
 
@@ -810,9 +797,12 @@ def test_a_kind_whose_module_is_not_imported_loads(tmp_path):
     assert load_in_fresh_process(tmp_path/'res', 'fastrl_replay.memory.continual', 'm.seen') == ['fastrl_replay.memory.continual', 'ReservoirReplay', '10', '15']
 
 
-def test_a_kind_that_moved_loads_from_its_former_name():
-    "A checkpoint naming `memory.circular.CircularReplayBuffer`, written before the class moved to `compat.reagent`, loads as it in a fresh process"
-    assert load_in_fresh_process(DATA/'memory_v2_crb', 'fastrl_replay.compat.reagent', 'm.replay_capacity') == \
+def test_a_kind_that_moved_loads_from_its_former_name(tmp_path):
+    "A checkpoint naming `memory.circular.CircularReplayBuffer`, where the class was before it moved to `compat.reagent`, loads as it in a fresh process"
+    thin_memories()[3].save(tmp_path/'crb')
+    man = json.loads((tmp_path/'crb'/MANIFEST).read_text())
+    write_manifest(tmp_path/'crb', {**man, 'kind': 'fastrl_replay.memory.circular.CircularReplayBuffer'})
+    assert load_in_fresh_process(tmp_path/'crb', 'fastrl_replay.compat.reagent', 'm.replay_capacity') == \
         ['fastrl_replay.compat.reagent', 'CircularReplayBuffer', '25', '25']
 
 
@@ -829,27 +819,10 @@ def test_a_kind_cannot_import_a_module_outside_the_library(tmp_path):
     assert find_kind('antigravity.Fly') is None and 'antigravity' not in __import__('sys').modules
 
 
-@pytest.fixture(params=['from the page cache', 'from the disk'])
-def read_path(request, monkeypatch):
-    "Loads made to take one of their two ways of reading a large array (told by whether its file is in the page cache), with the direct reads counted"
-    from fastrl_replay.memory import persist
-    monkeypatch.setattr(persist, '_cached', lambda fd, start, n: request.param == 'from the page cache')
-    direct, calls = persist._read_direct, []
-    monkeypatch.setattr(persist, '_read_direct', lambda *a: calls.append(1) or direct(*a))
-    monkeypatch.setattr(persist, 'READ_PIECE', 1 << 19)  # the 1.2 MB block in three pieces
-    return request.param, calls
-
-
-def test_both_read_paths_restore_the_memory_exactly(tmp_path, read_path):
-    m = big_memory()
-    m.save(tmp_path/'ck')
-    twin = load_memory(tmp_path/'ck')
-    same(twin.state_dict(), m.state_dict())
-    assert len(read_path[1]) == (read_path[0] == 'from the disk' and direct_io_works(tmp_path))
-
-
 @pytest.mark.parametrize('where', [4096 + 5, 4096 + 700_000, -3])  # the first piece, a later one, the last partial page
-def test_both_read_paths_refuse_a_flipped_bit_and_leave_the_memory_as_it_was(tmp_path, read_path, where):
+def test_a_flipped_bit_is_refused_and_leaves_the_memory_loaded_into_as_it_was(tmp_path, where, monkeypatch, io):
+    from fastrl_replay.memory import persist
+    monkeypatch.setattr(persist, 'PIECE', 1 << 19)  # the 1.2 MB block in three pieces
     m, into = big_memory(), big_memory(rows=25_000)
     into + {'obs': torch.ones(10, 8), 'action': torch.zeros(10, 1, dtype=torch.long), 'done': torch.zeros(10, 1, dtype=torch.bool)}
     before = copy.deepcopy(into.state_dict())
@@ -857,11 +830,12 @@ def test_both_read_paths_refuse_a_flipped_bit_and_leave_the_memory_as_it_was(tmp
     man, e = rows_entry(tmp_path/'ck')
     f = tmp_path/'ck'/e['file']
     raw = bytearray(f.read_bytes()); raw[where] ^= 1; f.write_bytes(bytes(raw))
-    with pytest.raises(CheckpointError, match=f"{re.escape(e['file'])}: checksum \\d+ does not match the manifest's {e['crc32']}"): load_into(into, tmp_path/'ck')
+    with pytest.raises(CheckpointError, match=f"{re.escape(e['file'])}: checksum \\d+ does not match the manifest's {e['crc32']}"):
+        load_into(into, tmp_path/'ck')
     same(into.state_dict(), before)
 
 
-def test_both_read_paths_refuse_a_file_cut_short_while_it_is_read(tmp_path, read_path, monkeypatch):
+def test_a_file_cut_short_while_it_is_read_is_refused(tmp_path, monkeypatch, io):
     from fastrl_replay.memory import persist
     big_memory().save(tmp_path/'ck')
     man, e = rows_entry(tmp_path/'ck')

@@ -196,7 +196,7 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(checkpoint, tmp_path):
     with pytest.raises(CheckpointError, match=rf'^{ck}/checkpoint.json: not valid JSON \(.*\)$'):
         resume(ck)
     ck = damaged(checkpoint, tmp_path/'d', lambda c: seal(c, b'{"format": "fastrl_replay.checkpoint", "version": 3}'))
-    with pytest.raises(CheckpointError, match='checkpoint.json: format version 3; this library reads versions 1, 2$'):
+    with pytest.raises(CheckpointError, match='checkpoint.json: format version 3; this library reads version 2$'):
         resume(ck)
 
 
@@ -211,6 +211,9 @@ def test_a_checkpoint_of_another_run_is_refused(checkpoint):
         resume(checkpoint, hidden=(8,))
     with pytest.raises(CheckpointError, match=f'the checkpoint at {checkpoint} is of a fit of 3 epochs of 50 batches; this fit has 3 epochs of 25$'):
         resume(checkpoint, steps_per_epoch=100)
+    with pytest.raises(CheckpointError, match=r"records epochs of 6 values; this learner records 4: "
+                                              r"\['train_loss', 'return', 'episodes', 'epsilon'\] \(its validation"):
+        resume(checkpoint, valid=dict(n_episodes=0))  # the run validated after each epoch: two columns more
     with pytest.raises(CheckpointError, match=r"holds the replay memories \['experience_replay'\]; this learner has \[\]"):
         learn = small_dqn()
         learn.remove_cb(learn.experience_replay)
@@ -276,42 +279,16 @@ def test_a_memory_that_cannot_be_saved_is_refused(tmp_path):
 DATA = Path(__file__).parent/'data'
 
 
-def test_run_checkpoints_of_version_1_still_load():
-    "tests/data/run_v1 was written by the version-1 writer (state.json, state.pth and every file listed with its CRC-32)"
-    ck = read_checkpoint(DATA/'run_v1')
-    assert sorted(ck) == ['counts', 'lr', 'memories', 'name', 'opt', 'rng', 'w']
-    assert torch.equal(ck['w'], torch.arange(6.).reshape(2, 3)) and ck['counts'].dtype == np.uint32 and ck['counts'].tolist() == [0, 1, 2, 3]
-    assert type(ck['lr']) is np.float64 and ck['lr'] == 0.25 and ck['rng'] == (3, (1, 2), None) and ck['name'] == 'dqn'
-    assert ck['opt'][0] == [1.5, float('inf')] and torch.equal(ck['opt']['k'], torch.tensor(7))
-    assert ck['memories'] == {'experience_replay': DATA/'run_v1'/'memory'/'experience_replay'}
-    assert len(load_memory(ck['memories']['experience_replay'])) == 30
-
-
-def v1_copy(tmp_path, change=None):
+def test_run_checkpoints_of_version_1_are_refused_before_any_file_but_the_manifest_is_read(tmp_path, monkeypatch):
+    "tests/data/run_v1 was written by the version-1 writer (state.json, state.pth): refused, nothing unpickled, nothing outside opened"
     ck = tmp_path/'v1'
     shutil.copytree(DATA/'run_v1', ck)
-    if change is not None:
-        m = json.loads((ck/'checkpoint.json').read_text())
-        change(ck, m)
-        (ck/'checkpoint.json').write_text(json.dumps(m))
-    return ck
-
-
-def test_a_version_1_manifest_cannot_reach_outside_or_drop_a_file(tmp_path, monkeypatch):
     opened, real_open = [], os.open
-    monkeypatch.setattr(os, 'open', lambda p, *a, **k: opened.append((p, k.get('dir_fd'))) or real_open(p, *a, **k))
-    def outside(ck, m): m['files']['../../etc/hostname'] = 0
-    with pytest.raises(CheckpointError, match=r"v1/../../etc/hostname: '../../etc/hostname' is not a path inside the checkpoint$"): read_checkpoint(v1_copy(tmp_path/'a', outside))
-    def dropped(ck, m): del m['files']['state.pth']
-    ck = v1_copy(tmp_path/'b', dropped)
-    with pytest.raises(CheckpointError, match=f'^{ck}/state.pth is not listed in checkpoint.json: the checkpoint was changed$'): read_checkpoint(ck)
-    def linked(ck, m):
-        (ck/'state.json').unlink(); (ck/'state.json').symlink_to(DATA/'run_v1'/'state.json')
-    ck = v1_copy(tmp_path/'c', linked)
-    with pytest.raises(CheckpointError, match=rf'^{ck}/state.json: not a regular file inside the checkpoint \(a link, a FIFO, a device or a directory\)$'): read_checkpoint(ck)
-    def memory_elsewhere(ck, m): m['memories'] = ['../../x']
-    with pytest.raises(CheckpointError, match=r"checkpoint.json: memories: '../../x' is not a memory name \(letters, digits, _ . -\)$"): read_checkpoint(v1_copy(tmp_path/'d', memory_elsewhere))
-    assert not [p for p, d in opened if d is None and 'etc' in str(p)]
+    monkeypatch.setattr(os, 'open', lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    with pytest.raises(CheckpointError, match=f"^{ck}/checkpoint.json: format version 1, an older format this release no longer reads"):
+        read_checkpoint(ck)
+    assert opened == [str(ck), 'checkpoint.json']
+    with pytest.raises(CheckpointError, match='format version 1, an older format'): CheckpointCallback(ck, resume=True)
 
 
 def test_a_run_checkpoint_cannot_reach_outside(tmp_path):

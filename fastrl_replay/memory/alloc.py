@@ -26,15 +26,15 @@ class MappedArrays:
         self.path.mkdir(parents=True, exist_ok=True)
 
     def array(self, name:str, shape:tuple, dtype, fill=0) -> np.ndarray:
-        "An array of `shape` and `dtype` mapped from `<path>/<name>.npy`, new ones filled with `fill` (with `reuse`, a file's own values)"
+        "An array of `shape` and `dtype` mapped from `<path>/<name>.npy`, filled with `fill` (or, `reuse`d, the file's)"
         name = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:80]
         f, dtype, shape = self.path/f'{name}.npy', np.dtype(dtype), tuple(shape)
         a = self.arrays.get(name)
         if a is not None and a.shape == shape and a.dtype == dtype: return a  # this storage's own
         if f.exists():
             if not self.reuse:
-                raise ExperienceReplayException(f'{f} exists: the storage_dir holds the arrays of another memory; load its '
-                                                'checkpoint with `load_memory`, or name an empty directory')
+                raise ExperienceReplayException(f'{f} exists: the storage_dir holds the arrays of another memory; '
+                                                'load its checkpoint with `load_memory`, or name an empty directory')
             a = np.load(f, mmap_mode='r+', allow_pickle=False)
             if a.shape != shape or a.dtype != dtype:
                 raise ExperienceReplayException(f'{f}: expected {shape} {dtype}, got {a.shape} {a.dtype}')
@@ -76,21 +76,23 @@ def same_file(a, b) -> bool:
 PAGE = 4096  # the alignment direct (unbuffered) file I/O asks of memory, file offsets and lengths
 
 def page_aligned_zeros(shape:tuple, dtype=np.uint8, huge:bool=True) -> np.ndarray:
-    "A zeroed C-contiguous array that starts a page, so it can be written to and read from a file directly; its pages are found at their first touch"
+    "A zeroed C-contiguous array that starts a page, its pages found at their first touch (huge ones, if `huge`)"
     dtype = np.dtype(dtype)
     n = int(np.prod(shape)) * dtype.itemsize
     if not n: return np.zeros(shape, dtype)
     if not hasattr(mmap, 'MAP_PRIVATE'):  # Windows: NumPy's allocation, from its first page boundary
         raw = np.zeros(n + PAGE, np.uint8)
         return raw[-raw.ctypes.data % PAGE:][:n].view(dtype).reshape(shape)
-    a = np.frombuffer(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype).reshape(shape)  # private: a forked process gets its own copy
+    buf = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: a forked process gets its own copy
+    a = np.frombuffer(buf, dtype).reshape(shape)
     if huge: use_huge_pages(a)
     return a
 
 def use_huge_pages(a:np.ndarray):
-    "Let the kernel back `a`, an array of `page_aligned_zeros`, with huge pages: at its next first touches, and in the background for pages already touched"
+    "Let the kernel back `a`, an array of `page_aligned_zeros`, with huge pages, at first touches and in the background"
     buf = a
-    while buf is not None and not isinstance(buf, mmap.mmap): buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, 'base', None)
+    while buf is not None and not isinstance(buf, mmap.mmap):
+        buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, 'base', None)
     if buf is None or not hasattr(mmap, 'MADV_HUGEPAGE'): return
     try: buf.madvise(mmap.MADV_HUGEPAGE)
     except OSError: pass  # a system without transparent huge pages
@@ -98,8 +100,8 @@ def use_huge_pages(a:np.ndarray):
 # %% ../../nbs/06i_memory.alloc.ipynb #b1c0ffe2
 def libc_function(name:str, # The C function's name
                   argtypes:list|None=None): # Its argument types, where ctypes' defaults would not convert them
-    "The C library's function `name`, setting errno for `ctypes.get_errno` and letting go of the GIL during its calls; None where the system has none"
+    "The C library's function `name`, setting errno for `ctypes.get_errno`, the GIL let go in calls; None if missing"
     try: fn = getattr(ctypes.CDLL(None, use_errno=True), name)
-    except (OSError, AttributeError, TypeError): return None  # TypeError: a system whose C library cannot be opened by None (Windows)
+    except (OSError, AttributeError, TypeError): return None  # TypeError: a C library that None does not open (Windows)
     if argtypes is not None: fn.argtypes = argtypes
     return fn

@@ -1,4 +1,4 @@
-"""`memory.save(path)` and `load_memory(path)`: every memory written to a directory of `.npy` arrays and a JSON manifest, atomically, and read back checked, without unpickling anything.
+"""`memory.save(path)` and `load_memory(path)`: a memory as `.npy` arrays and a JSON manifest, atomic, checked on load.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
@@ -6,27 +6,26 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
-import ctypes, errno, importlib, io, json, math, os, queue, re, shutil, stat, struct, sys, threading, time, uuid
+import errno, io, json, math, os, re, shutil, stat, uuid
 try: from isal.isal_zlib import crc32  # ISA-L: the same CRC-32 as zlib's, several times faster
 except ImportError: from zlib import crc32
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np, torch
 from fastcore.basics import patch
 from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
 from .checks import NP_DTYPES
-from .alloc import PAGE, page_aligned_zeros, use_huge_pages, libc_function
+from .alloc import page_aligned_zeros, use_huge_pages
 from .core import Replay, Storage, Sampler, kind_name, KINDS, find_kind
 
-
 # %% auto #0
-__all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'load_memory', 'load_into']
+__all__ = ['register_kind', 'set_direct_io', 'atomic_dir', 'last_complete', 'write_tree', 'write_memory', 'load_memory',
+           'load_into']
 
 # %% ../../nbs/06f_memory.persist.ipynb #473d1470
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 3, 'manifest.json'
-READS = (1, 2, 3)  # 1: a column storage's columns one array each; 2: its block of rows; 3: the manifest sealed, tuples, scalars and non-finite floats tagged
 SEAL = '.crc32'  # `<manifest>.crc32` holds the CRC-32 of the manifest's bytes
+CONVERT = 'with it, `load_memory(path).save(path)` writes version 3'  # how a release converts an older checkpoint
 
 # %% ../../nbs/06f_memory.persist.ipynb #035865a0
 def register_kind(cls:type) -> type:
@@ -40,20 +39,22 @@ def register_kind(cls:type) -> type:
 TAGS = ('__array__', '__scalar__', '__tuple__', '__items__', '__float__')
 
 def pack(v, arrays:list, dropped:list|None=None, path:str='state'):
-    "`v` as JSON data: each tensor and array appended to `arrays` and replaced by `{'__array__': i}`; a function replaced by None and its path put in `dropped`, where given"
+    "`v` as JSON data: tensors and arrays put in `arrays` as `{'__array__': i}`; a function as None, named in `dropped`"
     if isinstance(v, (torch.Tensor, np.ndarray)):
         if isinstance(v, np.ndarray) and (v.dtype.kind not in 'biufc' or v.dtype.fields is not None):
             raise CheckpointError(f'{path}: a {v.dtype} array cannot be written to a checkpoint')
         arrays.append(v.detach() if isinstance(v, torch.Tensor) else v)
         return {'__array__': len(arrays) - 1}
     if isinstance(v, np.generic):  # before float: NumPy's float64 is a Python float
-        if v.dtype.kind not in 'biuf': raise CheckpointError(f'{path}: a {v.dtype} scalar cannot be written to a checkpoint')
+        if v.dtype.kind not in 'biuf': raise CheckpointError(f'{path}: a {v.dtype} scalar cannot be saved')
         return {'__scalar__': [v.dtype.name, pack(v.item(), arrays, dropped, path)]}
     if isinstance(v, float) and not math.isfinite(v): return {'__float__': str(v)}  # JSON has no NaN or infinity
     if v is None or isinstance(v, (bool, int, float, str)): return v
     if isinstance(v, dict):
-        if all(isinstance(k, str) and k not in TAGS for k in v): return {k: pack(x, arrays, dropped, f'{path}.{k}') for k, x in v.items()}
-        return {'__items__': [[pack(k, arrays, dropped, path), pack(x, arrays, dropped, f'{path}[{k!r}]')] for k, x in v.items()]}
+        if all(isinstance(k, str) and k not in TAGS for k in v):
+            return {k: pack(x, arrays, dropped, f'{path}.{k}') for k, x in v.items()}
+        pairs = [[pack(k, arrays, dropped, path), pack(x, arrays, dropped, f'{path}[{k!r}]')] for k, x in v.items()]
+        return {'__items__': pairs}
     if isinstance(v, tuple): return {'__tuple__': [pack(x, arrays, dropped, f'{path}[{i}]') for i, x in enumerate(v)]}
     if isinstance(v, list): return [pack(x, arrays, dropped, f'{path}[{i}]') for i, x in enumerate(v)]
     if isinstance(v, torch.dtype): return dtype_name(v)
@@ -64,12 +65,12 @@ def pack(v, arrays:list, dropped:list|None=None, path:str='state'):
         return None
     raise CheckpointError(f'{path}: a {type(v).__name__} cannot be written to a checkpoint')
 
-def unpack(v, arrays:list, where:str, path:str='state', tags:tuple=TAGS):
-    "The tree `pack` made, `arrays[i]` in place of each `{'__array__': i}`; anything else raises `CheckpointError` naming `where` and the path"
-    if isinstance(v, list): return [unpack(x, arrays, where, f'{path}[{i}]', tags) for i, x in enumerate(v)]
+def unpack(v, arrays:list, where:str, path:str='state'):
+    "The tree `pack` made, `arrays[i]` in place of each `{'__array__': i}`; else `CheckpointError` naming `where`"
+    if isinstance(v, list): return [unpack(x, arrays, where, f'{path}[{i}]') for i, x in enumerate(v)]
     if not isinstance(v, dict): return v
     tag = next(iter(v), None)
-    if len(v) != 1 or tag not in tags: return {k: unpack(x, arrays, where, f'{path}.{k}', tags) for k, x in v.items()}
+    if len(v) != 1 or tag not in TAGS: return {k: unpack(x, arrays, where, f'{path}.{k}') for k, x in v.items()}
     x, bad = v[tag], f'{where}: {path}: {json.dumps(v)[:80]} is not'
     if tag == '__array__':
         if not is_int(x) or not 0 <= x < len(arrays): raise CheckpointError(f'{bad} one of the {len(arrays)} arrays')
@@ -77,23 +78,30 @@ def unpack(v, arrays:list, where:str, path:str='state', tags:tuple=TAGS):
     if tag == '__float__':
         if x not in ('nan', 'inf', '-inf'): raise CheckpointError(f"{bad} 'nan', 'inf' or '-inf'")
         return float(x)
-    if tag == '__scalar__':
-        if not (isinstance(x, list) and len(x) == 2 and x[0] in _SCALARS and isinstance(y := unpack(x[1], arrays, where, path, tags), (bool, int, float))):
-            raise CheckpointError(f'{bad} a [dtype, number] scalar')
-        try:
-            with np.errstate(over='raise'): s = np.dtype(x[0]).type(y)
-        except (OverflowError, FloatingPointError, ValueError, TypeError): raise CheckpointError(f'{bad} a {x[0]} value') from None
-        return s
+    if tag == '__scalar__': return _scalar(x, arrays, where, path, bad)
     if not isinstance(x, list) or (tag == '__items__' and not all(isinstance(p, list) and len(p) == 2 for p in x)):
         raise CheckpointError(f'{bad} a list{" of [key, value] pairs" if tag == "__items__" else ""}')
-    if tag == '__tuple__': return tuple(unpack(o, arrays, where, f'{path}[{i}]', tags) for i, o in enumerate(x))
-    try: return {unpack(k, arrays, where, path, tags): unpack(o, arrays, where, f'{path}[{i}]', tags) for i, (k, o) in enumerate(x)}
+    if tag == '__tuple__': return tuple(unpack(o, arrays, where, f'{path}[{i}]') for i, o in enumerate(x))
+    try: return {unpack(k, arrays, where, path): unpack(o, arrays, where, f'{path}[{i}]') for i, (k, o) in enumerate(x)}
     except TypeError: raise CheckpointError(f'{bad} a list of pairs with hashable keys') from None
 
-_SCALARS = ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'float32', 'float64')
+_SCALARS = ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
+            'float16', 'float32', 'float64')
+
+def _scalar(x, arrays:list, where:str, path:str, bad:str) -> np.generic:
+    "The NumPy scalar of a `[dtype, number]` pair, the number in its dtype's range"
+    y = unpack(x[1], arrays, where, path) if isinstance(x, list) and len(x) == 2 else None
+    if not (isinstance(x, list) and len(x) == 2 and x[0] in _SCALARS and isinstance(y, (bool, int, float))):
+        raise CheckpointError(f'{bad} a [dtype, number] scalar')
+    try:
+        with np.errstate(over='raise'): return np.dtype(x[0]).type(y)
+    except (OverflowError, FloatingPointError, ValueError, TypeError):
+        raise CheckpointError(f'{bad} a {x[0]} value') from None
 
 # %% ../../nbs/06f_memory.persist.ipynb #d85ff92d
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
+PIECE = 1 << 22  # bytes written or read, and checksummed, at a time: a piece stays in the CPU's cache between the two
+PAGE, DIRECT_MIN = 4096, 1 << 20  # an array from 1 MB keeps its values at byte `PAGE` of its file, for direct I/O
 
 def _host(a) -> tuple[np.ndarray, str]:
     "A NumPy view of `a` (a CPU copy of a tensor elsewhere) and the dtype name to restore"
@@ -103,222 +111,105 @@ def _host(a) -> tuple[np.ndarray, str]:
     if t.dtype not in NP_DTYPES: t = t.view(getattr(torch, np.dtype(_BITS[t.element_size()]).name))
     return t.resolve_conj().numpy(), dtype_name(a.dtype)
 
+def _bytes(a:np.ndarray) -> memoryview:
+    "The bytes of `a` in C order: a view of a C-contiguous array, else a copy"
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+def _c_pieces(a:np.ndarray):
+    "The bytes of `a` in C order, `PIECE` at a time: views of a C-contiguous array, else copies of as many rows"
+    if a.ndim == 0 or a.flags.c_contiguous:
+        data = _bytes(a)
+        for s in range(0, len(data), PIECE): yield data[s:s + PIECE]
+        return
+    step = max(1, PIECE // max(1, a[:1].nbytes))
+    for s in range(0, len(a), step): yield _bytes(a[s:s + step])
+
+def _npy_header(a:np.ndarray) -> bytes:
+    "NumPy's `.npy` header for the values of `a` in C order, padded with spaces to `PAGE` bytes if `a` is large"
+    buf = io.BytesIO()
+    descr = np.lib.format.dtype_to_descr(a.dtype)
+    np.lib.format.write_array_header_1_0(buf, dict(descr=descr, fortran_order=False, shape=a.shape))
+    h = buf.getvalue()
+    if a.nbytes < DIRECT_MIN: return h
+    body = h[10:-1].ljust(PAGE - 11) + b'\n'  # the magic, the version and the header's length take 10 bytes
+    return h[:8] + len(body).to_bytes(2, 'little') + body
+
+def _write_all(fd:int, data):
+    "Write all of `data` to the file open at `fd` (one `os.write` may take only part of it)"
+    data = memoryview(data)
+    while data: data = data[os.write(fd, data):]
+
+def _write_file(path:Path, head:bytes, pieces) -> int:
+    "Write `head`, then each of `pieces`, to the new file `path`; the CRC-32 of the pieces"
+    fd, crc = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0), 0o644), 0
+    try:
+        _write_all(fd, head)
+        for p in pieces:
+            crc = crc32(p, crc)
+            _write_all(fd, p)
+    finally: os.close(fd)
+    return crc
+
+def write_array(a, # A tensor or NumPy array, of any layout, on any device
+                root:Path, # The checkpoint's directory, with its `arrays` folder
+                i:int # The array's index in the manifest
+               ) -> dict:
+    "Write `a` as `root/arrays/<i>.npy` (NumPy's format, its values in C order) and return its manifest entry"
+    n, dtype = _host(a)
+    entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype,
+                 shape=list(n.shape), nbytes=int(n.nbytes))
+    f, head = root/entry['file'], _npy_header(n)
+    crc = _write_direct(f, head, n) if _IO['direct'] and n.nbytes >= DIRECT_MIN else None
+    entry['crc32'] = _write_file(f, head, _c_pieces(n)) if crc is None else crc
+    return entry
+
 def _fsync(path:Path, durable:bool=True):
-    "Flush `path` (a file or a directory) to the disk, if `durable`"
+    "Flush the file or directory `path` to the disk, if `durable` (a directory where the system can: not on Windows)"
     if not durable: return
-    fd = os.open(path, os.O_RDONLY)
+    if os.name == 'nt':
+        if path.is_dir(): return  # Windows opens no directory to flush it
+        flags = os.O_RDWR | os.O_BINARY  # its flush needs a handle that can write
+    else: flags = os.O_RDONLY
+    fd = os.open(path, flags)
     try: os.fsync(fd)
     finally: os.close(fd)
 
-CACHED_MAX = 1 << 28  # an array of a save without the flush goes through the page cache up to 256 MB: a larger one goes directly, so that no one waits for the kernel to write more than that behind the save
+# %% ../../nbs/06f_memory.persist.ipynb #45d4da45
+_IO = dict(direct=False)
 
-def write_array(a, root:Path, i:int, durable:bool=True) -> dict:
-    "Write `a` as `root/arrays/<i>.npy` and return its manifest entry: past the page cache where it can, unless no flush is asked for and it fits `CACHED_MAX`"
-    n, dtype = _host(a)
-    entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype, shape=list(n.shape), nbytes=int(n.nbytes))
-    crc = _write_direct(root/entry['file'], n) if _direct(n) and (durable or n.nbytes > CACHED_MAX) else None
-    entry['crc32'] = _write_cached(root/entry['file'], n) if crc is None else crc
-    return entry
+def set_direct_io(on:bool=True # Write large arrays past the page cache (False: through it, the default)
+                 ) -> bool:
+    "Choose how saves write arrays of `DIRECT_MIN` bytes or more, from now on; the previous choice"
+    prev, _IO['direct'] = _IO['direct'], bool(on)
+    return prev
 
-def _write_cached(path:Path, a:np.ndarray) -> int:
-    "Write `a` to `path` through the page cache, NumPy's header and then the values in writes of `PROBE` bytes, into a file allocated whole first; its CRC-32. An array that could go directly keeps its values at byte `PAGE`, so that a load can read them directly, and goes directly once `SLOW_PIECES` pieces in a row went slower than `CACHE_MIN_RATE`"
-    large = _direct(a)
-    head = _npy_header(a, PAGE if large else None)
-    crc = _Crc(beside=large)  # a large array's CRC-32 in a thread beside the writes
+def _write_direct(path:Path, head:bytes, a:np.ndarray) -> int|None:
+    "Write `head` (a page) and `a` to the new file `path` past the page cache; the CRC-32 of `a`, or None if it cannot"
+    if not (hasattr(os, 'O_DIRECT') and a.flags.c_contiguous and a.ctypes.data % PAGE == 0): return None
+    data, page, crc = _bytes(a), page_aligned_zeros((PAGE,), huge=False), 0
+    page[:], body = np.frombuffer(head, np.uint8), len(data) // PAGE * PAGE
+    try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT, 0o644)
+    except OSError as e:
+        if e.errno == errno.EINVAL: return None  # a file system without direct I/O
+        raise
     try:
-        with open(path, 'wb', buffering=0) as f:
-            _allocate(f.fileno(), len(head) + a.nbytes)
-            _write_all(f.fileno(), head)
-            for chunk in _c_chunks(a): _write_paced(f.fileno(), chunk, crc, large)
-    finally: value = crc.result()
-    return value
-
-PROBE, CACHE_MIN_RATE, SLOW_PIECES = 1 << 20, 2e9, 2  # writes through the page cache of 1 MB: a write of 2 MB or more makes Linux take 2 MB blocks for the cache, the blocks a virtual machine hands back to its host; each timed, and two in a row slower than 2 GB/s send the rest directly (one alone can be a pause of the process)
-
-def _write_paced(fd:int, data:memoryview, crc:_Crc, direct:bool=True):
-    "Write `data` at the position of file `fd` through the page cache in pieces of `PROBE` bytes, each timed, and (if `direct`: page-aligned memory at a page-aligned position) the rest past the cache once `SLOW_PIECES` pieces in a row went slower than `CACHE_MIN_RATE`"
-    slow = 0
-    for s in range(0, len(data), PROBE):
-        piece, t = data[s:s + PROBE], time.perf_counter()
-        _write_all(fd, piece); crc.add(piece)
-        rest = data[s + len(piece):]
-        slow = slow + 1 if (time.perf_counter() - t) * CACHE_MIN_RATE > len(piece) else 0
-        if direct and len(rest) >= PAGE and slow == SLOW_PIECES:
-            done = _pages_direct(fd, rest, crc)
-            crc.add(rest[done:]); _write_all(fd, rest[done:])
-            return
-
-_fallocate = libc_function('fallocate', [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
-
-def _allocate(fd:int, n:int):
-    "Give the empty file open at `fd` its `n` bytes of blocks at once, where the file system can (ext4, XFS, btrfs), so that the writes do not allocate them piece by piece; nothing for under `DIRECT_MIN` bytes, or elsewhere"
-    if _fallocate is not None and n >= DIRECT_MIN: _fallocate(fd, 0, 0, n)
-
-def _c_chunks(a:np.ndarray, nbytes:int=1 << 26):
-    "The bytes of `a` in C order: one piece when it is C-contiguous, else copies of 64 MB of rows at a time (never a copy of the whole)"
-    if a.flags.c_contiguous or a.ndim == 0: yield _bytes(a); return
-    step = max(1, nbytes // max(1, a[:1].nbytes))
-    for s in range(0, len(a), step): yield _bytes(a[s:s+step])
-
-def _bytes(a:np.ndarray) -> memoryview:
-    "The bytes of C-contiguous `a`, without a copy"
-    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
-
-# %% ../../nbs/06f_memory.persist.ipynb #22dd0dd1
-DIRECT_MIN, PIECE = 1 << 20, 1 << 26  # arrays from 1 MB go directly, in pieces of 64 MB
-try: import fcntl  # direct I/O is there only where fcntl is (not on Windows)
-except ImportError: fcntl = None
-
-class _Crc:
-    "The CRC-32 of the pieces given to `add`, in order (continuing `value`), computed in a thread beside the file I/O if `beside`, else at once"
-    def __init__(self, value:int=0, beside:bool=True):
-        self.value, self.pieces, self.thread = value, queue.SimpleQueue(), None
-        if beside: self.thread = threading.Thread(target=self._run, daemon=True); self.thread.start()
-    def _run(self):
-        while (piece := self.pieces.get()) is not None: self.value = crc32(piece, self.value)  # zlib and ISA-L let go of the GIL
-    def add(self, piece:memoryview):
-        if self.thread is None: self.value = crc32(piece, self.value)
-        else: self.pieces.put(piece)
-    def result(self) -> int:
-        if self.thread is not None and self.thread.is_alive(): self.pieces.put(None); self.thread.join()
-        return self.value
-
-def _npy_header(a:np.ndarray, size:int|None=None) -> bytes:
-    "NumPy's `.npy` header for `a`, padded with spaces to `size` bytes when given"
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, dict(descr=np.lib.format.dtype_to_descr(a.dtype), fortran_order=False, shape=a.shape))
-    h = buf.getvalue()
-    if size is None: return h
-    body = h[10:-1].ljust(size - 11) + b'\n'  # the magic, the version and the header's length take 10 bytes
-    return h[:8] + struct.pack('<H', len(body)) + body
-
-def _direct(a:np.ndarray) -> bool:
-    "Whether `a` can go to and from a file directly: large, C-contiguous and starting a page"
-    return fcntl is not None and hasattr(os, 'O_DIRECT') and a.nbytes >= DIRECT_MIN and a.flags.c_contiguous and a.ctypes.data % PAGE == 0
-
-def _write_all(fd:int, data:memoryview):
-    while data: data = data[os.write(fd, data):]
-
-def _pages_direct(fd:int, data:memoryview, crc:_Crc) -> int:
-    "Write the whole pages of `data` (page-aligned memory) at the page-aligned position of file `fd`, past the page cache, in pieces given to `crc`; the bytes written, fewer where the file system refuses direct I/O. `fd` is left without `O_DIRECT`, for a last partial page"
-    flags, body, done = fcntl.fcntl(fd, fcntl.F_GETFL), len(data) // PAGE * PAGE, 0
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+        _write_all(fd, page)
         for s in range(0, body, PIECE):
-            piece = data[s:min(s + PIECE, body)]
-            _write_all(fd, piece); crc.add(piece); done += len(piece)
+            crc = crc32(data[s:min(s + PIECE, body)], crc)
+            _write_all(fd, data[s:min(s + PIECE, body)])
     except OSError as e:
         if e.errno != errno.EINVAL: raise
-    finally: fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
-    return done
-
-def _write_direct(path:Path, a:np.ndarray) -> int|None:
-    "Write `a` to `path` past the page cache, its values at byte `PAGE`; its CRC-32, or None where the file system refuses direct I/O"
-    data = memoryview(a.reshape(-1).view(np.uint8))
-    head = page_aligned_zeros((PAGE,))
-    head[:] = np.frombuffer(_npy_header(a, PAGE), np.uint8)
-    try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-    except OSError: return None
-    crc = _Crc()
-    try:
-        _write_all(fd, memoryview(head))
-        done = _pages_direct(fd, data, crc)
-        if done < len(data) // PAGE * PAGE: return None  # refused: the caller writes the file again through the page cache
-        crc.add(data[done:])
-        _write_all(fd, data[done:])  # the last partial page
-        return crc.result()
-    except OSError as e:
-        if e.errno != errno.EINVAL: raise
-        return None  # the caller writes the file again through the page cache
-    finally:
-        os.close(fd)
-        crc.result()
-
-def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, int]:
-    "The array of `shape` and `dtype` in `.npy` file `f` open at `fd`, read into page-aligned memory, and its CRC-32; `CheckpointError` naming `f` unless the file is that array, checked before anything is allocated"
-    with open(fd, 'rb', closefd=False) as o:
-        try:
-            major, _ = np.lib.format.read_magic(o)
-            if major not in (1, 2): raise ValueError(f'format version {major}')
-            hshape, fortran, hdtype = (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(o)
-        except Exception as e: raise CheckpointError(f'{f}: not a whole .npy array: its header cannot be read ({type(e).__name__}: {e})') from None
-        if fortran or hdtype != dtype or hshape != shape:
-            raise CheckpointError(f'{f}: expected {shape} {dtype}, the header declares {hshape} {hdtype}{" in Fortran order" if fortran else ""}')
-        start, nbytes, size = o.tell(), math.prod(shape) * dtype.itemsize, os.fstat(fd).st_size
-        if size != start + nbytes: raise CheckpointError(f'{f}: not a whole .npy array: the file holds {size - start} bytes of values, its header declares {nbytes}')
-        a = page_aligned_zeros(shape, dtype, huge=False)  # small pages, found faster than huge ones
-        crc = _read_values(o, memoryview(a.reshape(-1).view(np.uint8)), f)
-    use_huge_pages(a)
-    return a, crc
-
-MADV_POPULATE_WRITE, READ_PIECE = 23, 1 << 22  # Linux 5.14's madvise that faults a range of pages in at once; reads of 4 MB
-FAULT_THREADS = 2  # threads faulting in a load's new pages: two did it in 0.58 of the time one took
-_madvise = libc_function('madvise')
-
-def _fault_in(address:int, n:int):
-    "Fault in the `n` bytes of pages from `address`; where the kernel refuses (before 5.14), the read that fills them faults them in"
-    if _madvise is not None: _madvise(ctypes.c_void_p(address), ctypes.c_size_t(n), MADV_POPULATE_WRITE)
-
-def _read_values(o:io.BufferedReader, data:memoryview, f:str) -> int:
-    "Fill `data` from file `o`'s position in pieces of `READ_PIECE`, each read straight into place and checksummed once it is there, while `FAULT_THREADS` threads fault in the pages of the pieces ahead and one more computes the CRC-32 behind (for 1 MB or more): directly from the disk where the file is not in the page cache, else through it; the CRC-32"
-    fd, start, n = o.fileno(), o.tell(), len(data)
-    ahead = ThreadPoolExecutor(FAULT_THREADS) if n >= DIRECT_MIN else None
-    address = np.frombuffer(data, np.uint8).ctypes.data if ahead else 0
-    faulted = [ahead.submit(_fault_in, address + s, min(READ_PIECE, n - s)) for s in range(0, n, READ_PIECE)] if ahead else []
-    wait = lambda s: faulted and faulted[s // READ_PIECE].result()
-    crc = _Crc(beside=ahead is not None)
-    try:
-        direct = start % PAGE == 0 and _direct(np.frombuffer(data, np.uint8)) and not _cached(fd, start, n)
-        done = _read_direct(fd, start, data, wait, crc) if direct else 0
-        o.seek(start + done)
-        for s in range(done, n, READ_PIECE):
-            wait(s)
-            piece = data[s:min(n, (s // READ_PIECE + 1) * READ_PIECE)]
-            if o.readinto(piece) != len(piece): raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
-            crc.add(piece)
-    finally:
-        if ahead: ahead.shutdown(cancel_futures=True)
-        value = crc.result()
-    return value
-
-def _read_direct(fd:int, start:int, data:memoryview, wait:Callable, crc:_Crc) -> int:
-    "Read the whole pages of `data` from byte `start` of the file open at `fd` past the page cache, each piece into one of two page-aligned buffers (the next one read in a thread), copied into `data` once `wait(s)` returns for the piece at `s` and given to `crc` there; how many bytes were read"
-    body, done = len(data) // PAGE * PAGE, 0
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    try: fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError: return 0
-    n, dest, reads = min(READ_PIECE, body), np.frombuffer(data, np.uint8), ThreadPoolExecutor(1)
-    bufs = [memoryview(page_aligned_zeros((n,))) for _ in range(2)]
-    read = lambda s: os.preadv(fd, [bufs[s // n % 2][:min(n, body - s)]], start + s)
-    try:
-        ahead = reads.submit(read, 0)
-        for s in range(0, body, n):
-            got, want = ahead.result(), min(n, body - s)
-            if got == want and s + n < body: ahead = reads.submit(read, s + n)  # into the other buffer, while this one is used
-            wait(s)
-            dest[s:s + got] = np.frombuffer(bufs[s // n % 2][:got], np.uint8)
-            crc.add(data[s:s + got])
-            done += got
-            if got != want: break  # a short read: the rest through the page cache
-    except OSError as e:
-        if e.errno != errno.EINVAL: raise
-    finally: reads.shutdown(); fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-    return done
-
-CACHESTAT = 451  # Linux 6.5's system call counting the pages of a file range in the page cache, the same number on every architecture
-_syscall = libc_function('syscall')
-
-def _cached(fd:int, start:int, n:int) -> bool:
-    "Whether the `n` bytes from byte `start` of the file open at `fd` are all in the page cache (False where the kernel cannot tell)"
-    if _syscall is None or not sys.platform.startswith('linux'): return False
-    span, stat = (ctypes.c_uint64 * 2)(start, n), (ctypes.c_uint64 * 5)()  # struct cachestat_range, struct cachestat (nr_cache first)
-    if _syscall(ctypes.c_long(CACHESTAT), ctypes.c_int(fd), span, stat, ctypes.c_uint(0)) != 0: return False
-    return stat[0] >= (start + n - 1) // PAGE - start // PAGE + 1
-
+        body = -1  # refused: written again through the cache
+    finally: os.close(fd)
+    if body < 0: path.unlink(); return None
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the last partial page, through the cache
+    try: _write_all(fd, data[body:])
+    finally: os.close(fd)
+    return crc32(data[body:], crc)
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
 def open_inside(root:int, rel, where:str) -> int:
-    "A read-only descriptor of the regular file `rel` inside the directory open at `root`: no absolute path, no `..`, no link, no FIFO or device, each checked before it is opened"
+    "A read-only descriptor of regular file `rel` inside directory `root`: no absolute path, `..`, link, FIFO or device"
     parts = rel.split('/') if isinstance(rel, str) else []
     if not parts or any(p in ('', '.', '..') or '\\' in p or '\0' in p for p in parts):
         raise CheckpointError(f'{where}: {rel!r} is not a path inside the checkpoint')
@@ -328,13 +219,15 @@ def open_inside(root:int, rel, where:str) -> int:
             d = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
             opened.append(d)
         if not stat.S_ISREG(os.stat(parts[-1], dir_fd=d, follow_symlinks=False).st_mode): raise NotADirectoryError
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=d)  # never waits on a FIFO swapped in meanwhile
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=d)  # no wait on a FIFO swapped in
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise NotADirectoryError
         return fd
     except FileNotFoundError: raise CheckpointError(f'{where}: missing') from None
-    except OSError: raise CheckpointError(f'{where}: not a regular file inside the checkpoint (a link, a FIFO, a device or a directory)') from None
+    except OSError:
+        raise CheckpointError(f'{where}: not a regular file inside the checkpoint '
+                              '(a link, a FIFO, a device or a directory)') from None
     finally:
         for o in opened: os.close(o)
 
@@ -344,7 +237,7 @@ def read_small(root:int, rel:str, where:str) -> bytes:
     with open(fd, 'rb') as o: return o.read()
 
 def stored_dtype(entry:dict) -> np.dtype|None:
-    "The NumPy dtype the file of `entry` holds (a tensor's dtype NumPy lacks, as integers of its width); None for an unknown one"
+    "The NumPy dtype the file of `entry` holds (a dtype NumPy lacks as integers of its width); None if unknown"
     try:
         if entry['lib'] == 'numpy':
             d = np.dtype(entry['dtype'])
@@ -359,70 +252,93 @@ def stored_dtype(entry:dict) -> np.dtype|None:
 
 _ENTRY = dict(file=str, lib=str, dtype=str, shape=list, nbytes=int, crc32=int)
 
-def check_entry(e, i:int, where:str, strict:bool=True) -> tuple[tuple, np.dtype]:
-    "Check array entry `e`, the manifest's `i`th: its keys, file, library, dtype, shape, size and checksum; its shape and stored dtype"
+def check_entry(e, i:int, where:str) -> tuple[tuple, np.dtype]:
+    "Check entry `e`, the manifest's `i`th: keys, file, library, dtype, shape, size and checksum; its shape and dtype"
     w = f'{where}: arrays[{i}]'
-    if not isinstance(e, dict) or e.keys() != _ENTRY.keys() or not all(isinstance(e[k], t) and not isinstance(e[k], bool) for k, t in _ENTRY.items()):
-        raise CheckpointError(f'{w}: expected an entry with {", ".join(f"{k} ({t.__name__})" for k, t in _ENTRY.items())}, got {str(e)[:200]}')
-    if strict and e['file'] != f'arrays/{i}.npy': raise CheckpointError(f"{w}.file: expected 'arrays/{i}.npy', got {e['file']!r}")
-    if e['lib'] not in ('torch', 'numpy'): raise CheckpointError(f"{w}.lib: expected 'torch' or 'numpy', got {e['lib']!r}")
+    if (not isinstance(e, dict) or e.keys() != _ENTRY.keys()
+        or not all(isinstance(e[k], t) and not isinstance(e[k], bool) for k, t in _ENTRY.items())):
+        want = ', '.join(f'{k} ({t.__name__})' for k, t in _ENTRY.items())
+        raise CheckpointError(f'{w}: expected an entry with {want}, got {str(e)[:200]}')
+    if e['file'] != f'arrays/{i}.npy': raise CheckpointError(f"{w}.file: expected 'arrays/{i}.npy', got {e['file']!r}")
+    if e['lib'] not in ('torch', 'numpy'):
+        raise CheckpointError(f"{w}.lib: expected 'torch' or 'numpy', got {e['lib']!r}")
     dtype = stored_dtype(e)
     if dtype is None: raise CheckpointError(f"{w}.dtype: the manifest gives an unknown dtype {e['dtype']!r}")
     shape = e['shape']
     if not all(is_int(d) and d >= 0 for d in shape) or len(shape) > 32:
         raise CheckpointError(f'{w}.shape: expected at most 32 ints >= 0, got {shape}')
-    if e['nbytes'] != math.prod(shape) * dtype.itemsize:
-        raise CheckpointError(f"{w}.nbytes: {e['nbytes']} is not the size of {tuple(shape)} {e['dtype']} ({math.prod(shape) * dtype.itemsize})")
+    size = math.prod(shape) * dtype.itemsize
+    if e['nbytes'] != size:
+        raise CheckpointError(f"{w}.nbytes: {e['nbytes']} is not the size of {tuple(shape)} {e['dtype']} ({size})")
     if not 0 <= e['crc32'] < 1 << 32: raise CheckpointError(f"{w}.crc32: {e['crc32']} is not a CRC-32")
     return tuple(shape), dtype
 
+def _read_npy(fd:int, f:str, shape:tuple, dtype:np.dtype) -> tuple[np.ndarray, int]:
+    "The array of `shape` and `dtype` in `.npy` file `f` open at `fd`, and its CRC-32; header and size checked first"
+    with open(fd, 'rb', closefd=False) as o:
+        try:
+            major, _ = np.lib.format.read_magic(o)
+            if major not in (1, 2): raise ValueError(f'format version {major}')
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            hshape, fortran, hdtype = read_header(o)
+        except Exception as e:
+            raise CheckpointError(f'{f}: not a whole .npy array: its header cannot be read '
+                                  f'({type(e).__name__}: {e})') from None
+        if fortran or hdtype != dtype or hshape != shape:
+            order = ' in Fortran order' if fortran else ''
+            raise CheckpointError(f'{f}: expected {shape} {dtype}, the header declares {hshape} {hdtype}{order}')
+        start, nbytes, size = o.tell(), math.prod(shape) * dtype.itemsize, os.fstat(fd).st_size
+        if size != start + nbytes:
+            raise CheckpointError(f'{f}: not a whole .npy array: the file holds {size - start} bytes of values, '
+                                  f'its header declares {nbytes}')
+        a = page_aligned_zeros(shape, dtype, huge=False)  # small pages: a huge one may wait for the kernel to make it
+        data, crc = memoryview(a.reshape(-1).view(np.uint8)), 0
+        for s in range(0, len(data), PIECE):
+            piece = data[s:s + PIECE]
+            if o.readinto(piece) != len(piece):
+                raise CheckpointError(f'{f}: not a whole .npy array: the file ended early')
+            crc = crc32(piece, crc)
+    use_huge_pages(a)  # as a storage's own arrays: the kernel moves them into huge pages in the background
+    return a, crc
+
 def read_array(root:int, entry:dict, where:Path):
-    "The array of checked manifest `entry`, from the directory open at `root` (shown as `where`), checked against the entry: its header, size and checksum"
+    "The array of checked `entry`, from directory `root` (shown as `where`), its header, size and checksum checked"
     f = str(where/entry['file'])
     fd = open_inside(root, entry['file'], f)
     try: a, crc = _read_npy(fd, f, tuple(entry['shape']), stored_dtype(entry))
     finally: os.close(fd)
-    if crc != entry['crc32']: raise CheckpointError(f'{f}: checksum {crc} does not match the manifest\'s {entry["crc32"]}: the file was changed or damaged')
+    if crc != entry['crc32']:
+        raise CheckpointError(f"{f}: checksum {crc} does not match the manifest's {entry['crc32']}: "
+                              'the file was changed or damaged')
     if entry['lib'] == 'numpy': return a
     t = torch.from_numpy(a if a.size else np.array(a))
     dtype = getattr(torch, entry['dtype'])
     return t if t.dtype == dtype else t.view(dtype)
 
 # %% ../../nbs/06f_memory.persist.ipynb #fd67f06e
-_RENAME_EXCHANGE, _renameat2 = 2, libc_function('renameat2')
-
-def _exchange(a:Path, b:Path) -> bool:
-    "Swap directories `a` and `b` in one step; False where the system cannot"
-    if _renameat2 is None: return False
-    if _renameat2(-100, os.fsencode(a), -100, os.fsencode(b), _RENAME_EXCHANGE) == 0: return True  # -100: AT_FDCWD
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP): return False
-    raise OSError(err, os.strerror(err), str(b))
-
 def _siblings(path:Path, what:str) -> list[Path]:
-    "The directories beside `path` that a save to it named: `.<name>.saving-<pid>-<hex>` or `.<name>.old-<hex>`, nothing merely named like them"
-    pattern = re.compile(re.escape(f'.{path.name}.{what}-') + (r'\d{1,9}-[0-9a-f]+' if what == 'saving' else '[0-9a-f]+'))
+    "The directories a save to `path` made beside it: `.<name>.saving-<pid>-<hex>`, `.<name>.old-<hex>`; nothing else"
+    tail = r'\d{1,9}-[0-9a-f]+' if what == 'saving' else '[0-9a-f]+'
+    pattern = re.compile(re.escape(f'.{path.name}.{what}-') + tail)
     try: names = os.listdir(path.parent)
     except OSError: return []
     return sorted(p for n in names if pattern.fullmatch(n) and (p := path.parent/n).is_dir() and not p.is_symlink())
 
 def _alive(pid:int) -> bool:
+    "Whether process `pid` may still be running; on Windows always, as `os.kill` there ends the process it is given"
+    if os.name == 'nt': return True
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
     except (PermissionError, OverflowError): return True
     return True
 
 def swap_in(tmp:Path, path:Path, durable:bool=True):
-    "Put the finished directory `tmp` at `path`, replacing what is there in one step, and remove the old one"
-    if path.exists():
-        if not _exchange(tmp, path):  # the old one aside, then the new one in
-            old = path.parent/f'.{path.name}.old-{uuid.uuid4().hex[:8]}'
-            os.rename(path, old); os.rename(tmp, path)
-            tmp = old
-        _fsync(path.parent, durable)
-        shutil.rmtree(tmp)
-    else: os.rename(tmp, path)
+    "Put the finished directory `tmp` at `path`: what is there renamed aside first, removed once `tmp` took its place"
+    old = path.parent/f'.{path.name}.old-{uuid.uuid4().hex[:8]}' if path.exists() else None
+    if old is not None: os.rename(path, old)
+    os.rename(tmp, path)
     _fsync(path.parent, durable)
+    if old is not None: shutil.rmtree(old, ignore_errors=True)
 
 def _clear_leftovers(path:Path):
     "Remove what interrupted saves to `path` left, except the temporary directories of live processes"
@@ -431,30 +347,38 @@ def _clear_leftovers(path:Path):
     if path.exists():
         for p in _siblings(path, 'old'): shutil.rmtree(p, ignore_errors=True)
 
+DISK_FULL = (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC))  # no space left; the user's quota used up
+
+def _disk_full(path:Path, e:OSError) -> CheckpointError:
+    "The error of a save to `path` that met a full disk"
+    kept = 'the checkpoint there is left as it was' if last_complete(path).exists() else 'nothing was written there'
+    return CheckpointError(f'{path}: not saved: the disk is full ({e.strerror or e}); {kept}')
+
 # %% ../../nbs/06f_memory.persist.ipynb #ae81d58e
 def atomic_dir(path:str|Path, # The directory to make or replace
                write:Callable, # Called with a temporary directory to fill
                durable:bool=True # Flush every file and directory to the disk before the swap
               ) -> Path:
-    "Make directory `path` by `write(tmp)` into a temporary sibling, then put it in place in one step"
+    "Make directory `path` by `write(tmp)` into a temporary sibling, then in place; a full disk leaves `path` as it was"
     path = Path(path).absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _clear_leftovers(path)
     tmp = path.parent/f'.{path.name}.saving-{os.getpid()}-{uuid.uuid4().hex[:8]}'
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _clear_leftovers(path)
         tmp.mkdir()
         write(tmp)
         if durable:
-            for p in sorted(tmp.rglob('*'), key=lambda p: len(p.parts), reverse=True) + [tmp]: _fsync(p)  # deepest first
+            for p in sorted(tmp.rglob('*'), key=lambda p: -len(p.parts)) + [tmp]: _fsync(p)  # deepest first
         swap_in(tmp, path, durable)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in DISK_FULL: raise _disk_full(path, e) from e
         raise
     _clear_leftovers(path)  # a previous directory an earlier save moved aside is now replaced
     return path
 
 def last_complete(path:str|Path) -> Path:
-    "`path`, or, where a save was stopped between the two renames of the fallback, the previous directory it moved aside"
+    "`path`, or, where a save was stopped between its two renames, the previous directory it moved aside"
     path = Path(path)
     if path.exists(): return path
     old = _siblings(path.absolute(), 'old')
@@ -465,23 +389,35 @@ def write_tree(tmp:Path, # The directory to write into (a save's temporary direc
                name:str, # The manifest's file name
                head:dict, # What the manifest holds besides the state and its arrays: format, version, ...
                tree, # The state: a tree of plain data, tensors and arrays
-               dropped:list|None=None, # Where the functions of `tree` are named (refused without it)
-               durable:bool=True # Write large arrays past the page cache, flushed
+               dropped:list|None=None # Where the functions of `tree` are named (refused without it)
               ) -> int:
-    "Write `tree`'s arrays as `tmp/arrays/<i>.npy`, then manifest `tmp/<name>` (`head`, the packed `state`, the arrays' entries) and its seal `tmp/<name>.crc32`; the manifest's CRC-32"
+    "Write `tree`'s arrays as `tmp/arrays/<i>.npy`, then manifest `tmp/<name>` sealed by `<name>.crc32`; its CRC-32"
     arrays = []
     state = pack(tree, arrays, dropped)
     (tmp/'arrays').mkdir(exist_ok=True)
-    raw = json.dumps({**head, 'state': state, 'arrays': [write_array(a, tmp, i, durable) for i, a in enumerate(arrays)]}, allow_nan=False).encode()
-    (tmp/name).write_bytes(raw)
-    crc = crc32(raw)
-    (tmp/f'{name}{SEAL}').write_text(f'{crc}\n')
+    entries = [write_array(a, tmp, i) for i, a in enumerate(arrays)]
+    raw = json.dumps({**head, 'state': state, 'arrays': entries}, allow_nan=False).encode()
+    crc = _write_file(tmp/name, b'', [raw])
+    _write_file(tmp/f'{name}{SEAL}', f'{crc}\n'.encode(), [])
     return crc
+
+def write_memory(memory:Replay, # The memory to write
+                 d:Path # The directory to write into: a save's temporary one
+                ) -> int:
+    "Write `memory`'s class, settings and state, as of one moment, into directory `d`; the CRC-32 of its manifest"
+    dropped, none = [], []
+    with memory.lock:  # the rows and the sampler's state of one moment: adds, samples and updates wait for the writes
+        settings = pack(memory.settings(), none, dropped, 'settings')
+        if none:
+            raise CheckpointError(f'settings: {type(memory).__name__}.settings() holds arrays, not plain values')
+        head = dict(format=FORMAT, version=VERSION, kind=kind_name(type(memory)), settings=settings, dropped=dropped)
+        d.mkdir(parents=True, exist_ok=True)
+        return write_tree(d, MANIFEST, head, memory.state_dict(), dropped)
 
 @patch
 def save(self:Replay,
          path:str|Path, # The checkpoint directory (made or replaced)
-         durable:bool=True): # Wait until every file is on the disk, so the checkpoint also survives a power loss or an OS crash
+         durable:bool=True): # Wait until every file is on the disk: the checkpoint survives a power loss or an OS crash
     "Write a checkpoint of the memory to `path`, atomically"
     path = Path(path).absolute()
     files = getattr(self.storage, 'files', None)
@@ -489,21 +425,22 @@ def save(self:Replay,
         raise CheckpointError(f"{path} holds the memory's own files ({files.path}): save elsewhere")
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path/MANIFEST).exists())):
         raise CheckpointError(f'{path} exists and is not a memory checkpoint: it is not replaced')
-    dropped, none = [], []
-    with self.lock:  # the rows and the sampler's state of one moment: adds, samples and TD updates of other threads wait for the save
-        settings = pack(self.settings(), none, dropped, 'settings')
-        if none: raise CheckpointError(f'settings: {type(self).__name__}.settings() holds arrays; settings are plain values')
-        head = dict(format=FORMAT, version=VERSION, kind=kind_name(type(self)), settings=settings, dropped=dropped)
-        return atomic_dir(path, lambda tmp: write_tree(tmp, MANIFEST, head, self.state_dict(), dropped, durable), durable)
+    return atomic_dir(path, lambda tmp: write_memory(self, tmp), durable)
 
 # %% ../../nbs/06f_memory.persist.ipynb #40162e25
 def open_dir(path:Path, missing:str) -> int:
     "A descriptor of directory `path`; `CheckpointError(missing)` where there is none"
-    try: return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try: return os.open(path, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
     except OSError: raise CheckpointError(missing) from None
 
-def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[dict, bool]:
-    "Manifest `name` of the checkpoint directory open at `root` (shown as `where`), checked against its seal, of format `fmt` and a version in `reads`; whether it is of the last version (sealed, strict)"
+def read_sealed(root:int, # The checkpoint's directory, open
+                where:Path, # Its path, for messages
+                name:str, # The manifest's file name
+                fmt:str, # The format the manifest must declare
+                version:int, # The version this library writes and reads
+                convert:str # How the earlier release that wrote an older version converts it
+               ) -> dict:
+    "Manifest `name` of the checkpoint directory open at `root`, checked against its seal, of `fmt` and `version`"
     f = where/name
     raw = read_small(root, name, str(f))
     try: os.stat(name + SEAL, dir_fd=root, follow_symlinks=False); sealed = True
@@ -513,19 +450,23 @@ def read_sealed(root:int, where:Path, name:str, fmt:str, reads:tuple) -> tuple[d
         try: want = int(seal.decode('ascii'))
         except (ValueError, UnicodeDecodeError): raise CheckpointError(f'{f}{SEAL}: not a CRC-32') from None
         if crc32(raw) != want:
-            raise CheckpointError(f'{f}: checksum {crc32(raw)} does not match {name}{SEAL}\'s {want}: the manifest was changed or damaged')
+            raise CheckpointError(f"{f}: checksum {crc32(raw)} does not match {name}{SEAL}'s {want}: "
+                                  'the manifest was changed or damaged')
     constants = []
     try: m = json.loads(raw.decode('utf-8'), parse_constant=lambda c: constants.append(c) or float(c))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e: raise CheckpointError(f'{f}: not valid JSON ({str(e)[:200]})') from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f'{f}: not valid JSON ({str(e)[:200]})') from None
     if _depth(m) > MAX_DEPTH: raise CheckpointError(f'{f}: nested deeper than {MAX_DEPTH} levels')
     if not isinstance(m, dict) or m.get('format') != fmt: raise CheckpointError(f'{f}: not a {fmt} manifest')
     v = m.get('version')
-    if not is_int(v) or v not in reads:
-        raise CheckpointError(f"{f}: format version {v!r}; this library reads versions {', '.join(map(str, reads))}")
-    current = v == reads[-1]
-    if current and not sealed: raise CheckpointError(f'{f}{SEAL}: missing: the manifest cannot be checked')
-    if current and constants: raise CheckpointError(f'{f}: {constants[0]} is not JSON')
-    return m, current
+    if is_int(v) and 1 <= v < version:
+        raise CheckpointError(f'{f}: format version {v}, an older format this release no longer reads (it reads '
+                              f'version {version}); convert it with the fastrl_replay release that wrote it: {convert}')
+    if not is_int(v) or v != version:
+        raise CheckpointError(f'{f}: format version {v!r}; this library reads version {version}')
+    if not sealed: raise CheckpointError(f'{f}{SEAL}: missing: the manifest cannot be checked')
+    if constants: raise CheckpointError(f'{f}: {constants[0]} is not JSON')
+    return m
 
 MAX_DEPTH = 64  # a manifest's nesting; a run's state (an optimizer's) nests about ten deep
 
@@ -554,37 +495,54 @@ def _refs(v, out:list, key=None):
             for k, x in v.items(): _refs(x, out, k)
     return out
 
-def read_tree(root:int, where:Path, name:str, m:dict, strict:bool, rows:int|None=None):
-    "The state of checked manifest `m`: every array entry checked against the state's references (and, with `rows`, a ring of `rows` rows justified by the arrays) before any array is read, then each read and checked"
+def read_tree(root:int, # The checkpoint's directory, open
+              where:Path, # Its path, for messages
+              name:str, # The manifest's file name
+              m:dict, # The manifest, as `read_sealed` returned it
+              rows:int|None=None): # The capacity of the memory the state fills: no array may be shorter
+    "The state of manifest `m`: every entry checked against the state's references before any array is read"
     f = where/name
     entries = m['arrays']
-    if not isinstance(entries, list): raise CheckpointError(f'{f}: arrays: expected a list, got {type(entries).__name__}')
-    shapes = [check_entry(e, i, str(f), strict)[0] for i, e in enumerate(entries)]
+    if not isinstance(entries, list):
+        raise CheckpointError(f'{f}: arrays: expected a list, got {type(entries).__name__}')
+    shapes = [check_entry(e, i, str(f))[0] for i, e in enumerate(entries)]
     refs = _refs(m['state'], [])
     if any(not is_int(i) or not 0 <= i < len(entries) for i, _ in refs):
-        raise CheckpointError(f'{f}: state: a reference to no array, in {sorted(str(i) for i, _ in refs)[:20]}; the manifest has {len(entries)}')
-    if strict and sorted(i for i, _ in refs) != list(range(len(entries))):
-        raise CheckpointError(f'{f}: state: each of the {len(entries)} arrays must be referred to once, got references {sorted(i for i, _ in refs)[:20]}')
+        got = sorted(str(i) for i, _ in refs)[:20]
+        raise CheckpointError(f'{f}: state: a reference to no array, in {got}; the manifest has {len(entries)}')
+    if sorted(i for i, _ in refs) != list(range(len(entries))):
+        got = sorted(i for i, _ in refs)[:20]
+        raise CheckpointError(f'{f}: state: each of the {len(entries)} arrays must be referred to once, '
+                              f'got references {got}')
     held = max((shapes[i][0] for i, k in refs if k != 'generator' and shapes[i]), default=0)
     if rows is not None and held and rows > held:
-        raise CheckpointError(f'{f}: settings.storage.max_sz: {rows} rows, more than the arrays hold ({held}); refused before allocating')
+        raise CheckpointError(f'{f}: settings.storage.max_sz: {rows} rows, more than the arrays hold ({held}); '
+                              'refused before allocating')
     arrays = [read_array(root, e, where) for e in entries]
-    return unpack(m['state'], arrays, str(f), tags=TAGS if strict else ('__array__',))
+    return unpack(m['state'], arrays, str(f))
 
-COUNTERS = ('max_sz', 'pointer', 'len', 'bs', 'warmup_sz', 'clock', 'n_samples', 'n_stale', 'max_priority', 'add_count', 'n_episodes',
-            'final_lo', 'final_hi', 'seen', 'offset')  # sizes, counts and priorities of a memory's state: finite numbers >= 0
+COUNTERS = ('max_sz', 'pointer', 'len', 'bs', 'warmup_sz', 'clock', 'n_samples', 'n_stale', 'add_count', 'n_episodes',
+            'final_lo', 'final_hi', 'seen', 'offset')  # sizes and counts in a memory's state: ints >= 0
+PRIORITIES = ('max_priority',)  # finite numbers > 0
+
+def _number(x):
+    "Packed value `x`, a tagged number (`__scalar__`, `__float__`) as the number"
+    if isinstance(x, dict) and len(x) == 1:
+        s = x.get('__scalar__')
+        if isinstance(s, list) and len(s) == 2: return s[1]
+        if x.get('__float__') in ('nan', 'inf', '-inf'): return float(x['__float__'])
+    return x
 
 def _check_counters(v, f, path='state'):
-    "Raise unless every value of packed state `v` under a name in `COUNTERS` is a finite number >= 0"
-    if isinstance(v, list):
-        for i, x in enumerate(v): _check_counters(x, f, f'{path}[{i}]')
-    if not isinstance(v, dict): return
-    for k, x in v.items():
-        if k in COUNTERS:
-            y = x['__scalar__'][1] if isinstance(x, dict) and isinstance(x.get('__scalar__'), list) and len(x['__scalar__']) == 2 else x
-            if not (isinstance(y, (int, float)) and not isinstance(y, bool) and math.isfinite(y) and y >= 0) and not (isinstance(x, dict) and '__array__' in x):
-                raise CheckpointError(f'{f}: {path}.{k}: expected a finite number >= 0, got {json.dumps(x)[:80]}')
-        else: _check_counters(x, f, f'{path}.{k}')
+    "Raise unless each number of packed state `v` named in `COUNTERS` is an int >= 0, in `PRIORITIES` finite and > 0"
+    items = enumerate(v) if isinstance(v, list) else v.items() if isinstance(v, dict) else ()
+    for k, x in items:
+        where, y = f'{path}[{k}]' if isinstance(v, list) else f'{path}.{k}', _number(x)
+        if isinstance(y, (dict, list)): _check_counters(y, f, where)  # a column's spec, under its name, is no counter
+        elif k in COUNTERS and not (is_int(y) and y >= 0):
+            raise CheckpointError(f'{f}: {where}: expected an int >= 0, got {json.dumps(x)[:80]}')
+        elif k in PRIORITIES and not (type(y) in (int, float) and math.isfinite(y) and y > 0):
+            raise CheckpointError(f'{f}: {where}: expected a finite number > 0, got {json.dumps(x)[:80]}')
 
 def _kind(name, base:type, where:str) -> type:
     cls = find_kind(name)  # a library class registers itself, its module imported here if need be
@@ -593,65 +551,86 @@ def _kind(name, base:type, where:str) -> type:
                               'classes defined outside the library are made known with `register_kind`')
     return cls
 
-_BUILD_ERRORS = (ExperienceReplayException, TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError, OverflowError, MemoryError)
+_BUILD_ERRORS = (ExperienceReplayException, TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError,
+                 OverflowError, MemoryError)
 
 def _part(spec:dict, base:type, where:str, **extra):
     "A storage or sampler made from its settings"
     spec = dict(spec)
     cls = _kind(spec.pop('kind', None), base, where)
     try: return cls(**spec, **extra)
-    except _BUILD_ERRORS as e: raise CheckpointError(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
+    except _BUILD_ERRORS as e:
+        raise CheckpointError(f'{where}: the settings do not make a {cls.__name__}: {e}') from None
 
 # %% ../../nbs/06f_memory.persist.ipynb #4c0698dc
+def _check_settings(s, state, f:Path):
+    "Raise unless the settings and the state of manifest `f` are dicts with the keys every memory has, and agree"
+    if not isinstance(s, dict) or not isinstance(state, dict):
+        raise CheckpointError(f'{f}: settings and state: expected dicts')
+    check_keys(s, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler', 'fields'), f'{f}: settings', exact=False)
+    check_keys(state, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler'), f'{f}: state', exact=False)  # and its own
+    for part in ('storage', 'sampler'):
+        if not (isinstance(s[part], dict) and isinstance(s[part].get('kind'), str) and isinstance(state[part], dict)):
+            raise CheckpointError(f'{f}: settings.{part} and state.{part}: expected dicts, the settings naming a kind')
+    if not (is_int(s['bs']) and s['bs'] >= 1 and is_int(s['warmup_sz']) and s['warmup_sz'] >= 0):
+        raise CheckpointError(f"{f}: settings: bs must be an int >= 1 and warmup_sz an int >= 0, "
+                              f"got {s['bs']!r} and {s['warmup_sz']!r}")
+    if (state['bs'], state['warmup_sz']) != (s['bs'], s['warmup_sz']):
+        raise CheckpointError(f"{f}: state: bs={state['bs']!r} and warmup_sz={state['warmup_sz']!r}; "
+                              f"the settings give {s['bs']} and {s['warmup_sz']}")
+
+def _check_ring(ring:dict, rows:int, f:Path):
+    "Raise unless the length and the write position of storage state `ring` fit its `rows`"
+    n, at = ring.get('len'), ring.get('pointer')
+    for k, v in (('len', n), ('pointer', at)):
+        if is_int(v) and v > rows: raise CheckpointError(f'{f}: state.storage.{k}: {v}, past the {rows} rows')
+    if is_int(n) and is_int(at) and n < rows and at != n:
+        raise CheckpointError(f'{f}: state.storage: len={n} and pointer={at}: a ring of {rows} rows '
+                              'that is not full has its pointer at its length')
+
 def _read(path:str|Path, cls:type, into:Replay|None=None, storage_dir=None):
     "The memory checkpoint at `path` read and checked whole: its class, its settings and its state (arrays read last)"
     where = last_complete(Path(path).absolute())
     f = where/MANIFEST
     root = open_dir(where, f'{f}: missing, so {where} is not a memory checkpoint')
     try:
-        m, strict = read_sealed(root, where, MANIFEST, FORMAT, READS)
-        check_keys(m, ('format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays') if strict else ('kind', 'settings', 'state', 'arrays'), f, strict)
+        m = read_sealed(root, where, MANIFEST, FORMAT, VERSION, CONVERT)
+        check_keys(m, ('format', 'version', 'kind', 'settings', 'dropped', 'state', 'arrays'), f)
         kind = _kind(m['kind'], Replay, str(f))
         if not issubclass(kind, cls):
-            raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint; {cls.__name__}.load reads {cls.__name__} and its subclasses')
-        s, state = unpack(m['settings'], [], str(f), 'settings', TAGS if strict else ('__array__',)), m['state']
-        if not isinstance(s, dict) or not isinstance(state, dict): raise CheckpointError(f'{f}: settings and state: expected dicts')
-        check_keys(s, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler') + (('fields',) if strict else ()), f'{f}: settings', exact=False)
-        check_keys(state, ('kind', 'bs', 'warmup_sz', 'storage', 'sampler'), f'{f}: state', exact=False)  # a memory class may add its own
-        for part in ('storage', 'sampler'):
-            if not isinstance(s[part], dict) or not isinstance(s[part].get('kind'), str) or not isinstance(state[part], dict):
-                raise CheckpointError(f'{f}: settings.{part} and state.{part}: expected dicts, the settings naming a kind')
-        if not (is_int(s['bs']) and s['bs'] >= 1 and is_int(s['warmup_sz']) and s['warmup_sz'] >= 0):
-            raise CheckpointError(f"{f}: settings: bs must be an int >= 1 and warmup_sz an int >= 0, got {s['bs']!r} and {s['warmup_sz']!r}")
-        if (state['bs'], state['warmup_sz']) != (s['bs'], s['warmup_sz']):
-            raise CheckpointError(f"{f}: state: bs={state['bs']!r} and warmup_sz={state['warmup_sz']!r}; the settings give {s['bs']} and {s['warmup_sz']}")
+            raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint; '
+                                  f'{cls.__name__}.load reads {cls.__name__} and its subclasses')
+        s, state = unpack(m['settings'], [], str(f), 'settings'), m['state']
+        _check_settings(s, state, f)
         _check_counters(state, f)
         rows = s['storage'].get('max_sz') if into is None else into.storage.max_sz
         if not is_int(rows) or rows < 1 or state['storage'].get('max_sz') != rows:
-            raise CheckpointError(f"{f}: state.storage.max_sz: {state['storage'].get('max_sz')!r}; the {'settings give' if into is None else 'memory has'} {rows!r}")
-        ring = state['storage']
-        if all(is_int(ring.get(k)) for k in ('len', 'pointer')) and ring['len'] < rows and ring['pointer'] != ring['len']:
-            raise CheckpointError(f"{f}: state.storage: len={ring['len']} and pointer={ring['pointer']}: a ring of {rows} rows that is not full has its pointer at its length")
+            given = 'settings give' if into is None else 'memory has'
+            raise CheckpointError(f"{f}: state.storage.max_sz: {state['storage'].get('max_sz')!r}; "
+                                  f'the {given} {rows!r}')
+        _check_ring(state['storage'], rows, f)
         if 'observation_shape' in s['storage']:  # a frame storage allocates its frames as it is made
-            held = unpack(state['storage'].get('obs_shape'), [], str(f), 'state.storage.obs_shape', TAGS if strict else ('__array__',))
+            held = unpack(state['storage'].get('obs_shape'), [], str(f), 'state.storage.obs_shape')
             if not isinstance(held, (list, tuple)) or list(s['storage']['observation_shape']) != list(held):
-                raise CheckpointError(f"{f}: settings.storage.observation_shape {s['storage']['observation_shape']}; the state holds {held}")
+                raise CheckpointError(f"{f}: settings.storage.observation_shape {s['storage']['observation_shape']}; "
+                                      f'the state holds {held}')
         if into is None and s['storage'].get('storage_dir') is not None and storage_dir is None:
-            raise CheckpointError(f"{f}: settings.storage.storage_dir: the memory kept its rows in memory-mapped files ({s['storage']['storage_dir']}); "
-                                  'loading writes nothing unless told where: pass storage_dir, a directory for new files')
-        return where, kind, s, read_tree(root, where, MANIFEST, m, strict, rows)
+            raise CheckpointError(f"{f}: settings.storage.storage_dir: the memory kept its rows in memory-mapped files "
+                                  f"({s['storage']['storage_dir']}); loading writes nothing unless told where: "
+                                  'pass storage_dir, a directory for new files')
+        return where, kind, s, read_tree(root, where, MANIFEST, m, rows)
     finally: os.close(root)
 
 def _restore(memory:Replay, state:dict, where:Path):
     "Load checked `state` into `memory`, keeping its arrays; anything that does not fit raises `CheckpointError`"
-    try: memory.load_state_dict(state, assign=getattr(memory.storage, 'files', None) is None)  # rows in RAM keep the arrays just read; mapped ones are copied into their files
+    try: memory.load_state_dict(state, assign=getattr(memory.storage, 'files', None) is None)  # mapped rows: copied
     except _BUILD_ERRORS as e:
         raise CheckpointError(f'{where/MANIFEST}: the state does not fit a {type(memory).__name__}: {e}') from None
     return memory
 
 def load_memory(path:str|Path, # A checkpoint directory written by `save`
                 cls:type=Replay, # The class (or a base class) the checkpoint must hold
-                storage_dir:str|Path|None=None): # An empty directory for the memory-mapped files of a memory saved with a `storage_dir`
+                storage_dir:str|Path|None=None): # An empty directory for the files of a memory saved with one
     "The memory saved at `path`, of the class it was saved as, with every row and counter restored"
     where, kind, s, state = _read(path, cls, storage_dir=storage_dir)
     spec = dict(s['storage'])
@@ -665,9 +644,10 @@ def load_memory(path:str|Path, # A checkpoint directory written by `save`
 
 def load_into(memory:Replay, # A memory made with the settings of the one saved
               path:str|Path): # A checkpoint directory written by `save`
-    "Restore the memory saved at `path` into `memory`, in place (into its own files, for a memory-mapped one); nothing else is made"
+    "Restore the memory saved at `path` into `memory`, in place (into its own files, if mapped); nothing else is made"
     where, kind, s, state = _read(path, type(memory), into=memory)
-    if kind is not type(memory): raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint, not a {type(memory).__name__}')
+    if kind is not type(memory):
+        raise CheckpointError(f'{where} holds a {kind.__name__} checkpoint, not a {type(memory).__name__}')
     return _restore(memory, state, where)
 
 @patch(cls_method=True)

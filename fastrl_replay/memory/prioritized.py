@@ -6,17 +6,19 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.prioritized.html.md""
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #675e3049
 from __future__ import annotations
+import math
 from collections.abc import Mapping
 import numpy as np, torch, numba
 from fastcore.basics import ifnone
 from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, is_int, check_number
+from ..errors import (ExperienceReplayException, NoValidTransitions, is_int, check_number, dtype_name,
+                                  as_device)
 from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
 from .kernels import td_arrays, put_in_order, fresh_rows
 from .core import Sampler, forward_attrs, Replay, STALE, as_generations, _NO_GENERATIONS
 from .experience_replay import ExperienceReplay, ColumnStorage, SamplerReplay
-from .sumtree import SumTree, WEIGHT_NORMS
+from .sumtree import SumTree, WEIGHT_NORMS, check_leaves
 
 # %% auto #0
 __all__ = ['PrioritizedSampler', 'annealed_beta', 'PrioritizedExperienceReplay']
@@ -67,7 +69,7 @@ class PrioritizedSampler(Sampler):
         super().__init__(generator, seed)
         self.alpha, self.beta, self.beta_end, self.beta_steps, self.eps = alpha, beta, beta_end, beta_steps, eps
         self.stratified, self.weight_norm = stratified, weight_norm
-        self.tree_device, self.tree_backend = torch.device(ifnone(tree_device, 'cpu')), tree_backend
+        self.tree_device, self.tree_backend = as_device(tree_device, 'tree_device'), tree_backend
 
     def draws_on(self, storage) -> torch.device: return self.tree_device
 
@@ -267,14 +269,31 @@ class PrioritizedSampler(Sampler):
                     sample_counts=self.sample_counts.clone(), n_samples=self.n_samples, max_priority=self.max_priority)
 
     def check_state(self, state:dict):
-        "Raise unless `state` fits this sampler; change nothing"
+        "Raise unless `state` fits this sampler and is one a sampler could have saved; change nothing"
         Sampler.check_state(self, state)
-        C = self.storage.max_sz
-        if tuple(state['leaves'].shape) != (C,):
-            raise ExperienceReplayException(f'the state holds {tuple(state["leaves"].shape)} priorities, this sampler keeps {C}')
-        if (state['base_priority'] is None) != (not self._gated):
-            raise ExperienceReplayException('the state is of a prioritized sampler over a storage with '
-                                            f'{"every" if state["base_priority"] is None else "not every"} row valid; this one is not')
+        C, base = self.storage.max_sz, state.get('base_priority')
+        try:
+            leaves = check_leaves(state.get('leaves'), C, 'priorities')
+            if base is not None: base = check_leaves(base, C, 'base priorities')
+        except ValueError as e: raise ExperienceReplayException(f'the state holds {e}') from None
+        if (base is None) != (not self._gated):
+            every = 'every' if base is None else 'not every'
+            raise ExperienceReplayException(f'the state is of a prioritized sampler over a storage with {every} row '
+                                            'valid; this one is not')
+        if base is not None and not bool(((leaves == 0) | (leaves == base)).all()):
+            raise ExperienceReplayException("the state holds a row's priority that is not its base priority nor 0")
+        counts, top, n = state.get('sample_counts'), state.get('max_priority'), state.get('n_samples')
+        if not (is_int(n) and n >= 0):
+            raise ExperienceReplayException(f'the state holds n_samples={n!r}, not an int >= 0')
+        if not isinstance(counts, (torch.Tensor, np.ndarray)) or tuple(counts.shape) != (C,) or str(counts.dtype)[-5:] != 'int64':
+            got = f'{tuple(counts.shape)} {dtype_name(counts.dtype)}' if hasattr(counts, 'shape') else type(counts).__name__
+            raise ExperienceReplayException(f'the state holds sample counts of {got}; this sampler keeps ({C},) int64')
+        if bool((torch.as_tensor(counts) < 0).any()): raise ExperienceReplayException('the state holds sample counts below 0')
+        if not (isinstance(top, (int, float)) and not isinstance(top, bool) and math.isfinite(top) and top > 0):
+            raise ExperienceReplayException(f'the state holds max_priority={top!r}, not a finite number > 0')
+        most = float((leaves if base is None else base).max()) if C else 0.
+        if most > top:
+            raise ExperienceReplayException(f'the state holds a priority of {most}, above its largest so far, {top}')
 
     def load_state_dict(self, state:dict):
         "Restore what `state_dict` returned"

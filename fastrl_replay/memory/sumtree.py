@@ -8,11 +8,11 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.sumtree.html.md"""
 from __future__ import annotations
 import math
 import numpy as np, torch, numba
-from ..errors import is_int, dtype_name, check_positive, check_choice
+from ..errors import is_int, dtype_name, check_positive, check_choice, as_device
 
 
 # %% auto #0
-__all__ = ['WEIGHT_NORMS', 'SumTree', 'per_weights']
+__all__ = ['WEIGHT_NORMS', 'SumTree', 'check_leaves', 'per_weights']
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #3798d392
 def _pow2(n:int) -> int:
@@ -104,7 +104,7 @@ class SumTree:
         check_positive(capacity, 'capacity')
         self.capacity, self.size = int(capacity), _pow2(int(capacity))
         self.depth = self.size.bit_length() - 1  # levels between the leaves and the root
-        self.device = torch.device(device if device is not None else 'cpu')
+        self.device = as_device(device)  # the CPU by default; refused where this machine has no such device
         self.backend = backend if backend is not None else 'numba' if self.device.type == 'cpu' else 'torch'
         check_choice(self.backend, 'backend', ('numba', 'torch'))
         if self.backend == 'numba' and self.device.type != 'cpu':
@@ -318,6 +318,23 @@ class SumTree:
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #4086d82e
 _MAX_F64 = float(np.finfo(np.float64).max)
+
+# %% ../../nbs/06b_memory.sumtree.ipynb #87f82407
+def check_leaves(values, # A tree's leaves, as a checkpoint holds them: a tensor or an array
+                 capacity:int, # The tree's number of leaves
+                 what:str='leaves' # What `values` are, for messages
+                ) -> torch.Tensor:
+    "`values` as the leaves of a tree of `capacity`: float64, each finite and >= 0, their total finite; else `ValueError`"
+    t = torch.from_numpy(values) if isinstance(values, np.ndarray) and values.dtype == np.float64 else values
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float64 or tuple(t.shape) != (capacity,):
+        dtype = dtype_name(t.dtype) if isinstance(t, torch.Tensor) else getattr(t, 'dtype', '')
+        got = f'{tuple(t.shape)} {dtype}' if hasattr(t, 'shape') else type(t).__name__
+        raise ValueError(f'{what}: expected ({capacity},) float64 values, got {got}')
+    ok = torch.isfinite(t) & (t >= 0)
+    if not bool(ok.all()): raise ValueError(f'{what}: values must be finite and >= 0, got {_few(t[~ok])}')
+    total = float(t.sum())
+    if not math.isfinite(total): raise ValueError(f'{what}: the values add up to {total}; a tree holds a finite total')
+    return t
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #a6c1e0f1
 WEIGHT_NORMS = ('memory', 'batch', None)
