@@ -1,4 +1,4 @@
-"""Atari games through gymnasium's `AtariPreprocessing`, the Nature DQN network, and a DQN whose replay memory keeps each 84×84 frame once, compressed.
+"""Atari through gymnasium's `AtariPreprocessing`, the Nature DQN, and a replay keeping each 84×84 frame once.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/atari.html.md"""
 
@@ -34,7 +34,7 @@ def atari_env(env_id:str='ALE/Pong-v5', # An `ALE/...` game id
               n_envs:int|None=1, # Environments stepped together; None: one plain environment, not a vector
               max_episode_steps:int|None=None # Emulator frames before an episode is cut (default: the game's, 108,000)
              ) -> gym.Env|gym.vector.VectorEnv:
-    "The game as DQN sees it, one 84x84 frame per step: `AtariPreprocessing` (grayscale, frame skip 4, no-op starts); stacks are the loop's and the memory's"
+    "The game as DQN sees it, one 84x84 frame per step: `AtariPreprocessing` (grayscale, frame skip 4, no-op starts)"
     if not is_atari(env_id): raise ValueError(f"an Atari game id starts with 'ALE/', got {env_id!r}")
     make = lambda: _make_atari(env_id, max_episode_steps)
     if n_envs is None: return make()
@@ -42,7 +42,7 @@ def atari_env(env_id:str='ALE/Pong-v5', # An `ALE/...` game id
 
 # %% ../nbs/17_atari.ipynb #c8eb9a99
 class NatureQNet(nn.Module):
-    "The Nature DQN: convolutions 32x8x8/4, 64x4x4/2, 64x3x3/1, a hidden layer of 512, one value per action; reads uint8 stacks"
+    "The Nature DQN: convolutions 32x8x8/4, 64x4x4/2, 64x3x3/1, hidden 512, one value per action; reads uint8 stacks"
     def __init__(self, n_actions:int, stack_size:int=4):
         super().__init__()
         self.net = nn.Sequential(nn.Conv2d(stack_size, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2),
@@ -98,7 +98,7 @@ ATARI_DEFAULTS = {
 }
 
 def atari_defaults(env:str) -> dict:
-    "`steps` and the `atari_learner` settings, grouped as its arguments, for the game `env`: `ATARI_DEFAULTS[env]` over the common ones"
+    "`steps` and `atari_learner` settings grouped as its arguments for game `env`: `ATARI_DEFAULTS[env]` over common"
     d = ATARI_DEFAULTS.get(env, {})
     return {k: (v | d[k] if isinstance(v, dict) and k in d else d.get(k, v)) for k, v in _ATARI_BASE.items()} | \
            {k: v for k, v in d.items() if k not in _ATARI_BASE}

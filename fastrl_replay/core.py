@@ -139,7 +139,8 @@ class BD(dict):
         "A column by attribute, `bd.state` for `bd['state']` (methods such as `to` and `bs` keep their names)"
         try: return dict.__getitem__(self, k)
         except KeyError:
-            raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; columns: {list(self)}') from None
+            raise AttributeError(f'{type(self).__name__} has no column or attribute {k!r}; '
+                                 f'columns: {list(self)}') from None
 
 def _cat(k, vs:list):
     "Columns `vs` of several batches concatenated: a tensor, or a dict of tensors whose keys must agree"

@@ -1,4 +1,4 @@
-"""Replay memories as pandas DataFrames to look at, and as Minari datasets: export what a memory holds, and fill a memory from a dataset to pretrain offline before training online.
+"""Replay memories as pandas DataFrames to look at, and as Minari datasets to export or pretrain from.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/datasets.html.md"""
 
@@ -42,7 +42,8 @@ def storage_order(storage:Storage) -> np.ndarray:
 @singledispatch
 def storage_df(storage:Storage) -> pd.DataFrame:
     "The rows of `storage` as a DataFrame, oldest first, indexed by storage row"
-    raise ExperienceReplayException(f'to_df: expected a ColumnStorage or a FrameStorage, got a {type(storage).__name__}')
+    raise ExperienceReplayException('to_df: expected a ColumnStorage or a FrameStorage, '
+                                    f'got a {type(storage).__name__}')
 
 @storage_df.register(ColumnStorage)
 def _column_df(storage:ColumnStorage) -> pd.DataFrame:
@@ -63,7 +64,7 @@ def _frame_df(st:FrameStorage) -> pd.DataFrame:
 
 @patch
 def to_df(self:Replay) -> pd.DataFrame:
-    "The stored rows as a pandas DataFrame, oldest first, indexed by storage row, with the TD errors the sampler keeps: to look at, not to train on"
+    "The stored rows and the sampler's TD errors as a DataFrame, oldest first, indexed by row: to look at, not train on"
     df = storage_df(self.storage)
     if len(df.columns): df['td_error'] = _host(self.sampler.td_errors)[df.index.to_numpy()]
     return df
@@ -89,7 +90,7 @@ def _with_last(a:np.ndarray, last:np.ndarray) -> np.ndarray:
     return np.concatenate([a, np.asarray(last, a.dtype)[None]])
 
 def _episode(obs, actions, rewards, terminations, truncations, columns:dict, pending:dict|None=None) -> dict:
-    "An episode: `T + 1` observations, `T` of the rest, `T + 1` entries of each of `columns`, and a frame memory's `pending` step"
+    "An episode: `T + 1` observations, `T` of the rest, `T + 1` of each of `columns`, a frame memory's `pending` step"
     return dict(observations=obs, actions=actions, rewards=rewards, terminations=terminations.astype(bool),
                 truncations=truncations.astype(bool), columns=columns, pending=pending)
 
@@ -98,7 +99,7 @@ _CORE = ('state', 'next_state', 'action', 'reward', 'terminated', 'truncated', '
 
 @singledispatch
 def storage_episodes(storage:Storage) -> list[dict]:
-    "The episodes `storage` holds, oldest first: dicts of `observations`, `actions`, `rewards`, `terminations`, `truncations`, `columns`"
+    "The episodes in `storage`, oldest first: dicts of `observations`, `actions`, `rewards`, `terminations`, ..."
     raise ExperienceReplayException('expected a memory over a ColumnStorage or a FrameStorage, got a '
                                     f'{type(storage).__name__}')
 
@@ -139,7 +140,7 @@ def _column_episodes(st:ColumnStorage) -> list[dict]:
 
 # %% ../nbs/11_datasets.ipynb #b94bad7a
 def _frame_columns(st:FrameStorage, rows:np.ndarray, n_obs:int) -> dict:
-    "`env_id` and the extra elements of the steps at `rows` as columns (one value per step as `(n, 1)`), padded with zeros to `n_obs` entries"
+    "`env_id` and extra elements of steps `rows` as columns (scalars as `(n, 1)`), zero-padded to `n_obs` entries"
     cols = {'env_id': _col(st.env[rows].astype(np.int64)), **{k: _col(v[rows]) for k, v in st.extra.items()}}
     return {k: np.concatenate([v, np.zeros((n_obs - len(v), *v.shape[1:]), v.dtype)]) for k, v in cols.items()}
 
@@ -179,7 +180,8 @@ def _dataset_path(dataset_id):
     if not isinstance(dataset_id, str): raise ExperienceReplayException(f'dataset_id must be a str, got {dataset_id!r}')
     try: parse_dataset_id(dataset_id)
     except ValueError:
-        raise ExperienceReplayException(f'dataset_id must look like (namespace/)name-v<version>, got {dataset_id!r}') from None
+        raise ExperienceReplayException('dataset_id must look like (namespace/)name-v<version>, '
+                                        f'got {dataset_id!r}') from None
     return get_dataset_path(dataset_id)
 
 def _check_memory(memory):
@@ -260,7 +262,7 @@ def _gym_order(k:str) -> tuple:
     return (_GYM_COLUMNS.index(k) if k in _GYM_COLUMNS else len(_GYM_COLUMNS), k)
 
 def _derived(e, T:int, gamma:float|None) -> dict:
-    "The bookkeeping columns `GymLoop` adds for the `T` steps of episode `e`, and `FirstLast`'s one-step `discount` for a `gamma`"
+    "The bookkeeping columns `GymLoop` adds for the `T` steps of episode `e` (and `FirstLast`'s `discount` for `gamma`)"
     res = dict(done=_col(e.terminations | e.truncations), episode_id=np.full((T, 1), e.id + 1, np.int64),
                step=np.arange(1, T + 1, dtype=np.int64)[:, None], env_id=np.zeros((T, 1), np.int64))
     if gamma is not None: res['discount'] = np.full((T, 1), gamma, np.float32)
@@ -295,8 +297,9 @@ def _column_batches(st:ColumnStorage, episodes:list, env_id:int=0, gamma:float|N
         more = {**made, **more}
         missing = [k for k in want if k not in b and k not in more]
         if missing:
-            raise ExperienceReplayException(f'the dataset has no column {missing} for the memory, which holds {want}'
-                                                    + ('; pass gamma for a discount column' if 'discount' in missing else ''))
+            hint = '; pass gamma for a discount column' if 'discount' in missing else ''
+            raise ExperienceReplayException(f'the dataset has no column {missing} for the memory, '
+                                            f'which holds {want}{hint}')
         res.append({k: _as_stored(st, k, b[k] if k in b else more[k]) for k in want})
     return res
 

@@ -1,4 +1,4 @@
-"""Replay shards and environment collectors as Ray actors, a client that samples over every shard with globally correct priorities, and a DQN that trains through it unchanged.
+"""Replay shards and environment collectors as Ray actors, and a client sampling with globally correct priorities.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/distributed.html.md"""
 
@@ -35,7 +35,7 @@ __all__ = ['shard_for', 'apex_epsilons', 'encode_keys', 'decode_keys', 'ReplaySh
 def shard_for(writer:int, # The writer: a collector's index, or 0 for the client's own `+`
               sent:list[int] # Rows this writer has sent to each shard so far
              ) -> int:
-    "The shard a writer's next batch goes to: the one it has sent the fewest rows, ties to the first from `writer` on in the cycle"
+    "The shard for a writer's next batch: the one it sent fewest rows, ties to the first from `writer` on in the cycle"
     n = len(sent)
     return min(range(n), key=lambda j: (sent[j], (j - writer) % n))
 
@@ -51,8 +51,8 @@ _ROW_BITS, _SHARD_BITS = 32, 16
 
 def encode_keys(shard, incarnation, rows) -> np.ndarray:
     "One int64 key per row: the row in the low 32 bits, the shard in the next 16, the shard's incarnation above"
-    return (np.asarray(incarnation, np.int64) << (_ROW_BITS + _SHARD_BITS)) | (np.asarray(shard,
-                                                                                          np.int64) << _ROW_BITS) | np.asarray(rows, np.int64)
+    i64 = lambda v: np.asarray(v, np.int64)
+    return (i64(incarnation) << (_ROW_BITS + _SHARD_BITS)) | (i64(shard) << _ROW_BITS) | i64(rows)
 
 def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "The shards, incarnations and rows of `keys`"
@@ -63,7 +63,7 @@ def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _ADDED, _META = 'added', 'shard.json'
 
 class ReplayShard:
-    "One replay memory made by `make_memory(index)`: added, sampled and updated by calls, counted and checkpointed in `folder`"
+    "One replay memory made by `make_memory(index)`: added to, sampled, updated by calls; checkpointed in `folder`"
     def __init__(self,
                  make_memory:Callable, # Called with the shard's index, returns the memory (any `Replay`)
                  index:int=0, # This shard's index
@@ -125,7 +125,7 @@ class ReplayShard:
                     n_added=self.n_added,
                     restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
     def sample(self, k:int, updates:list=()) -> dict:
-        "Apply TD `updates` (`update_td`'s arguments), then draw `k` rows: as arrays, with their rows, write generations, raw priorities and the stats after the draw"
+        "Apply TD `updates` (`update_td`'s arguments), draw `k` rows: arrays, rows, generations, raw priorities, stats"
         for u in updates: self.update_td(*u)
         batch, rows, gens = self.memory.sample(k, generations=True)
         p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
@@ -137,7 +137,7 @@ class ReplayShard:
                   incarnation:int, # The incarnation the rows were sampled from
                   # The rows' write generations, as `sample` gave them (None: the hand-out marks guard)
                   generations:np.ndarray|None=None) -> int:
-        "Write TD errors at `rows` if they were sampled from this incarnation (and, with `generations`, not written since); the number dropped for the incarnation"
+        "Write TD errors at `rows` sampled from this incarnation (given `generations`, unwritten since); count dropped"
         if incarnation != self.incarnation:
             self.n_dropped += len(rows)
             return len(rows)
@@ -172,7 +172,7 @@ def fetch(xs:list) -> list:
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 def ask(handle, method:str, *args, timeout:float=120.):
-    "The result of `handle.method(*args)`, asked again while the actor is restarting (a call Ray may run twice: only for reads and idempotent writes)"
+    "`handle.method(*args)`, retried while the actor restarts (Ray may run it twice: reads, idempotent writes only)"
     deadline = time.monotonic() + timeout
     while True:
         try: return fetch([call(handle, method, *args)])[0]
@@ -185,7 +185,7 @@ def write_batch(shards:list, # The shards
                 sent:list[int], # Rows this writer has sent to each shard so far, counted here
                 batch:dict, # Columns of equal length
                 timeout:float=120.) -> tuple[int, tuple]:
-    "Add `batch` to the shard `shard_for` names, or to the next shard in the cycle that answers, cycling until `timeout`; count its rows in `sent`; the shard and its reply"
+    "Add `batch` to `shard_for`'s shard, or the next answering before `timeout`; count it in `sent`; shard and reply"
     first, deadline = shard_for(writer, sent), time.monotonic() + timeout
     while True:
         for t in range(len(shards)):
@@ -210,7 +210,7 @@ def _as_arrays(batch) -> dict:
     return {k: to_numpy(v) for k, v in b.items()}
 
 class RayReplay:
-    "A replay memory spread over `n_shards` shard actors: `+`, `sample`, `update_td` and `len` as a local memory, sampled over all shards"
+    "A replay memory over `n_shards` shard actors: `+`, `sample`, `update_td`, `len` as a local one, sampled over all"
     makes_n_step = False  # the collectors fold the n-step returns before they write
     # `sample(generations=True)` hands out each row's write generation in its shard, and `update_td` takes them back
     hands_generations = True
@@ -232,14 +232,16 @@ class RayReplay:
         if not isinstance(probe, Replay):
             raise ExperienceReplayException(f'make_memory must return a Replay, got {type(probe).__name__}')
         self.bs, self.warmup_sz = ifnone(bs, probe.bs), ifnone(warmup_sz, probe.warmup_sz)
-        self.max_sz, self.n_shards, self.prefetch, self.async_td, self.local = probe.max_sz, n_shards, prefetch, async_td, local
+        self.max_sz, self.n_shards, self.prefetch = probe.max_sz, n_shards, prefetch
+        self.async_td, self.local = async_td, local
         s = probe.sampler
         self.prioritized = probe.prioritized
         if not s.shardable:
             raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a '
                                             'shard: shard a uniform or prioritized memory')
         if self.prioritized:
-            self.beta, self.beta_end, self.beta_steps, self.weight_norm = s.beta, s.beta_end, s.beta_steps, s.weight_norm
+            self.beta, self.beta_end = s.beta, s.beta_end
+            self.beta_steps, self.weight_norm = s.beta_steps, s.weight_norm
         self._own_folder = folder is None  # removed by `close`
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix='fastrl-replay-shards-'))
         args = [(make_memory, j, self.folder/f'shard-{j}', checkpoint_every) for j in range(n_shards)]
@@ -249,11 +251,13 @@ class RayReplay:
                                                     **(shard_options or {}))
             self.shards = [actor.remote(*a, threads=1) for a in args]  # small networks run fastest on one thread
         self.generator = torch.Generator().manual_seed(draw_seed(seed))
-        self._stats, self._pending, self._td_refs, self._td_stash = [None] * n_shards, deque(), [], [[] for _ in range(n_shards)]
+        self._stats, self._pending = [None] * n_shards, deque()
+        self._td_refs, self._td_stash = [], [[] for _ in range(n_shards)]
         self.n_samples, self.sent, self.n_retried, self.td_lost = 0, [0] * self.n_shards, 0, 0
 
     def __repr__(self):
-        return f'{type(self).__name__}(n_shards={self.n_shards}, bs={self.bs}, max_sz={self.max_sz} per shard, prefetch={self.prefetch})'
+        return (f'{type(self).__name__}(n_shards={self.n_shards}, bs={self.bs}, max_sz={self.max_sz} per shard, '
+                f'prefetch={self.prefetch})')
 
     @property
     def current_beta(self) -> float:
@@ -296,7 +300,7 @@ class RayReplay:
         "Send the TD updates waiting for shard `j` on their own"
         self._td_refs += [call(self.shards[j], 'update_td', *u) for u in self._take_stash(j)]
     def _collect(self, req:dict) -> tuple[BD, torch.Tensor, torch.Tensor]:
-        "The batch a request asked for: columns joined over shards, global keys, the rows' write generations, global importance weights"
+        "The batch a request asked for: columns joined over shards, global keys, write generations, global weights"
         outs = fetch([f for _, f in req['parts']])
         for o in outs: self._note(o['stats'])
         keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _),
@@ -308,12 +312,13 @@ class RayReplay:
             w = per_weights(p, self.current_beta, self.weight_norm, p_min=u['min'], n_rows=u['n'], total=u['total'])
             batch['weight'] = torch.from_numpy(w.astype(np.float32))[:, None]
         self.n_samples += 1
-        return BD._new(batch), torch.from_numpy(keys), torch.from_numpy(np.concatenate([o['generations'] for o in outs]))
+        gens = np.concatenate([o['generations'] for o in outs])
+        return BD._new(batch), torch.from_numpy(keys), torch.from_numpy(gens)
     def sample(self,
                bs:int|None=None, # Rows to draw (default: `self.bs`)
                generations:bool=False # Also return the rows' write generations, for `update_td`
               ) -> tuple[BD, torch.Tensor]:
-        "A batch of `bs` rows drawn over all shards as one memory would draw them, and their keys (and write generations); prefetched when `prefetch` > 0"
+        "`bs` rows drawn over all shards as one memory would, their keys (and generations); prefetched if `prefetch`"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
         while self._pending and self._pending[0]['bs'] != bs: self._pending.popleft()
@@ -338,7 +343,7 @@ class RayReplay:
                    keys, # n keys, as `sample` returned them
                    # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
                    generations=None):
-        "Send the TD errors to the shards that own the rows, with the incarnation each row was sampled from (and its write generation)"
+        "Send TD errors to the rows' shards, with each row's sampled incarnation (and its write generation)"
         k = to_numpy(keys)
         td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
         gens = None if generations is None else as_generations(generations, len(k), 'cpu').numpy()
@@ -417,7 +422,7 @@ class Collector:
         self.instance = uuid.uuid4().hex  # new in each process Ray starts for this collector
 
     def _write(self, rows:list, acks:dict):
-        "Send `rows` as one batch to the shard the routing rule names, or to the next that answers; record the acknowledgement"
+        "Send `rows` as one batch to the routed shard, or the next that answers; record the acknowledgement"
         b = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows),
                                                                                                  dtype=np.int64)[:,
@@ -479,9 +484,8 @@ class CollectorFleet:
         check_positive(n_actors, 'n_actors')
         if epsilons is not None and explore is not None:
             raise ValueError('give each collector a fixed epsilon or an exploration schedule, not both')
-        self.epsilons = list(ifnone(epsilons,
-                                    apex_epsilons(n_actors))) if explore is None else [float(explore.get('eps_start',
-                                                                                                         1.))] * n_actors
+        if explore is None: self.epsilons = list(ifnone(epsilons, apex_epsilons(n_actors)))
+        else: self.epsilons = [float(explore.get('eps_start', 1.))] * n_actors
         if len(self.epsilons) != n_actors: raise ValueError(f'expected {n_actors} epsilons, got {len(self.epsilons)}')
         self.chunk, self.local, self.n_actors = chunk, local, n_actors
         args = [(i, env, make_model, n_actions, e, shards) for i, e in enumerate(self.epsilons)]
@@ -514,14 +518,14 @@ class CollectorFleet:
         self.inflight[i] = call(self.actors[i], 'run', self.chunk, self.weights, self.version, self.restarts[i],
                                 self.instances[i])
     def _account(self, i:int, r:dict):
-        "Count a finished chunk; a collector that answers from a new process has restarted: count it, its next chunk carries the new count"
+        "Count a finished chunk; a collector answering from a new process restarted: count it, for its next chunk"
         if r['restarted'] and self.instances[i] != 'lost': self.restarts[i] += 1  # it died between two chunks
         self.instances[i] = r['instance']
         self.actor_env_steps[i] += r['env_steps']; self.written[i] += r['written']
         self.returns += r['returns']; self.episode_returns.extend(r['returns'])
         self.actor_epsilons[i] = r['epsilon']
     def _settle(self, block:bool):
-        "Take in the chunks that finished (waiting for one if `block`); a dead collector's chunk is counted and handed out again"
+        "Take in finished chunks (waiting for one if `block`); a dead collector's chunk is counted and handed out again"
         if not self.inflight: return
         if self.local: done = list(self.inflight)
         else:
@@ -537,7 +541,7 @@ class CollectorFleet:
                 self.instances[i] = 'lost'  # whichever process answers next is a new one
                 time.sleep(0.01)  # Ray is starting it: the next chunk waits a little
     def advance(self, n:int):
-        "Wait until the collectors have taken `n` more environment steps than asked for before, keeping them one chunk ahead"
+        "Wait until collectors took `n` more environment steps than asked before, keeping them one chunk ahead"
         self.target += n
         while True:
             self._settle(block=False)
@@ -570,7 +574,7 @@ class RaySource:
         return self.fleet.stats()
 
 class FleetCallback(Callback):
-    "Publish the learner's weights to the collectors every `sync_every` optimizer steps; settle the fleet and the TD updates after `fit`"
+    "Publish weights to collectors every `sync_every` optimizer steps; settle the fleet and TD updates after `fit`"
     order = 10
     def __init__(self, fleet:CollectorFleet, replay:RayReplay, sync_every:int=100):
         # optimizer steps so far
@@ -582,7 +586,7 @@ class FleetCallback(Callback):
     def after_fit(self):
         self.fleet.stop(); self.replay.flush()
     def report(self) -> dict:
-        "What a run on the fleet adds to its report: collectors, shards, environment steps per collector, rows per shard, rows lost"
+        "A fleet run's report additions: collectors, shards, env steps per collector, rows per shard, rows lost"
         fleet, rr = self.fleet, self.replay
         return dict(actors=fleet.n_actors, shards=rr.n_shards, actor_env_steps=list(fleet.actor_env_steps),
                     shard_rows=rr.shard_rows,
@@ -599,7 +603,7 @@ def _fleet_callback(learn) -> FleetCallback:
     return cbs[0]
 
 def fleet_metrics(learn) -> dict:
-    "What a run on the fleet adds to its report: collectors, shards, environment steps per collector, rows per shard, rows lost"
+    "A fleet run's report additions: collectors, shards, env steps per collector, rows per shard, rows lost"
     return _fleet_callback(learn).report()
 
 def close_learner(learn):

@@ -61,8 +61,8 @@ def check_choice(v, name:str, choices:tuple):
     "Raise unless `v` is one of `choices`, naming them"
     if v not in choices:
         names = [repr(c) for c in choices]
-        raise ExperienceReplayException(f"{name} must be "
-                                        f"{' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}, got {v!r}")
+        allowed = ' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        raise ExperienceReplayException(f"{name} must be {allowed}, got {v!r}")
 
 def all_finite(v) -> bool:
     "Whether every value of `v` (a number, tensor or array) is finite"

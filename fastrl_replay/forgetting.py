@@ -1,4 +1,4 @@
-"""The continual-learning experiment of Neuromatch Academy's replay tutorial, run with the library: train on mode 1 of `ChangingEnv`, then on mode 2 with and without replay of mode-1 experience, and measure what is forgotten.
+"""Neuromatch Academy's replay-against-forgetting experiment, run with the library.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/forgetting.html.md"""
 
@@ -50,7 +50,8 @@ class RateCurve(Callback):
                  every:int=100, # Batches between two scores
                  n:int=500, # Trials per score
                  seed:int=0):
-        self.act_of, self.branch, self.tpb, self.start, self.every, self.n, self.seed, self.rows = act_of, branch, trials_per_batch, start, every, n, seed, []
+        self.act_of, self.branch, self.tpb, self.start = act_of, branch, trials_per_batch, start
+        self.every, self.n, self.seed, self.rows = every, n, seed, []
 
     def score(self, i:int):
         act = self.act_of(self.learn.model)
@@ -226,8 +227,8 @@ def run_forgetting(seed:int=0, # Seed of everything sampled
 
 def _report(m:dict, figs) -> str:
     "An offline HTML page: the title, the metrics, the figures with plotly.js inlined"
-    rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(f"{v:.4f}" if isinstance(v, float) else str(v))}</td></tr>'
-                   for k, v in m.items())
+    fmt = lambda v: html.escape(f'{v:.4f}' if isinstance(v, float) else str(v))
+    rows = ''.join(f'<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>' for k, v in m.items())
     head = (f'<h1>Replay against forgetting: {m["agent"].upper()}, {html.escape(m["memory"])} memory, seed '
             f'{m["seed"]}</h1>'
             f'<p>Mode 1 optimal-choice rate {m["mode1_before"]:.3f} before mode 2, {m["mode1_after_no_replay"]:.3f} '

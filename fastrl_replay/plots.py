@@ -29,7 +29,7 @@ def _offline_renderer():
     return OfflineNotebookRenderer()
 
 def setup_plotly():
-    "Show figures in Jupyter with plotly.js included once in the notebook (no network needed), and as `<plotly Figure>` in plain text"
+    "Show figures in Jupyter with plotly.js inlined once (no network needed), as `<plotly Figure>` in plain text"
     try: from IPython import get_ipython  # imported here: only a running IPython displays figures
     except ImportError: return
     if (ip := get_ipython()) is None: return
@@ -75,7 +75,7 @@ def _frame_rows(n:int, max_frames:int) -> np.ndarray:
     return np.arange(k) * (n - 1) // max(k - 1, 1)
 
 def _curve(y, max_points:int=4_000) -> tuple[np.ndarray, np.ndarray]:
-    "The x (index) and y of the curve `y` in at most `max_points` points: a longer one as its ends and the min and max of each run of points, in float32"
+    "x (index) and y of curve `y` in <= `max_points` float32 points: a longer one as its ends and each run's min, max"
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     n = len(y)
     if n <= max_points: return np.arange(n), y
@@ -140,7 +140,7 @@ def _priorities(mem) -> tuple[np.ndarray, str]:
 def plot_priorities(mem, # A memory: its priorities if it has them (`get_priority`), else its |td_error|
                     bins:int=50 # Histogram bins
                    ) -> go.Figure:
-    "A histogram of the priorities of the stored rows (log count), counted here so that the figure holds `bins` bars, not every row"
+    "A histogram (log count) of stored rows' priorities, counted here so the figure holds `bins` bars, not every row"
     _offline_by_default()
     check_positive(bins, 'bins')
     vals, name = _priorities(mem)

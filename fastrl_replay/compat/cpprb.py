@@ -1,4 +1,4 @@
-"""`ReplayBuffer` and `PrioritizedReplayBuffer` with cpprb's interface, on the replay core: code written for cpprb runs after changing its import, and stores and returns the same values.
+"""`ReplayBuffer` and `PrioritizedReplayBuffer` with cpprb's interface, on the replay core.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/compat.cpprb.html.md"""
 
@@ -24,7 +24,7 @@ __all__ = ['NumpySampler', 'ReplayBuffer', 'PrioritizedReplayBuffer', 'LaBERmean
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #21b5c257
 class NumpySampler(Sampler):
-    "Rows drawn uniformly with NumPy's `randint`: from NumPy's global generator, as cpprb and SB3 draw, or from a `RandomState(seed)` of its own"
+    "Uniform rows by NumPy's `randint`: from the global generator (as cpprb and SB3) or its own `RandomState(seed)`"
     def __init__(self,
                  # Seed of a NumPy generator of its own (default: NumPy's global one, which `np.random.seed` sets)
                  numpy_seed:int|None=None,
@@ -89,7 +89,8 @@ def _column_spec(name:str, defs, default_dtype) -> tuple[tuple, np.dtype, np.dty
                                         f"{type(defs).__name__}")
     unknown = sorted(set(defs) - {'shape', 'dtype', 'add_shape'})  # cpprb writes 'add_shape' into the dicts it is given
     if unknown:
-        raise ExperienceReplayException(f"env_dict[{name!r}]: expected the keys 'shape' and 'dtype', got also {unknown}")
+        raise ExperienceReplayException(f"env_dict[{name!r}]: expected the keys 'shape' and 'dtype', "
+                                        f"got also {unknown}")
     shape = np.atleast_1d(np.asarray(defs.get('shape', 1)))
     if shape.ndim != 1 or not shape.size or shape.dtype.kind not in 'iu' or (shape < 1).any():
         raise ExperienceReplayException(f"env_dict[{name!r}]: 'shape' must be a positive int or a tuple of them, got "
@@ -99,8 +100,8 @@ def _column_spec(name:str, defs, default_dtype) -> tuple[tuple, np.dtype, np.dty
         raise ExperienceReplayException(f"env_dict[{name!r}]: 'dtype' is not a NumPy dtype: {e}") from None
     stored = dtype if dtype in TORCH_DTYPES else _SAME_SIZE.get(dtype)
     if stored is None:
-        raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of "
-                                                       f"{sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _SAME_SIZE})}")
+        ok = sorted({str(d) for d in TORCH_DTYPES} | {str(d) for d in _SAME_SIZE})
+        raise ExperienceReplayException(f"env_dict[{name!r}]: dtype {dtype} cannot be stored; use one of {ok}")
     return tuple(int(s) for s in shape), dtype, stored
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #ed8703d5
@@ -192,7 +193,7 @@ class ReplayBuffer:
                                             f'{ {k: len(v) for k, v in rows.items()} }')
         return rows, n
     def add(self, **kwargs) -> int|None:
-        "Add one transition, or a batch with a leading step dimension; the index of the first one stored (None while all wait for their n-step return)"
+        "Add a transition or a batch (leading step dim); the first index stored (None while all await n-step returns)"
         rows, n = self._rows(kwargs)
         return self._store(rows, None)
     def _store(self, rows:dict, priorities:np.ndarray|None) -> int|None:
@@ -217,7 +218,7 @@ class ReplayBuffer:
         "The declared columns of a gathered batch, as NumPy arrays in their declared dtypes"
         return {k: batch[k].numpy().view(dtype) for k, (_, dtype, _) in self._cols.items()}
     def _gathered(self, idxs:np.ndarray) -> dict:
-        "The transitions at storage rows `idxs` (int64, drawn by the sampler or checked), as a dict of new NumPy arrays in their declared dtypes"
+        "The transitions at rows `idxs` (int64, drawn or checked) as a dict of new NumPy arrays in declared dtypes"
         rows = self.replay.storage.gather_arrays(idxs)
         if rows is None: return self._out(self.replay.storage.gather(torch.from_numpy(idxs)))
         return {k: a if d is None else a.view(d) for (k, d), a in zip(self._declared, rows)}
@@ -258,7 +259,7 @@ class ReplayBuffer:
         np.savez_compressed(file, version=np.int64(_FORMAT), Nstep=np.bool_(self.is_Nstep()), **data)
     def load_transitions(self,
                          file): # A path or a readable binary file that `save_transitions` wrote
-        "Add the transitions of a file that `save_transitions` wrote, as they were stored; a file that does not fit adds nothing"
+        "Add the transitions of a file `save_transitions` wrote, as they were stored; a misfit file adds nothing"
         try:
             with np.load(file, allow_pickle=False) as f: d = {k: f[k] for k in f.files}
         except ValueError as e:
@@ -293,7 +294,7 @@ class ReplayBuffer:
                                             f"{bad} are not")
         return dict(size=int(n), gamma=float(np.float32(gamma)), rew=rew, next=nxt)
     def _nstep_push(self, rows:dict, priorities) -> tuple[dict|None, np.ndarray|None]:
-        "Append checked rows to the window; the transitions whose n-step window is now complete (None if none), and their priorities"
+        "Append checked rows to the window; transitions whose n-step window completed (or None), and their priorities"
         P, n = self._pending, self.Nstep['size']
         A = {k: v.copy() for k, v in rows.items()} if P is None else {k: np.concatenate([P[k], v]) for k,
                                                                       v in rows.items()}
@@ -305,7 +306,7 @@ class ReplayBuffer:
         if not E: return None, None
         return self._nstep_rows(A, E, L)
     def _nstep_rows(self, A:dict, E:int, L:int) -> tuple[dict, np.ndarray|None]:
-        "The first `E` transitions of the window `A` (of `L` steps), with their next values and done taken at the end of their window"
+        "The first `E` transitions of window `A` (`L` steps), with next values and done taken at their window's end"
         n = self.Nstep['size']
         t = np.arange(E)
         last = np.minimum(t + n - 1, L - 1)
@@ -334,7 +335,7 @@ _FORMAT = 1  # the version of the files `save_transitions` writes
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #cd8c6739
 class PrioritizedReplayBuffer(ReplayBuffer):
-    "cpprb's `PrioritizedReplayBuffer`: transitions drawn in proportion to (p + eps)^alpha, with importance weights and their indexes"
+    "cpprb's `PrioritizedReplayBuffer`: transitions drawn in proportion to (p + eps)^alpha, with weights and indexes"
     def __init__(self,
                  size:int|float, # Capacity in transitions
                  env_dict:dict|None=None, # Name -> {'shape': ..., 'dtype': ...}, as for `ReplayBuffer`
@@ -373,14 +374,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def add(self,
             priorities=None, # One priority per step (default: the largest priority so far)
             **kwargs): # The values, by name
-        "Add one transition or a batch, with their priorities; the index of the first one stored (None while all wait for their n-step return)"
+        "Add one transition or a batch, with priorities; the first index stored (None while all await n-step returns)"
         rows, n = self._rows(kwargs)
         if priorities is not None: priorities = self._checked_priorities(priorities, n)
         elif self.Nstep is not None: priorities = np.full(n, self._max_p,
                                                           np.float32)  # the largest now, not when it leaves the window
         return self._store(rows, priorities)
     def _written(self, start:int, n:int, priorities):
-        "Set the priorities of the rows just written (the largest so far where none is given); the sampler marks them stale if handed out before"
+        "Set priorities of rows just written (default: the largest so far); the sampler marks earlier hand-outs stale"
         rows = (start + np.arange(n)) % self._size
         if priorities is not None and n: self._max_p = max(self._max_p, priorities.max())
         p = np.full(n, self._max_p, np.float32) if priorities is None else priorities
@@ -391,7 +392,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                beta:float=0.4, # Importance-sampling exponent: 0 gives weights of 1, 1 full correction
                # Also give the rows' write generations as `generations`, for `update_priorities`
                generations:bool=False):
-        "`batch_size` transitions drawn in proportion to their priority, with `weights` and `indexes` (and `generations` if asked)"
+        "`batch_size` transitions drawn by priority, with `weights` and `indexes` (and `generations` if asked)"
         check_number('beta', beta)
         self._check_stored()
         check_positive(batch_size)
@@ -409,7 +410,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                           # Their write generations, as `sample(generations=True)` gave them: rows written since that
                           # sample keep theirs
                           generations=None):
-        "Set the priorities of the transitions at `indexes` (with `check_for_update`, of those not written since the last `sample`; with `generations`, since theirs)"
+        "Set priorities at `indexes` (`check_for_update`: if unwritten since `sample`; `generations`: since those)"
         i = as_idxs(_whole(indexes, 'indexes'), len(self.replay), name='indexes').numpy()
         p = self._checked_priorities(priorities, len(i))
         guard = self.check_for_update or generations is not None
@@ -429,7 +430,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 # %% ../../nbs/13a_compat.cpprb.ipynb #a73a6985
 def _whole(v, what:str):
-    "`v` with float values taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
+    "`v` with floats taken as the ints they equal, as cpprb takes indexes of any number type; raise for a fraction"
     a = host_array(v, what)
     if a.dtype.kind != 'f': return v
     if not np.isfinite(a).all() or (a != np.round(a)).any():

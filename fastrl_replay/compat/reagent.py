@@ -1,4 +1,4 @@
-"""ReAgent's `ReplayBuffer` and `PrioritizedReplayBuffer`, Dopamine's `OutOfGraphReplayBuffer`, `OutOfGraphPrioritizedReplayBuffer` and `SumTree`, and `CircularReplayBuffer` (the library's `FrameReplay` under their names), as thin adapters over `FrameStorage` and the library's samplers: the same steps at the same indices, the same valid transitions, stacks and n-step returns.
+"""ReAgent's and Dopamine's replay buffers as thin adapters over `FrameStorage` and the library's samplers.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/compat.reagent.html.md"""
 
@@ -12,7 +12,8 @@ import keyword, random, shutil
 from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 from fastcore.basics import patch
-from ..errors import ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy, is_int
+from ..errors import (ExperienceReplayException, NoValidTransitions, check_positive, check_number, to_numpy,
+                                  is_int)
 from ..memory.checks import cast_exactly, as_idxs, host_array, as_flag
 from ..memory.core import UniformSampler, Replay, own_kind
 from ..memory.frames import FrameStorage, ReplayElement
@@ -30,7 +31,7 @@ __all__ = ['PaddedFrameStorage', 'ReAgentRing', 'CircularReplayBuffer', 'PaddedR
 _PAD = '_padding'  # the extra element that marks padding steps
 
 class PaddedFrameStorage(FrameStorage):
-    "A `FrameStorage` laid out as ReAgent's and Dopamine's rings: `stack_size - 1` zero padding steps open each episode and are never transitions"
+    "`FrameStorage` as ReAgent's and Dopamine's rings: `stack_size - 1` zero steps (never transitions) open episodes"
     def __init__(self,
                  observation_shape:tuple, # Shape of one observation
                  max_sz:int, # Steps kept, padding included, before the oldest are overwritten
@@ -57,7 +58,7 @@ class PaddedFrameStorage(FrameStorage):
                    # The episode ended here without a terminal state: transitions reaching this step are not valid
                    cut:bool=False,
                    **extras): # The extra elements by name
-        "Check one step whole, then write it, after `stack_size - 1` padding steps when it opens an episode; the first and last serials written"
+        "Check one step whole and write it, padded first if it opens an episode; the first and last serials written"
         names = self.extra_names
         if sorted(extras) != sorted(names):
             raise ExperienceReplayException(f'Add expects the extra elements {sorted(names)}; got {sorted(extras)}')
@@ -82,7 +83,7 @@ class PaddedFrameStorage(FrameStorage):
         self.add_step(obs, act, rew, term, truncated=final is not None, next_observation=final, **ex, **{_PAD: False})
         return first, self.add_count - 1
     def _reaches_cut(self, rows:np.ndarray) -> np.ndarray:
-        "Whether the n-step window of each step at `rows` reaches a step that ended its episode without a terminal state"
+        "Whether each step at `rows` has an n-step window reaching an episode end without a terminal state"
         C, cut, open_, cur = self.max_sz, np.zeros(len(rows), bool), np.ones(len(rows), bool), rows
         for _ in range(self.n_steps):
             term, trunc = self.terminal[cur], self.truncated[cur]
@@ -123,7 +124,7 @@ def _value(name:str, v, shape:tuple, dtype:np.dtype) -> np.ndarray:
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c2a7e602
 class ReAgentRing:
-    "What ReAgent's and Dopamine's buffers answer about their ring of steps, written once over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
+    "Ring queries of ReAgent's and Dopamine's buffers, over `add_count`, `replay_capacity`, `_valid_at` and `_draw`"
     # `sample_all_valid_transitions` with no valid transition: a batch of 0 rows (True) or `NoValidTransitions`
     empty_batches = False
     def cursor(self) -> int:
@@ -136,7 +137,7 @@ class ReAgentRing:
         "Whether the ring has been filled once, so each step now overwrites the oldest"
         return self.add_count >= self.replay_capacity
     def is_valid_transition(self, index) -> bool:
-        "Whether index `index` starts a transition that can be built exactly from what is stored now (False out of range)"
+        "Whether `index` starts a transition built exactly from what is stored now (False out of range)"
         i = to_numpy(index)
         if i.size != 1 or i.dtype.kind not in 'iu':
             raise ExperienceReplayException(f'an index is one int, got {index!r}')
@@ -149,7 +150,7 @@ class ReAgentRing:
                            batch_size:int, # Indices to draw
                            # Also return the rows' write generations, for `update_td` and `set_priority`
                            generations:bool=False):
-        "`batch_size` valid indices, drawn uniformly (or by priority): a 1-d int64 tensor (and, with `generations`, their write generations)"
+        "`batch_size` valid indices (1-d int64), drawn uniformly or by priority (with `generations`, also theirs)"
         idx = self._draw(batch_size)
         return (idx, self.sampler.generations(idx)) if generations else idx
     def sample_all_valid_transitions(self):
@@ -165,7 +166,7 @@ class ReAgentRing:
 
 # %% ../../nbs/13c_compat.reagent.ipynb #c3b1a002
 class CircularReplayBuffer(ReAgentRing, FrameReplay):
-    "`FrameReplay` under ReAgent's and Dopamine's names: single frames stored once, rebuilt into stacked n-step transitions"
+    "`FrameReplay` under ReAgent's and Dopamine's names: frames stored once, rebuilt into stacked n-step transitions"
     empty_batches = True  # `sample_all_valid_transitions` with no valid transition gives a batch of 0 rows
     __signature__ = None  # its own `__init__`'s, not the one `FrameReplay` lists
     def __init__(self, observation_shape:tuple, stack_size:int, # A frame's shape, and frames per state
@@ -233,12 +234,12 @@ own_kind(CircularReplayBuffer, 'fastrl_replay.memory.circular.CircularReplayBuff
 def _ckpt(checkpoint_dir, iteration) -> Path: return Path(checkpoint_dir)/f'ckpt.{iteration}'
 
 class _Load:
-    "`load` of a buffer class returns the buffer saved at a path; `load` of a buffer restores one into it, as ReAgent's and Dopamine's `load(checkpoint_dir, suffix)`"
+    "`cls.load(path)` returns the buffer saved at `path`; `buf.load(checkpoint_dir, suffix)` restores one into `buf`"
     def __get__(self, obj, cls): return cls._load_saved if obj is None else obj._load_into
 
 # %% ../../nbs/13c_compat.reagent.ipynb #b676117f
 class PaddedReplay(ReAgentRing, Replay):
-    "A `Replay` over a `PaddedFrameStorage` with ReAgent's and Dopamine's settings, indices and validity: what their buffers share"
+    "A `Replay` over a `PaddedFrameStorage`: the settings, indices and validity ReAgent's and Dopamine's buffers share"
     prioritized = False  # sampled by priority
     _defaults = {}  # the interface's own settings, kept in the state: name -> default
     # `save(checkpoint_dir, iteration_number)` keeps the last 4 iterations, as ReAgent
@@ -258,7 +259,8 @@ class PaddedReplay(ReAgentRing, Replay):
                                             f'got {replay_capacity}')
         if generator is not None and seed is not None:
             raise ExperienceReplayException('give either a generator or a seed, not both')
-        self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = stack_size, replay_capacity, update_horizon, float(gamma)
+        self.stack_size, self.replay_capacity = stack_size, replay_capacity
+        self.update_horizon, self.gamma = update_horizon, float(gamma)
         self.bs, self.warmup_sz, self._draws = batch_size, min(batch_size, replay_capacity), (generator, seed)
         self.storage, self.sampler = None, self._new_sampler(generator, seed)
         self._valid, self._n_valid, self._dirty = np.zeros(replay_capacity, bool), 0, []
@@ -304,12 +306,13 @@ class PaddedReplay(ReAgentRing, Replay):
         self._valid[rows] = new
     @classmethod
     def from_parts(cls, storage, sampler, bs:int=16, warmup_sz:int=100, *args, **kwargs) -> PaddedReplay:
-        "A buffer of class `cls` joining a `PaddedFrameStorage` and a sampler (the interface's settings at their defaults until `load_state_dict`)"
+        "A `cls` joining a `PaddedFrameStorage` and a sampler (interface settings default until `load_state_dict`)"
         if not isinstance(storage, PaddedFrameStorage):
             raise ExperienceReplayException(f'a {cls.__name__} keeps its steps in a PaddedFrameStorage, got a '
                                             f'{type(storage).__name__}')
         self = Replay.from_parts.__func__(cls, storage, sampler, bs, warmup_sz, *args, **kwargs)
-        self.stack_size, self.replay_capacity, self.update_horizon, self.gamma = storage.stack_size, storage.max_sz, storage.n_steps, storage.gamma
+        self.stack_size, self.replay_capacity = storage.stack_size, storage.max_sz
+        self.update_horizon, self.gamma = storage.n_steps, storage.gamma
         self._draws = None, None
         for k, v in cls._defaults.items(): setattr(self, k, v)
         self._revalidate()
@@ -386,7 +389,7 @@ class PaddedReplay(ReAgentRing, Replay):
         return np.zeros(len(rows)) if self.storage is None else self.sampler.base_priority[rows]
     @property
     def sum_tree(self) -> BufferSumTree:
-        "A prioritized buffer's priorities under Dopamine's `SumTree` interface, as Dopamine's and ReAgent's buffers keep them (`max_recorded_priority`, `set`, `get`, draws); a uniform buffer has none"
+        "The priorities as Dopamine's `SumTree` (`max_recorded_priority`, `set`, `get`, draws); none if uniform"
         if not self.prioritized:
             raise AttributeError(f"a {type(self).__name__} samples uniformly: it has no 'sum_tree'")
         return BufferSumTree(self)
@@ -401,7 +404,7 @@ class PaddedReplay(ReAgentRing, Replay):
         self._ready('state_dict')
         return {**Replay.state_dict(self), 'compat': {k: getattr(self, k) for k in self._defaults}}
     def load_state_dict(self, state:dict, assign:bool=False):
-        "Restore what `state_dict` returned into a buffer with the same columns; a state that does not fit changes nothing"
+        "Restore what `state_dict` returned into a buffer with the same columns; a misfit state changes nothing"
         self._ready('load_state_dict')
         compat = state.get('compat') if isinstance(state, dict) else None
         if not isinstance(compat, dict) or set(compat) != set(self._defaults):
@@ -415,9 +418,10 @@ class PaddedReplay(ReAgentRing, Replay):
              # The checkpoint directory (made or replaced); with an iteration number, the directory that holds one per
              # iteration
              path,
-             # Wait until every file is on the disk; an int instead is ReAgent's and Dopamine's `iteration_number`
+             # Wait until every file is on the disk; an int is ReAgent's and Dopamine's `iteration_number`: write
+             # `path/ckpt.<iteration_number>`, remove the one `checkpoint_duration` older unless `keep_every` spares it
              durable:bool|int=True):
-        "Write a checkpoint to the directory `path`, atomically; `save(checkpoint_dir, iteration_number)` writes `checkpoint_dir/ckpt.<iteration_number>` and removes the one `checkpoint_duration` iterations older, unless `keep_every` spares it"
+        "Write a checkpoint to the directory `path` atomically (given an iteration number `n`, to `path/ckpt.<n>`)"
         self._ready('save')
         if isinstance(durable, bool): return Replay.save(self, path, durable)
         if not is_int(durable) or durable < 0:
@@ -433,7 +437,7 @@ class PaddedReplay(ReAgentRing, Replay):
         "The buffer saved in the directory `path` (or, with `suffix`, in `path/ckpt.<suffix>`), which must be a `cls`"
         return load_memory(path if suffix is None else _ckpt(path, suffix), cls)
     def _load_into(self, checkpoint_dir, suffix=None):
-        "Restore the buffer saved in `checkpoint_dir/ckpt.<suffix>` (or, without `suffix`, in `checkpoint_dir`) into this one; a checkpoint that does not fit changes nothing"
+        "Restore the buffer in `checkpoint_dir/ckpt.<suffix>` (or `checkpoint_dir`); a misfit one changes nothing"
         path = Path(checkpoint_dir) if suffix is None else _ckpt(checkpoint_dir, suffix)
         if not path.exists(): raise FileNotFoundError(f'no checkpoint at {path}')
         saved = load_memory(path, type(self))
@@ -506,7 +510,7 @@ def _dense_type(name:str, v) -> tuple[tuple, np.dtype]:
     return a.shape, np.dtype(np.float32) if a.dtype == np.float64 else a.dtype
 
 def _check_names(names:list, extras:list):
-    "Raise unless every extra element names fields that are identifiers, not starting with `_`, and every field is named once"
+    "Raise unless extra elements name each field once, as an identifier not starting with `_`"
     bad = [k for k in extras if not (isinstance(k,
                                                 str) and k.isidentifier()) or keyword.iskeyword(k) or k.startswith('_')]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -517,7 +521,7 @@ def _check_names(names:list, extras:list):
 
 # %% ../../nbs/13c_compat.reagent.ipynb #6d793f05
 class ReplayBuffer(PaddedReplay):
-    "ReAgent's `ReplayBuffer`: columns typed by the first `add`, every column stacked, n-step returns, a named tuple per sample"
+    "ReAgent's `ReplayBuffer`: columns typed by the first `add`, all stacked, n-step returns, a named tuple per sample"
     _defaults = dict(return_everything_as_stack=False, return_as_timeline_format=False)
     def __init__(self,
                  stack_size:int=1, # Steps per stack, for every column
@@ -532,7 +536,8 @@ class ReplayBuffer(PaddedReplay):
                  generator:torch.Generator|None=None, # CPU random generator for sampling
                  seed:int|None=None): # Seed for a new generator
         super().__init__(stack_size, replay_capacity, batch_size, update_horizon, gamma, generator, seed)
-        self.return_everything_as_stack, self.return_as_timeline_format = bool(return_everything_as_stack), bool(return_as_timeline_format)
+        self.return_everything_as_stack = bool(return_everything_as_stack)
+        self.return_as_timeline_format = bool(return_as_timeline_format)
     def get_transition_elements(self, extras:list|None=None) -> list:
         "The field names of `sample_transition_batch`, in order"
         extras = self.extra_names if extras is None else list(extras)
@@ -592,7 +597,7 @@ class ReplayBuffer(PaddedReplay):
                                 batch_size:int|None=None, # Transitions to draw (default: the buffer's `batch_size`)
                                 # Indices to build instead, `(n,)` or `(n, 1)`; each must be a valid transition
                                 indices=None):
-        "A named tuple of transitions with ReAgent's fields (every column stacked, `next_*` columns, `terminal`, `indices`, `step`)"
+        "A named tuple of transitions with ReAgent's fields (columns stacked, `next_*`, `terminal`, `indices`, `step`)"
         return self._batch(self._resolve(batch_size, indices))
     @classmethod
     def create_from_env(cls,
@@ -602,7 +607,7 @@ class ReplayBuffer(PaddedReplay):
                         stack_size:int=1, # Steps per stack
                         store_log_prob:bool=True, # Keep a `log_prob` extra element
                         **kwargs): # Other arguments of the buffer
-        "A buffer with columns typed by the spaces of `env` and the extra elements `mdp_id`, `sequence_number` (and `log_prob`)"
+        "A buffer with columns typed by `env`'s spaces, and extra elements `mdp_id`, `sequence_number` (and `log_prob`)"
         if isinstance(env, gym.vector.VectorEnv):
             raise ExperienceReplayException('a buffer holds the steps of one environment, got a vector environment; '
                                             'CircularReplayBuffer keeps several apart')
@@ -625,7 +630,7 @@ def _space_type(name:str, space) -> tuple[tuple, np.dtype]:
 
 # %% ../../nbs/13c_compat.reagent.ipynb #d67ad32a
 class PrioritizedReplayBuffer(ReplayBuffer):
-    "ReAgent's `PrioritizedReplayBuffer`: a `ReplayBuffer` drawn in proportion to priorities given with each step or set later"
+    "ReAgent's `PrioritizedReplayBuffer`: a `ReplayBuffer` drawn by priorities given with each step or set later"
     prioritized = True
     _defaults = {**ReplayBuffer._defaults, 'max_sample_attempts': 1000}
     def __init__(self,
@@ -653,14 +658,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 # %% ../../nbs/13c_compat.reagent.ipynb #a02d8cce
 class PeerAssertionError(ExperienceReplayException, AssertionError):
-    "The library's `ExperienceReplayException` for an input that Dopamine refuses with an `AssertionError`: code catching either catches it"
+    "`ExperienceReplayException` for input Dopamine refuses with an `AssertionError`: catching either catches it"
 
 def invalid_range(cursor:int, # Index of the row the next step is written to
                   replay_capacity:int, # Rows in the ring
                   stack_size:int, # Frames per state
                   update_horizon:int # n of the n-step return
                  ) -> np.ndarray:
-    "The `update_horizon + stack_size` indices from `cursor - update_horizon` on, wrapping at `replay_capacity`: those Dopamine never samples"
+    "The indices Dopamine never samples: `update_horizon + stack_size` from `cursor - update_horizon`, wrapping"
     for v, name in ((replay_capacity, 'replay_capacity'), (stack_size, 'stack_size'),
                     (update_horizon, 'update_horizon')):
         check_positive(v, name)
@@ -673,7 +678,7 @@ def invalid_range(cursor:int, # Index of the row the next step is written to
 _DOPAMINE_FIELDS = ['state', 'action', 'reward', 'next_state', 'next_action', 'next_reward', 'terminal', 'indices']
 
 class OutOfGraphReplayBuffer(PaddedReplay):
-    "Dopamine's `OutOfGraphReplayBuffer`: columns declared up front, extra elements by position, samples as tuples of NumPy arrays"
+    "Dopamine's `OutOfGraphReplayBuffer`: columns declared up front, extra elements by position, NumPy tuple samples"
     _defaults = dict(max_sample_attempts=1000, terminal_dtype=np.dtype(np.uint8), checkpoint_duration=4,
                      keep_every=None)
     def __init__(self,
@@ -736,7 +741,7 @@ class OutOfGraphReplayBuffer(PaddedReplay):
                     priority=priority)
     @property
     def episode_end_indices(self) -> set:
-        "Indices of the stored steps that ended their episode without a terminal state (`add(..., episode_end=True)`), as Dopamine's `episode_end_indices`"
+        "Dopamine's `episode_end_indices`: steps that ended an episode without a terminal state (`episode_end=True`)"
         st, n = self.storage, min(self.add_count, self.replay_capacity)
         cut = st.truncated[:n] & ~st.terminal[:n] & ~st.extra[_PAD][:n]
         return set(np.flatnonzero(cut).tolist())
@@ -759,7 +764,7 @@ class OutOfGraphReplayBuffer(PaddedReplay):
     def sample_index_batch(self,
                            batch_size:int, # Indices to draw
                            generations:bool=False): # Also return the rows' write generations, for `set_priority`
-        "`batch_size` valid indices, drawn uniformly (or by priority): a list of ints (and, with `generations`, a list of their write generations)"
+        "`batch_size` valid indices (a list of ints), drawn uniformly or by priority (with `generations`, also theirs)"
         idx = self._draw(batch_size)
         return (idx.tolist(), self.sampler.generations(idx).tolist()) if generations else idx.tolist()
     def sample_transition_batch(self,
@@ -787,7 +792,7 @@ class OutOfGraphReplayBuffer(PaddedReplay):
         return a[np.arange(start_index, end_index) % C]
     def get_observation_stack(self,
                               index:int): # The index of the stack's last observation
-        "The stack of observations ending at `index`, read from the ring as Dopamine reads it: `(*observation_shape, stack_size)`"
+        "The observations ending at `index` as Dopamine reads the ring: `(*observation_shape, stack_size)`"
         self._ready('get_observation_stack')
         return np.moveaxis(self.get_range(self.storage.obs, index - self.stack_size + 1, index + 1), 0, -1)
 
@@ -810,13 +815,14 @@ class OutOfGraphPrioritizedReplayBuffer(OutOfGraphReplayBuffer):
 
 # %% ../../nbs/13c_compat.reagent.ipynb #06438fa1
 class SumTree:
-    "Dopamine's `SumTree` (`set`, `get`, `sample`, `stratified_sample`, `nodes`, `max_recorded_priority`) over the library's `SumTree`"
+    "Dopamine's `SumTree` (`set`, `get`, `sample`, `stratified_sample`, `nodes`, `max_recorded_priority`) over ours"
     def __init__(self,
                  capacity:int, # Leaves, all starting at 0
                  # Seed of the query values' own `random.Random` (default: Python's global `random`, as Dopamine)
                  seed:int|None=None):
         check_positive(capacity, 'capacity')
-        self.tree, self.rng, self.max_recorded_priority = LeafSumTree(capacity), random if seed is None else random.Random(seed), 1.
+        self.tree, self.max_recorded_priority = LeafSumTree(capacity), 1.
+        self.rng = random if seed is None else random.Random(seed)
         sums = self.tree.sum_tree.numpy()  # level d of the tree: nodes 2**d .. 2**(d+1) - 1, the root at 1
         self.nodes = [sums[1 << d:2 << d] for d in range(self.tree.depth + 1)]
         for level in self.nodes: level.flags.writeable = False
@@ -848,7 +854,7 @@ class SumTree:
             raise ExperienceReplayException('Cannot sample from an empty sum tree: every leaf is 0')
     def sample(self,
                query_value:float|None=None): # A fraction in [0, 1] of the total mass (default: a uniform draw)
-        "The leaf whose slice of the cumulative sum holds `query_value` of the total: with a random one, a leaf drawn with probability value / total"
+        "The leaf whose cumulative-sum slice holds `query_value` of the total (random: drawn with p = value / total)"
         self._check_mass()
         if query_value is not None and not 0 <= query_value <= 1:
             raise ExperienceReplayException(f'query_value must be in [0, 1], got {query_value!r}')

@@ -116,7 +116,7 @@ def lossless(src, dst) -> bool:
 def _is_float(d) -> bool: return d.is_floating_point if isinstance(d, torch.dtype) else np.dtype(d).kind == 'f'
 
 def storable(src, dst) -> bool:
-    "Whether a column of dtype `dst` takes values of dtype `src`: every value exactly, or floats rounded into a float column (float64 into float32, as every peer stores them); never what loses integers or changes kind"
+    "Whether a `dst` column takes `src` values: exactly, or floats rounded to a float column; never losing ints, kind"
     return lossless(src, dst) or (_is_float(src) and _is_float(dst))
 
 _FMAX = {}
@@ -169,7 +169,7 @@ def td_vector(td, n:int, of:str='indices'):
 TD_KEY, TD_DTYPE = 'td_error', torch.float32
 
 def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Tensor]:
-    "Checked indices of a memory of `n_rows` rows and TD errors, as tensors on `device`, the TD errors float32; raise on bad input"
+    "Checked indices into `n_rows` rows and TD errors (float32), as tensors on `device`; raise on bad input"
     idxs = as_idxs(idxs, n_rows, device)
     if isinstance(td_errors, (list, tuple)): td_errors = real_array(td_errors, 'td_errors')
     if isinstance(td_errors, np.ndarray): td_errors = torch.from_numpy(real_array(td_errors, 'td_errors'))
@@ -186,17 +186,18 @@ def td_rows(n_rows:int, device, td_errors, idxs) -> tuple[torch.Tensor, torch.Te
     return idxs, td
 
 def real_array(v, name:str) -> np.ndarray:
-    "`v` (an array, or a list or tuple of numbers) as a NumPy array of bools, ints, floats or complex numbers; raise for anything else, naming what it holds"
+    "`v` (an array, list or tuple of numbers) as a numeric or bool NumPy array; raise naming what else it holds"
     try: a = np.asarray(v)
     except (ValueError, TypeError) as e:
         raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} {e}') from None
     if a.dtype.kind not in 'biufc':
-        held = sorted({type(x).__name__ for x in a.reshape(-1)[:1000].tolist()}) if a.dtype.kind in 'OUS' else [str(a.dtype)]
+        kinds = {type(x).__name__ for x in a.reshape(-1)[:1000].tolist()}
+        held = sorted(kinds) if a.dtype.kind in 'OUS' else [str(a.dtype)]
         raise ExperienceReplayException(f'{name}: expected numbers, got {type(v).__name__} of {", ".join(held)}')
     return np.ascontiguousarray(a, a.dtype.newbyteorder('='))
 
 def _td_tensor(v, what:str) -> torch.Tensor:
-    "The TD errors `v` that come with rows, as a float32 tensor on the CPU; raise unless they are real numbers that fit float32"
+    "The TD errors `v` given with rows as a float32 CPU tensor; raise unless they are real numbers that fit float32"
     check_values(v, TD_KEY)
     if isinstance(v, np.ndarray): v = torch.from_numpy(real_array(v, f'column {TD_KEY!r}'))
     elif isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_)):
@@ -223,8 +224,8 @@ def batch_td(v, rest:Mapping) -> torch.Tensor:
         raise ExperienceReplayException("column 'td_error': expected shape (n, 1) and a float dtype, got "
                                         f"{tuple(td.shape)} {dtype_name(td.dtype)}")
     if td.shape[0] != n:
-        raise ExperienceReplayException(f'columns must share their batch size, got rows per column '
-                                        f'{ {k: (x.shape[0] if getattr(x, "ndim", 0) else None) for k, x in {**rest, TD_KEY: td}.items()} }')
+        per_col = {k: (x.shape[0] if getattr(x, 'ndim', 0) else None) for k, x in {**rest, TD_KEY: td}.items()}
+        raise ExperienceReplayException(f'columns must share their batch size, got rows per column {per_col}')
     return td[:, 0]
 
 def row_td(v) -> torch.Tensor:
@@ -237,7 +238,7 @@ def row_td(v) -> torch.Tensor:
 
 # %% ../../nbs/06h_memory.checks.ipynb #0063f3e1
 def as_flag(v, name:str) -> bool:
-    "`v` as a bool: a bool, or a number (Python, NumPy, or a tensor of one value) that is exactly 0 or 1; raise on anything else"
+    "`v` as a bool: a bool, or a number (Python, NumPy, one-value tensor) exactly 0 or 1; raise on anything else"
     if type(v) is bool: return v
     if type(v) is np.bool_: return bool(v)  # what gymnasium gives
     check_values(v, name)
@@ -248,7 +249,7 @@ def as_flag(v, name:str) -> bool:
     return bool(a.item())
 
 def as_flags(v:np.ndarray, name:str) -> np.ndarray:
-    "Column `v` of flags as bools: a bool column, or numbers that are each exactly 0 or 1; raise naming the other values"
+    "Column `v` of flags as bools: bools, or numbers each exactly 0 or 1; raise naming the other values"
     if v.dtype.kind == 'b': return v
     if v.dtype.kind not in 'iuf':
         raise ExperienceReplayException(f'column {name!r}: expected bools, or numbers that are 0 or 1, got {v.dtype}')
@@ -279,7 +280,7 @@ def as_np_dtype(v, name:str) -> np.dtype:
     return d
 
 def priority_tensor(p, device) -> torch.Tensor:
-    "Priorities `p` (a tensor, an array or a list of real numbers) as a float64 tensor on `device` (None: where it is); raise for complex numbers, strings, meta tensors"
+    "Real priorities `p` as a float64 tensor on `device` (None: where it is); raise for complex, strings, meta tensors"
     check_values(p, 'priorities')
     t = p.detach() if isinstance(p, torch.Tensor) else torch.from_numpy(real_array(p, 'priorities'))
     if t.is_complex():
@@ -288,7 +289,7 @@ def priority_tensor(p, device) -> torch.Tensor:
 
 @contextmanager
 def allocating(what:str, n:int, row_bytes:int):
-    "Turn the failure of allocating `what`, `n` rows of `row_bytes` each, into `ExperienceReplayException` naming the size"
+    "Turn failing to allocate `what` (`n` rows of `row_bytes`) into `ExperienceReplayException` naming the size"
     try: yield
     except ReplayError: raise  # refused for a reason of its own, e.g. files that belong to another memory
     except (MemoryError, OverflowError, ValueError, RuntimeError) as e:

@@ -1,4 +1,4 @@
-"""Each frame stored once: stacked states, next states and n-step returns rebuilt at sample time, exact at every episode, environment and cursor boundary.
+"""Each frame stored once: stacks, next states and n-step returns rebuilt at sample time, exact at every boundary.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.circular.html.md"""
 
@@ -94,13 +94,13 @@ class FrameReplay(Replay):
     def draw(self,
              bs:int, # Indices to draw
              generations:bool=False): # Also return their write generations, for `update_td` and `set_priority`
-        "`bs` indices of valid transitions, drawn uniformly (or by priority): a 1-d int64 tensor (and, with `generations`, their write generations)"
+        "`bs` valid transition indices (1-d int64), drawn uniformly or by priority (with `generations`, also theirs)"
         check_positive(bs, 'bs')
         with self.lock:
             idx = self.sampler.draw(bs)
             return (idx, self.sampler.generations(idx)) if generations else idx
     def gather(self, idxs) -> BD:
-        "The transitions at storage indices `idxs` (each valid), as a `BD` with their `indices` (and, prioritized, their `weight`)"
+        "The transitions at valid storage indices `idxs` as a `BD` with their `indices` (and, prioritized, `weight`)"
         with self.lock:
             rows = as_idxs(idxs, len(self), 'cpu')
             if self.prioritized: self.sampler.get_priority(rows)  # brings the tree up to date
@@ -117,7 +117,7 @@ class FrameReplay(Replay):
                      priorities, # One finite priority >= 0 per index
                      # Their write generations, as `draw` or `sample` handed them out: rows written since keep theirs
                      generations=None):
-        "Set the priorities of `idxs` as given (finite, >= 0); invalid transitions keep 0 in the tree until they become valid"
+        "Set priorities of `idxs` as given (finite, >= 0); invalid transitions keep 0 in the tree until valid"
         self._check_prioritized('set_priority')
         with self.lock: self.sampler.set_priority(idxs, priorities, generations=generations)
     def get_priority(self, idxs) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Reservoir eviction, which keeps a uniform sample of everything ever added, and a task-balanced memory, which keeps a share of rows for each task and samples the tasks evenly.
+"""Reservoir eviction and a task-balanced memory for continual learning.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.continual.html.md"""
 
@@ -10,7 +10,8 @@ from collections.abc import Mapping
 import numpy as np, torch
 from fastcore.meta import delegates
 from ..core import BD
-from ..errors import ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg, is_int, to_numpy, dtype_name
+from ..errors import (ExperienceReplayException, NoValidTransitions, new_generator, draw_seed, check_nonneg,
+                                  is_int, to_numpy, dtype_name)
 from .checks import batch_of, batch_td, row_td, TD_KEY, allocating
 from .core import Replay, Writer, Sampler, UniformSampler, as_transition, forward_attrs
 from .experience_replay import ColumnStorage
@@ -22,7 +23,7 @@ __all__ = ['Reservoir', 'ReservoirStorage', 'ReservoirReplay', 'TaskShares', 'Ta
 
 # %% ../../nbs/06g_memory.continual.ipynb #d72b7e87
 class Reservoir(Writer):
-    "Vitter's Algorithm R: the first `max_sz` rows fill the storage, then row `t` replaces a random stored row with probability `max_sz / t`"
+    "Vitter's Algorithm R: `max_sz` rows fill the storage, then row `t` replaces a random one with p = `max_sz / t`"
     def __init__(self,
                  generator:torch.Generator|None=None, # CPU generator for the eviction draws
                  seed:int|None=None): # Seed for a new generator (default: drawn from torch's global RNG)
@@ -143,7 +144,7 @@ forward_attrs(ReservoirReplay, 'storage', 'seen')  # read only
 
 # %% ../../nbs/06g_memory.continual.ipynb #41a73a13
 class TaskShares(Writer):
-    "Once full, a row of a task under its share replaces the oldest row of the task holding most; a task at its share replaces its own oldest"
+    "When full, a task under its share replaces the oldest row of the largest task; one at its share, its own oldest"
     def __init__(self,
                  # The (n, 1) int64 column holding each row's task, filled from `task` where a batch has none
                  task_key:str='task',
@@ -177,7 +178,7 @@ class TaskShares(Writer):
         self.clock += n
 
     def prepare(self, b:Mapping) -> Mapping:
-        "`b` with the current `task` for every row where it has no task column; raise on a task column that holds no task ids"
+        "`b` with the current `task` for rows with no task column; raise on a task column holding no task ids"
         if self.task_key not in b:
             n = next((v.shape[0] for v in b.values() if getattr(v, 'ndim', 0)), None)
             if n is not None: b = {**b, self.task_key: np.full((n, 1), self.task, np.int64)}

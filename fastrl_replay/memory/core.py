@@ -80,7 +80,7 @@ class Storage:
         "Whether each of `rows` can be gathered now"
         return (rows >= 0) & (rows < len(self))
     def watch(self):
-        "Start recording rows whose validity changes other than by being written (for a sampler that keeps per-row state)"
+        "Start recording rows whose validity changes other than by a write (for a sampler keeping per-row state)"
     def changed(self) -> np.ndarray:
         "The rows recorded since the last call, each once"
         return np.empty(0, np.int64)
@@ -111,7 +111,7 @@ class Storage:
         "Raise `ExperienceReplayException` unless `state` can be loaded here; change nothing"
         check_kind(self, state)
     def split_td(self, state:dict) -> tuple[dict, torch.Tensor|None]:
-        "`state` without the TD errors a checkpoint from when storages kept them holds, and those TD errors (None if it holds none)"
+        "`state` without the TD errors an old checkpoint (storages kept them) holds, and those TD errors (or None)"
         return state, None
     def load_state_dict(self, state:dict, assign:bool=False):
         "Restore what `state_dict` returned, after `check_state`; with `assign`, keep the state's arrays where they fit"
@@ -131,7 +131,7 @@ class Writer:
         "Raise unless the columns a first batch makes suit this writer; `cols`"
         return cols
     def slots(self, n:int, length:int, b:Mapping) -> np.ndarray:
-        "The row each of `n` incoming rows goes to (-1: not kept), `length` rows being stored; called once the batch is known to fit"
+        "The row each of `n` incoming rows goes to (-1: not kept), `length` rows being stored; called once it fits"
         raise NotImplementedError
     def wrote(self, rows:np.ndarray, src:np.ndarray, n:int):
         "Rows `rows` now hold the incoming rows `src` of a batch of `n`"
@@ -143,7 +143,7 @@ class Writer:
         "The writer's state, kept in its storage's state (so its keys must differ from the storage's)"
         return {}
     def check_state(self, state:dict):
-        "Raise `ExperienceReplayException` unless the storage's `state` holds a state this writer can load; change nothing"
+        "Raise `ExperienceReplayException` unless the storage's `state` holds one this writer can load"
     def load_state_dict(self, state:dict):
         "Restore what `state_dict` put in the storage's `state`"
 
@@ -161,10 +161,10 @@ def _overwritten(marks):
 _NO_GENERATIONS = np.empty(0, np.int64)  # what the compiled guard is given when an update brings no generations
 
 def as_generations(generations, n:int, device) -> torch.Tensor:
-    "`generations` (a tensor, array or list of ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise `ExperienceReplayException` otherwise"
+    "`generations` (ints, as `sample` handed them out) as an int64 tensor of `n` on `device`; raise otherwise"
     check_values_in(generations, 'generations')
-    g = generations if isinstance(generations,
-                                  torch.Tensor) else torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
+    if isinstance(generations, torch.Tensor): g = generations
+    else: g = torch.as_tensor(np.asarray(generations) if len(generations) else np.zeros(0, np.int64))
     if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool or tuple(g.shape) != (n,):
         raise ExperienceReplayException(f'expected {n} write generations, one int per index, as `sample` handed them '
                                         'out; '
@@ -189,7 +189,7 @@ class Sampler:
         return storage.device
 
     def attach(self, storage:Storage):
-        "Use `storage`: make the generator where the draws happen and keep the per-row state: the TD errors, the write generations and the hand-out marks"
+        "Use `storage`: make the generator where draws happen; keep TD errors, generations and hand-out marks per row"
         self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
         self.storage = storage
         storage.reserve(self.reserved)
@@ -207,11 +207,11 @@ class Sampler:
 
     @property
     def td_errors(self) -> torch.Tensor:
-        "The TD error last written back to each of the `max_sz` rows (0 since the row was written): float32, on the storage's device"
+        "The last TD error written back to each of the `max_sz` rows (0 since written): float32, on the storage device"
         return self._td
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` (wrapping at `max_sz`) were just written: their TD errors start at 0, their write generations go up by one, and those handed out before are stale"
+        "Rows `start` to `start + n` (wrapping) were written: TD errors 0, generations up one, earlier hand-outs stale"
         td, end = self._td_host if self._td_host is not None else self._td, start + n
         marks = self._handed_np if self._handed_np is not None else self.handed
         if n == 1 and marks is self._handed_np:  # one step: no slices
@@ -228,16 +228,16 @@ class Sampler:
                 if b > a: td[a:b] = 0; w[a:b] += 1; _overwritten(marks[a:b])
 
     def stamp(self, idxs:torch.Tensor):
-        "Mark rows `idxs` (on the generator's device) as handed out now: an update for them counts until they are overwritten. Every `draw` calls it"
+        "Mark rows `idxs` (on the generator's device) handed out: updates count until overwritten; `draw` calls it"
         if self._handed_np is not None: self._handed_np[idxs.numpy()] = OUT
         else: self.handed[idxs] = OUT
 
     def stamp_all(self):
-        "Mark every row as handed out now, as if a sample had drawn them all: from here on, an update for a row counts until the row is overwritten"
+        "Mark every row handed out, as if a sample drew them all: an update for a row counts until it is overwritten"
         self.handed.fill_(OUT)
 
     def generations(self, idxs:torch.Tensor) -> torch.Tensor:
-        "The write generations of storage rows `idxs` (checked), a copy: handed out with a sample, they tell its rows apart from later rows written to the same slots"
+        "A copy of the write generations of storage rows `idxs` (checked), which tell a sample's rows from later writes"
         return self.written[idxs.to(self.written.device)]
 
     def fresh(self,
@@ -245,13 +245,13 @@ class Sampler:
               # The rows' write generations when they were handed out (`generations`); None: the hand-out marks decide
               generations=None
              ) -> torch.Tensor:
-        "For each of storage rows `idxs`, whether it still holds the transition it held when it was handed out: the same write generation, or (no generations given) not overwritten since it was last handed out"
+        "Whether each row `idxs` holds what it held when handed out: same generation, or (none given) not overwritten"
         i = as_idxs(idxs, self.storage.max_sz, self.handed.device)
         if generations is None: return self.handed[i] != STALE
         return self.written[i] == as_generations(generations, len(i), self.written.device)
 
     def fresh_host(self, idxs:np.ndarray, generations=None) -> tuple[np.ndarray, int]:
-        "`fresh` for checked host indices `idxs` of a sampler whose marks live on the host, in one compiled pass: the mask and how many rows are stale"
+        "`fresh` for checked host `idxs` with marks on the host, in one compiled pass: the mask and the stale count"
         g = _NO_GENERATIONS if generations is None else as_generations(generations, len(idxs), 'cpu').numpy()
         ok = np.empty(len(idxs), np.bool_)
         return ok, fresh_rows(idxs, self._handed_np, STALE, self._written_np, g, ok)
@@ -279,7 +279,7 @@ class Sampler:
                   idxs, # n storage rows
                   # The rows' write generations, as the sample handed them out (None: the hand-out marks guard)
                   generations=None):
-        "Keep `td_errors` as the TD errors of storage rows `idxs`, except rows written since they were handed out (counted in `n_stale`); for a repeated index the last write wins"
+        "Keep `td_errors` for rows `idxs` but those rewritten since handed out (`n_stale`); a repeated index: last wins"
         n, dev = len(self.storage), self._td.device
         if self._td_host is not None and self._handed_np is not None:
             arrays = td_arrays(n, dev, td_errors, idxs)
@@ -307,12 +307,12 @@ class Sampler:
         return type(self)(**self.settings(), generator=g)
 
     def share_generator(self, other:Sampler) -> Sampler:
-        "Draw from `other`'s generator from now on, as a sampler taking over from `other` (an emptied memory's) does; before `attach`"
+        "Draw from `other`'s generator, as a sampler taking over from `other` (an emptied memory's); before `attach`"
         self.generator, self.seed = other.generator, None
         return self
 
     def copy_rows(self, src:Sampler, rows:torch.Tensor):
-        "Take over per-row state from `src`, whose rows `rows` are now this sampler's rows 0, 1, ...: the TD errors, and more in a subclass"
+        "Take over per-row state (TD errors, more in a subclass) from `src`, whose rows `rows` are now rows 0, 1, ..."
         self._td[:len(rows)] = src.td_errors[rows.to(src.td_errors.device)].to(self._td.device)
 
     def state_dict(self) -> dict:
@@ -323,13 +323,13 @@ class Sampler:
         check_kind(self, state)
         g, mine = state.get('generator'), self.generator.get_state()
         if not isinstance(g, torch.Tensor) or g.dtype != torch.uint8 or g.shape != mine.shape or g.device.type != 'cpu':
-            got = f'{tuple(g.shape)} {dtype_name(g.dtype)} on {g.device}' if isinstance(g,
-                                                                                        torch.Tensor) else type(g).__name__
+            is_t = isinstance(g, torch.Tensor)
+            got = f'{tuple(g.shape)} {dtype_name(g.dtype)} on {g.device}' if is_t else type(g).__name__
             raise ExperienceReplayException(f"the state holds a generator state of {got}, this sampler's generator "
                                             f"takes {tuple(mine.shape)} uint8 on cpu")
         td = state.get('td')  # a checkpoint from when storages kept the TD errors has none here
-        if td is not None and (tuple(getattr(td, 'shape',
-                                             ())) != tuple(self._td.shape) or not torch.as_tensor(td).is_floating_point()):
+        if td is not None and (tuple(getattr(td, 'shape', ())) != tuple(self._td.shape)
+                               or not torch.as_tensor(td).is_floating_point()):
             raise ExperienceReplayException(f'the state holds TD errors of shape {tuple(getattr(td, "shape", ()))} '
                                             f'{getattr(td, "dtype", type(td).__name__)}, this sampler keeps '
                                             f'({len(self._td)},) float32')
@@ -337,9 +337,8 @@ class Sampler:
             a = state.get(k)
             if a is None: continue
             want = torch.int8 if k == 'handed' else torch.int64
-            if not isinstance(a,
-                              (torch.Tensor,
-                               np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape) or torch.as_tensor(a).dtype != want:
+            if (not isinstance(a, (torch.Tensor, np.ndarray)) or tuple(a.shape) != tuple(self.handed.shape)
+                    or torch.as_tensor(a).dtype != want):
                 raise ExperienceReplayException(f'the state holds {k} of shape {tuple(getattr(a, "shape", ()))} '
                                                 f'{getattr(a, "dtype", type(a).__name__)}, '
                                                 f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
@@ -358,7 +357,7 @@ class Sampler:
         self.generator.set_state(state['generator'])
         self._load_td(state)
     def _load_td(self, state:dict):
-        "The TD errors, hand-out marks and write generations of a checked state (none: every row's TD error 0, no row handed out, generations 0)"
+        "TD errors, hand-out marks and write generations of a checked state (none: all 0, no row handed out)"
         td = state.get('td')
         if td is None: self._td.zero_()
         else: self._td.copy_(torch.as_tensor(td))
@@ -371,7 +370,7 @@ class Sampler:
 _NEVER = torch.iinfo(torch.int64).max  # the hand-out time of a row never handed out, in states that kept clocks
 
 def handed_marks(state:dict, n:int) -> torch.Tensor:
-    "The hand-out marks of the `n` rows of checked sampler state `state`; from a state that kept each row's write and hand-out times, those marks"
+    "The hand-out marks of the `n` rows of checked sampler `state` (or derived from kept write and hand-out times)"
     if state.get('handed') is not None: return torch.as_tensor(state['handed'])
     if state.get('written_at') is None: return torch.zeros(n, dtype=torch.int8)  # none kept: no row handed out
     w, s = torch.as_tensor(state['written_at']), torch.as_tensor(state['sampled_at'])
@@ -406,7 +405,7 @@ class UniformSampler(Sampler):
 # %% ../../nbs/06_memory.core.ipynb #3a5868b5
 @runtime_checkable
 class ReplayMemory(Protocol):
-    "What `ExperienceReplayCallback` and the learners built on it need of a memory: what it does, declared, and the calls"
+    "What `ExperienceReplayCallback` and its learners need of a memory: what it does, declared, and the calls"
     warmup_sz: int # Rows needed before `sample` returns a batch
     # Whether the memory builds the n-step returns itself from the steps it is given (then feed it single steps)
     makes_n_step: bool
@@ -461,7 +460,7 @@ class Replay:
     def pointer(self) -> int: return self.storage.pointer
     @property
     def memory(self) -> BD|None:
-        "The stored rows in storage order, with the TD errors the sampler keeps as a `td_error` column: a `BD` of views (None before the first batch)"
+        "The stored rows in storage order, the sampler's TD errors as `td_error`: a `BD` of views (None before a batch)"
         m = self.storage.memory
         return None if m is None else BD._new({**m, TD_KEY: self.sampler.td_errors[:len(self), None]})
     @property
@@ -490,7 +489,7 @@ class Replay:
         return self
 
     def _add_with_td(self, b:Mapping) -> Replay:
-        "Add a batch that brings a `td_error` column: the rows to the storage, the TD errors (checked first) to the sampler"
+        "Add a batch with a `td_error` column: rows to the storage, TD errors (checked first) to the sampler"
         rest = {k: v for k, v in b.items() if k != TD_KEY}
         td = batch_td(b[TD_KEY], rest)
         start, n = self.storage.add(rest)
@@ -529,7 +528,7 @@ class Replay:
                bs:int|None=None, # Rows to draw (default: `self.bs`)
                generations:bool=False # Also return the rows' write generations, for `update_td`
               ) -> tuple[BD, torch.Tensor]:
-        "A batch of `bs` rows drawn by the sampler, and their storage indices (and, with `generations`, each row's write generation)"
+        "A batch of `bs` rows drawn by the sampler, their storage indices (and, with `generations`, write generations)"
         bs = ifnone(bs, self.bs)
         check_positive(bs)
         with self.lock:
@@ -544,7 +543,7 @@ class Replay:
                   idxs, # n storage indices, as `sample` returned them
                   # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
                   generations=None):
-        "Write `td_errors` at storage rows `idxs` (and whatever the sampler derives from them); rows overwritten since they were handed out keep theirs"
+        "Write `td_errors` (and what the sampler derives) at rows `idxs`; rows overwritten since handed out keep theirs"
         with self.lock:
             if generations is None: self.sampler.update_td(td_errors,
                                                            idxs)  # a sampler of its own may take no generations
@@ -562,7 +561,7 @@ class Replay:
         return new
 
     def state_dict(self) -> dict:
-        "Everything that restores this memory into one made with the same settings: views of its arrays, which later writes change (hold `lock` while using them)"
+        "What restores this memory into one with the same settings: views of its arrays (hold `lock` while using them)"
         with self.lock:
             return {'kind': type(self).__name__, 'bs': self.bs, 'warmup_sz': self.warmup_sz,
                     'storage': self.storage.state_dict(), 'sampler': self.sampler.state_dict()}
@@ -571,7 +570,7 @@ class Replay:
                         state:dict, # What `state_dict` returned
                         # Let the storage keep the state's arrays instead of copying them (as torch's `assign`)
                         assign:bool=False):
-        "Restore what `state_dict` returned, from a memory made with the same settings; a state that does not fit changes nothing"
+        "Restore what `state_dict` returned, from a memory with the same settings; a misfit state changes nothing"
         check_kind(self, state)
         check_values_in(state)
         with self.lock:
@@ -618,7 +617,7 @@ def as_transition(t, fields:tuple|None=None) -> Mapping:
 
 # %% ../../nbs/06_memory.core.ipynb #3df18c64
 def forward_attrs(cls, part:str, names:str):
-    "Give `cls` properties `names` (space-separated) that read and write the attributes of the same names on `self.<part>`"
+    "Give `cls` properties `names` (space-separated) reading and writing the same-named attributes of `self.<part>`"
     for n in names.split():
         setattr(cls, n, property(lambda self, n=n: getattr(getattr(self, part), n),
                                  lambda self, v, n=n: setattr(getattr(self, part), n, v),

@@ -1,4 +1,4 @@
-"""Large Batch Experience Replay: draw a large uniform batch, score it with the current network, keep a batch in proportion to the scores.
+"""Large Batch Experience Replay: score a large uniform batch with the network, keep a batch by the scores.
 
 Docs: https://fastrl-replay.github.io/fastrl_replay/memory.laber.html.md"""
 
