@@ -49,10 +49,6 @@ def _each(v, f):
     "`f` of column `v`: of each of its tensors for a dict column"
     return {j: f(x) for j, x in v.items()} if type(v) is dict else f(v)
 
-def _first(v) -> torch.Tensor:
-    "Column `v`'s tensor, or a dict column's first"
-    return next(iter(v.values())) if type(v) is dict else v
-
 def _row_index(idx, n):
     "`idx` made into an index that keeps the batch dimension of a column of `n` rows"
     if isinstance(idx, (bool, np.bool_)):
@@ -89,7 +85,9 @@ class BD(dict):
 
     def bs(self) -> int:
         "Number of rows"
-        return _first(next(iter(self.values()))).shape[0] if dict.__len__(self) else 0
+        if not dict.__len__(self): return 0
+        v = next(iter(self.values()))
+        return (v if type(v) is not dict else next(iter(v.values()))).shape[0]
 
     __len__ = bs
 

@@ -95,15 +95,15 @@ def flat_columns(b:Mapping) -> Mapping:
     for k, v in b.items():
         for name, x in (((f'{k}.{j}', x) for j, x in v.items()) if isinstance(v, Mapping) else [(k, v)]):
             if isinstance(x, Mapping) or name in res:
-                raise ExperienceReplayException(f'column {name!r}: expected one tensor, got '
-                                                f'{"a dict: dict columns are one level deep" if name not in res else "it twice"}')
+                got = 'it twice' if name in res else 'a dict: dict columns are one level deep'
+                raise ExperienceReplayException(f'column {name!r}: expected one tensor, got {got}')
             res[name] = x
         if isinstance(v, Mapping) and not v:
             raise ExperienceReplayException(f'column {k!r}: expected a dict of at least one column, got an empty one')
     return res
 
 def nested_columns(b:Mapping) -> dict:
-    "Columns `name.<key>` of `b` gathered into one dict column `name` where the first of them was: as a sample gives them"
+    "Columns `name.<key>` of `b` gathered into one dict column `name` where the first of them was, as samples have them"
     res = {}
     for k, v in b.items():
         name, dot, key = k.partition('.')
