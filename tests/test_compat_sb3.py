@@ -271,3 +271,101 @@ def test_samples_are_contiguous_tensors_of_their_own():
     assert all(x.is_contiguous() for x in a if x is not None)
     a.observations.fill_(-99.)  # the sample is the caller's: the stored rows are untouched
     assert ours.observations.min() >= 0
+
+# --- Dict observations and hindsight replay (DictReplayBuffer, HerReplayBuffer) ---
+from stable_baselines3.common.buffers import DictReplayBuffer as SB3DictReplayBuffer
+from stable_baselines3.common.envs import BitFlippingEnv
+from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.her.her_replay_buffer import HerReplayBuffer as SB3HerReplayBuffer
+from fastrl_replay.compat.sb3 import DictReplayBuffer, HerReplayBuffer
+
+def bit_steps(n_envs, n, seed=0, max_steps=5):
+    "`n` steps of `n_envs` bit-flipping environments under random actions, as SB3's off-policy loop adds them"
+    venv = DummyVecEnv([lambda: BitFlippingEnv(n_bits=4, max_steps=max_steps) for _ in range(n_envs)])
+    venv.seed(seed)
+    rng, obs, res = np.random.default_rng(seed), venv.reset(), []
+    for _ in range(n):
+        act = rng.integers(0, 4, n_envs)
+        nxt, rew, done, infos = venv.step(act)
+        real = {k: v.copy() for k, v in nxt.items()}
+        for i in np.flatnonzero(done):
+            for k in real: real[k][i] = infos[i]['terminal_observation'][k]
+        res.append((obs, real, act, rew, done, infos)); obs = nxt
+    return venv, res
+
+@pytest.mark.parametrize('n_envs', [1, 2])
+@pytest.mark.parametrize('size', [12, 40, 400])
+def test_her_bookkeeping_as_sb3(n_envs, size):
+    venv, steps = bit_steps(n_envs, 60)
+    ours = HerReplayBuffer(size, venv.observation_space, venv.action_space, venv, device='cpu', n_envs=n_envs)
+    theirs = SB3HerReplayBuffer(size, venv.observation_space, venv.action_space, venv, device='cpu', n_envs=n_envs)
+    for s in steps:
+        ours.add(*s); theirs.add(*s)
+        assert ours.pos == theirs.pos and ours.full == theirs.full
+        assert np.array_equal(ours.ep_length, theirs.ep_length)
+        valid = theirs.ep_length > 0
+        assert np.array_equal(ours.ep_start[valid], theirs.ep_start[valid])
+        assert np.array_equal(ours._current_ep_start, theirs._current_ep_start)
+    for k in ours.observations: assert np.array_equal(ours.observations[k], theirs.observations[k])
+    assert np.array_equal(ours.dones, theirs.dones) and np.array_equal(ours.timeouts, theirs.timeouts)
+
+@pytest.mark.parametrize('strategy', ['future', 'final', 'episode'])
+def test_her_samples_are_sb3s(strategy):
+    "The same draws as SB3's (NumPy's global generator); relabelled rows' goals from their own episode, their rewards recomputed"
+    venv, steps = bit_steps(1, 80)
+    ours = HerReplayBuffer(400, venv.observation_space, venv.action_space, venv, device='cpu', goal_selection_strategy=strategy)
+    theirs = SB3HerReplayBuffer(400, venv.observation_space, venv.action_space, venv, device='cpu', goal_selection_strategy=strategy)
+    for s in steps: ours.add(*s); theirs.add(*s)
+    np.random.seed(1); a = ours.sample(50)
+    np.random.seed(1); b = theirs.sample(50)
+    k = 50 - int(ours.her_ratio * 50)  # SB3 puts the rows kept as stored first
+    for key in ('observation', 'achieved_goal'): assert torch.equal(a.observations[key], b.observations[key])
+    assert torch.equal(a.actions, b.actions) and torch.equal(a.dones, b.dones)
+    assert torch.equal(a.observations['desired_goal'][:k], b.observations['desired_goal'][:k])  # kept as stored
+    assert torch.equal(a.rewards[:k], b.rewards[:k])
+    want = venv.env_method('compute_reward', a.next_observations['achieved_goal'].numpy(),
+                           a.observations['desired_goal'].numpy(), None, indices=[0])[0]
+    assert np.array_equal(a.rewards.numpy().ravel(), want.astype(np.float32))
+    assert torch.equal(a.observations['desired_goal'], a.next_observations['desired_goal'])
+    if strategy == 'final':  # the goal is the last next achieved goal of the row's episode, as SB3's
+        assert torch.equal(a.observations['desired_goal'][k:], b.observations['desired_goal'][k:])
+
+def test_her_refuses_bad_input_unchanged():
+    venv, steps = bit_steps(1, 10)
+    rb = HerReplayBuffer(40, venv.observation_space, venv.action_space, venv, device='cpu')
+    for s in steps[:5]: rb.add(*s)
+    before = {k: v.copy() for k, v in rb.observations.items()}, rb.pos, rb.ep_length.copy()
+    obs, nxt, act, rew, done, infos = steps[5]
+    for bad in ({k: v for k, v in obs.items() if k != 'desired_goal'}, {**obs, 'desired_goal': np.zeros((1, 7))}):
+        with pytest.raises(ExperienceReplayException): rb.add(bad, nxt, act, rew, done, infos)
+    with pytest.raises(ExperienceReplayException): rb.add(obs, nxt, act, np.zeros(3), done, infos)
+    for k, v in before[0].items(): assert np.array_equal(rb.observations[k], v)
+    assert rb.pos == before[1] and np.array_equal(rb.ep_length, before[2])
+
+def test_her_pickle_round_trip():
+    venv, steps = bit_steps(2, 30)
+    rb = HerReplayBuffer(40, venv.observation_space, venv.action_space, venv, device='cpu', n_envs=2)
+    for s in steps: rb.add(*s)
+    back = pickle.loads(pickle.dumps(rb))
+    back.set_env(venv)
+    assert np.array_equal(back.ep_length, rb.ep_length) and back.pos == rb.pos
+    for k in rb.observations: assert np.array_equal(back.observations[k], rb.observations[k])
+    back.dones[0, 0] = 7; assert back.replay.storage.column('done')[0] == 7  # the arrays are the core memory's columns
+    torch.manual_seed(0); np.random.seed(0); a = rb.sample(16)
+    torch.manual_seed(0); np.random.seed(0); b = back.sample(16)
+    assert torch.equal(a.rewards, b.rewards) and torch.equal(a.actions, b.actions)
+
+def test_dict_buffer_as_sb3():
+    venv, steps = bit_steps(2, 30)
+    ours = DictReplayBuffer(20, venv.observation_space, venv.action_space, device='cpu', n_envs=2)
+    theirs = SB3DictReplayBuffer(20, venv.observation_space, venv.action_space, device='cpu', n_envs=2)
+    for s in steps: ours.add(*s); theirs.add(*s)
+    for k in ours.observations:
+        assert np.array_equal(ours.observations[k], theirs.observations[k])
+        assert np.array_equal(ours.next_observations[k], theirs.next_observations[k])
+    np.random.seed(3); a = ours.sample(8)
+    np.random.seed(3); b = theirs.sample(8)
+    for x, y in zip(a, b):
+        if x is None: assert y is None
+        elif isinstance(x, dict): assert all(torch.equal(x[k], y[k].to(x[k].dtype)) for k in x)
+        else: assert torch.equal(x, y.to(x.dtype))

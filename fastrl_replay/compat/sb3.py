@@ -6,6 +6,8 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/compat.sb3.html.md"""
 
 # %% ../../nbs/13b_compat.sb3.ipynb #60547f8c
 from __future__ import annotations
+import warnings
+from copy import deepcopy
 from collections.abc import Mapping
 from typing import Any
 import numpy as np, torch
@@ -15,18 +17,24 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3ReplayBuffer
-from stable_baselines3.common.type_aliases import ReplayBufferSamples
+from stable_baselines3.common.buffers import DictReplayBuffer as SB3DictReplayBuffer
+from stable_baselines3.common.type_aliases import ReplayBufferSamples, DictReplayBufferSamples
+from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.her.her_replay_buffer import HerReplayBuffer as SB3HerReplayBuffer
+from stable_baselines3.her.goal_selection_strategy import KEY_TO_GOAL_STRATEGY
 from stable_baselines3.common.vec_env import VecNormalize
 from ..errors import ExperienceReplayException, is_int, check_positive
 from ..memory.checks import as_idxs, TORCH_DTYPES, host_array
 from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
 from ..memory.prioritized import PrioritizedSampler
+from ..memory.her import HindsightSampler, HindsightReplay
 from ..memory.persist import register_kind
 from .cpprb import NumpySampler, _SAME_SIZE
 
 # %% auto #0
-__all__ = ['SlotSampler', 'ReplayBuffer', 'PrioritizedReplayBufferSamples', 'PrioritizedReplayBuffer', 'PrioritizedDQN']
+__all__ = ['SlotSampler', 'ReplayBuffer', 'PrioritizedReplayBufferSamples', 'PrioritizedReplayBuffer', 'PrioritizedDQN',
+           'DictReplayBuffer', 'HerReplayBuffer']
 
 # %% ../../nbs/13b_compat.sb3.ipynb #a34302ba
 class SlotSampler(NumpySampler):
@@ -227,7 +235,8 @@ class ReplayBuffer(SB3ReplayBuffer):
         return self._samples_of(rows, env)
     def _nonempty(self) -> Replay:
         "The core memory, which must hold some transitions to sample from"
-        if not len(self.replay): raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        if not len(self.replay):
+            raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
         return self.replay
     def _drawn(self, batch_size:int):
         "The core memory's sample of `batch_size` rows and their indices; the buffer must hold some"
@@ -346,3 +355,227 @@ class PrioritizedDQN(DQN):
         self._n_updates += gradient_steps
         self.logger.record('train/n_updates', self._n_updates, exclude='tensorboard')
         self.logger.record('train/loss', np.mean(losses))
+
+# %% ../../nbs/13b_compat.sb3.ipynb #780c2f38
+def _space_dtype(space:spaces.Space) -> np.dtype:
+    "The dtype a column of `space`'s values is stored in (unsigned ints torch lacks: the signed type of their size)"
+    d = np.dtype(space.dtype)
+    return d if d in TORCH_DTYPES else _SAME_SIZE.get(d, d)
+
+class DictReplayBuffer(SB3DictReplayBuffer):
+    "SB3's `DictReplayBuffer` on the replay core: a column per observation key (`state.<key>`, `next_state.<key>`)"
+    def __init__(self,
+                 buffer_size:int, # Capacity in transitions, over all environments
+                 observation_space:spaces.Dict, # A Dict observation space
+                 action_space:spaces.Space, # Action space
+                 device:torch.device|str='auto', # Where samples go
+                 n_envs:int=1, # Environments stepped together
+                 optimize_memory_usage:bool=False, # Not supported for Dict observations, as in SB3
+                 handle_timeout_termination:bool=True): # Done = 0 where the infos say `TimeLimit.truncated`
+        if not isinstance(observation_space, spaces.Dict):
+            raise ExperienceReplayException(f'observation_space: expected a Dict space, got {observation_space}')
+        if optimize_memory_usage:
+            raise ExperienceReplayException('DictReplayBuffer does not support optimize_memory_usage')
+        for name, v in (('buffer_size', buffer_size), ('n_envs', n_envs)): check_positive(v, name)
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.buffer_size = max(buffer_size // n_envs, 1)
+        self.optimize_memory_usage, self.handle_timeout_termination = False, handle_timeout_termination
+        self._keys = {k: (tuple(self.obs_shape[k]), _space_dtype(s)) for k, s in observation_space.spaces.items()}
+        act = np.dtype(self._maybe_cast_dtype(action_space.dtype))
+        self._act = ((self.action_dim,), act if act in TORCH_DTYPES else _SAME_SIZE.get(act, act))
+        self.replay = self._new_replay()
+
+    def _columns(self) -> dict:
+        "The columns of one transition: `(shape, dtype)` by flat name"
+        f32 = ((), np.dtype(np.float32))
+        return {**{f'{o}.{k}': v for o in ('state', 'next_state') for k, v in self._keys.items()},
+                'action': self._act, 'reward': f32, 'done': f32, 'timeout': f32}
+
+    def _new_memory(self, storage:ColumnStorage) -> Replay:
+        return Replay(storage, SlotSampler(self.n_envs), bs=1, warmup_sz=0)
+
+    def _new_replay(self) -> Replay:
+        "The core memory, its columns allocated at once as SB3 allocates its arrays, and SB3's arrays as views of them"
+        res = self._new_memory(ColumnStorage(self.buffer_size * self.n_envs))
+        res + {k: np.zeros((0, *s), d) for k, (s, d) in self._columns().items()}
+        self._take_views(res)
+        return res
+
+    def _take_views(self, res:Replay):
+        "SB3's arrays as views of the core memory's columns, shaped (buffer_size, n_envs, ...)"
+        col = lambda k: res.storage.column(k).numpy().reshape(self.buffer_size, self.n_envs, *self._columns()[k][0])
+        self.observations = {k: col(f'state.{k}') for k in self._keys}
+        self.next_observations = {k: col(f'next_state.{k}') for k in self._keys}
+        self.actions, self.rewards, self.dones, self.timeouts = map(col, ('action', 'reward', 'done', 'timeout'))
+
+    def _obs(self, name:str, obs) -> dict:
+        "A Dict observation of every environment as the `(n_envs, *shape)` arrays of its keys"
+        if not isinstance(obs, Mapping) or set(obs) != set(self._keys):
+            got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+            raise ExperienceReplayException(f'{name}: expected a dict with keys {sorted(self._keys)}, got {got}')
+        res = {}
+        for k, (shape, dtype) in self._keys.items():
+            a = host_array(obs[k], f'{name}[{k!r}]')
+            try: res[k] = a.reshape((self.n_envs, *shape))
+            except ValueError:
+                raise ExperienceReplayException(f'{name}[{k!r}]: expected shape {(self.n_envs, *shape)}, '
+                                                f'got {a.shape}') from None
+        return res
+
+    def _step(self, obs, next_obs, action, reward, done, infos) -> dict:
+        "One step of every environment as a batch of `n_envs` rows of the core memory"
+        n = self.n_envs
+        t = [i.get('TimeLimit.truncated', False) for i in infos] if self.handle_timeout_termination else [False] * n
+        try: rest = dict(action=np.asarray(action).reshape(n, *self._act[0]),
+                         reward=np.asarray(reward, np.float32).reshape(n), done=np.asarray(done, np.float32).reshape(n),
+                         timeout=np.asarray(t, np.float32).reshape(n))
+        except (ValueError, TypeError) as e:
+            raise ExperienceReplayException(f'add: one value per environment ({n}): {e}') from None
+        return dict(state=self._obs('obs', obs), next_state=self._obs('next_obs', next_obs), **rest)
+
+    def add(self,
+            obs:dict[str, np.ndarray], # Observations: a dict of (n_envs, *shape) arrays
+            next_obs:dict[str, np.ndarray], # Next observations
+            action:np.ndarray, # Actions
+            reward:np.ndarray, # Rewards, (n_envs,)
+            done:np.ndarray, # Whether each environment's episode ended, (n_envs,)
+            infos:list[dict[str, Any]]): # One info dict per environment (read for timeouts)
+        "Add one step of each environment, checked whole before anything is written"
+        self.replay + self._step(obs, next_obs, action, reward, done, infos)
+        self.pos += 1
+        if self.pos == self.buffer_size: self.full, self.pos = True, 0
+
+    def _samples(self, b, env:VecNormalize|None, reward=None) -> DictReplayBufferSamples:
+        "SB3's samples from a gathered batch of the core memory"
+        np_ = lambda d: {k: v.numpy() for k, v in d.items()}
+        o, no = self._normalize_obs(np_(b['state']), env), self._normalize_obs(np_(b['next_state']), env)
+        t = lambda x: self.to_torch(x)
+        return DictReplayBufferSamples(observations={k: t(v) for k, v in o.items()}, actions=t(b['action'].numpy()),
+                                       next_observations={k: t(v) for k, v in no.items()},
+                                       dones=t((b['done'] * (1 - b['timeout'])).numpy().reshape(-1, 1)),
+                                       rewards=t(self._normalize_reward(b['reward'].numpy().reshape(-1, 1), env)))
+
+    def sample(self, batch_size:int, env:VecNormalize|None=None) -> DictReplayBufferSamples:
+        "`batch_size` transitions drawn as SB3 draws them"
+        if not len(self.replay):
+            raise ExperienceReplayException('the buffer holds no transitions: add some before sampling')
+        b, _ = self.replay.sample(batch_size)
+        return self._samples(b, env)
+
+    def _get_samples(self, batch_inds:np.ndarray, env:VecNormalize|None=None) -> DictReplayBufferSamples:
+        "The transitions at slots `batch_inds`, each from an environment drawn as SB3 draws it"
+        slots = as_idxs(batch_inds, max(len(self.replay) // self.n_envs, 1), name='batch_inds').numpy()
+        rows = slots * self.n_envs + np.random.randint(0, high=self.n_envs, size=(len(slots),))
+        return self._samples(self.replay.storage.gather(torch.from_numpy(rows.astype(np.int64))), env)
+
+    def reset(self): self.replay, self.pos, self.full = self._new_replay(), 0, False
+
+    def __getstate__(self) -> dict:
+        views = ('replay', 'observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts', 'env')
+        d = {k: v for k, v in self.__dict__.items() if k not in views}
+        return {**d, 'replay_state': self.replay.state_dict()}
+    def __setstate__(self, d:dict):
+        d = dict(d)
+        state = d.pop('replay_state')
+        self.__dict__.update(d)
+        self.replay = self._new_replay()
+        self.replay.load_state_dict(state)
+        self._take_views(self.replay)  # loading allocates the columns anew
+
+# %% ../../nbs/13b_compat.sb3.ipynb #606186d6
+class HerReplayBuffer(DictReplayBuffer, SB3HerReplayBuffer):
+    "SB3's `HerReplayBuffer` on the replay core: a `HindsightSampler` relabels at sample time, with SB3's episode rules"
+    def __init__(self,
+                 buffer_size:int, # Capacity in transitions, over all environments
+                 observation_space:spaces.Dict, # With `observation`, `achieved_goal` and `desired_goal`
+                 action_space:spaces.Space, # Action space
+                 env:VecEnv|None, # The training env, whose first environment's `compute_reward` recomputes rewards
+                 device:torch.device|str='auto', # Where samples go
+                 n_envs:int=1, # Environments stepped together
+                 optimize_memory_usage:bool=False, # Not supported, as in SB3
+                 handle_timeout_termination:bool=True, # Return done = 0 at time limits
+                 n_sampled_goal:int=4, # Relabelled transitions per transition kept as stored
+                 goal_selection_strategy:str='future', # 'future', 'final', 'episode' or SB3's enum
+                 copy_info_dict:bool=False): # Keep each step's info dicts and give copies to `compute_reward` (slower)
+        self.env, self.copy_info_dict, self.n_sampled_goal = env, copy_info_dict, n_sampled_goal
+        self.her_ratio = 1 - 1 / (n_sampled_goal + 1)
+        s = getattr(goal_selection_strategy, 'name', goal_selection_strategy)
+        self.goal_selection_strategy = KEY_TO_GOAL_STRATEGY.get(str(s).lower(), s)
+        self._strategy = str(s).lower()
+        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                         handle_timeout_termination)
+        self.infos = np.array([[{} for _ in range(self.n_envs)] for _ in range(self.buffer_size)])  # SB3's
+
+    def add(self, obs, next_obs, action, reward, done, infos):
+        "Add one step of each environment (`DictReplayBuffer.add`), and its info dicts with `copy_info_dict`"
+        pos = self.pos
+        super().add(obs, next_obs, action, reward, done, infos)
+        if self.copy_info_dict: self.infos[pos] = infos
+
+    def __setstate__(self, d:dict):
+        super().__setstate__(d)
+        self.env = None  # as SB3's: `set_env` gives it back
+
+    def _compute_reward(self, achieved, desired, infos):
+        "Rewards of the relabelled rows, from the env's first environment, as SB3 computes them"
+        if self.env is None:
+            raise ExperienceReplayException('HerReplayBuffer needs an env to compute rewards: call set_env')
+        return np.asarray(self.env.env_method('compute_reward', achieved, desired, infos, indices=[0])[0], np.float32)
+
+    def _new_memory(self, storage:ColumnStorage) -> Replay:
+        her = HindsightSampler(self._compute_reward, self.n_sampled_goal, self._strategy, SlotSampler(self.n_envs),
+                               n_envs=self.n_envs, ends=('done',))
+        return HindsightReplay.from_parts(storage, her, bs=1, warmup_sz=0)
+
+    def _sb3_valid(self) -> np.ndarray:
+        "SB3's rule, over the rows stored: rows of episodes that ended and whose first step is still stored"
+        h, n, K = self.replay.sampler, len(self.replay), self.n_envs
+        ok = h.ep_end[:n] >= 0
+        if self.full: ok &= (h.ep_begin[:n].reshape(-1, K) >= np.maximum(h.steps - self.buffer_size, 0)).reshape(-1)
+        return ok
+
+    @property
+    def ep_length(self) -> np.ndarray:
+        "SB3's `ep_length`: each row's episode length, 0 while it runs or once its start is overwritten"
+        h = self.replay.sampler
+        ok = np.zeros(len(h.ep_end), bool)
+        ok[:len(self.replay)] = self._sb3_valid()
+        return np.where(ok, h.ep_end - h.ep_begin, 0).reshape(self.buffer_size, self.n_envs)
+    @property
+    def ep_start(self) -> np.ndarray:
+        "SB3's `ep_start`: the slot of each row's episode start"
+        return (self.replay.sampler.ep_begin % self.buffer_size).reshape(self.buffer_size, self.n_envs)
+    @property
+    def _current_ep_start(self) -> np.ndarray:
+        "SB3's `_current_ep_start`: the slot where each environment's running episode started"
+        return self.replay.sampler.open_begin % self.buffer_size
+
+    def sample(self, batch_size:int, env:VecNormalize|None=None) -> DictReplayBufferSamples:
+        "SB3's draws among rows of ended episodes, the last `int(her_ratio * batch_size)` relabelled (SB3's order)"
+        valid = np.flatnonzero(self._sb3_valid())
+        if not len(valid):
+            raise RuntimeError('Unable to sample before the end of the first episode. We recommend choosing a value '
+                               'for learning_starts that is greater than the maximum number of timesteps in the '
+                               'environment.')
+        rows = np.random.choice(valid, size=batch_size, replace=True)
+        k = int(self.her_ratio * batch_size)
+        rows = np.concatenate([rows[k:], rows[:k]])  # SB3's order: the rows kept as stored, then the relabelled ones
+        r, h = self.replay, self.replay.sampler
+        with r.lock:
+            b = r.storage.gather(torch.from_numpy(rows))
+            infos = deepcopy(list(self.infos.reshape(-1)[rows[batch_size - k:]])) if self.copy_info_dict else None
+            if k: h.relabel(b, rows[batch_size - k:], torch.arange(batch_size - k, batch_size), infos)
+        return self._samples(b, env)
+
+    def truncate_last_trajectory(self):
+        "End each environment's running episode at the last step written, as SB3 does when loading a buffer"
+        h, p = self.replay.sampler, (self.pos - 1) % self.buffer_size
+        open_ = np.flatnonzero(h.open_begin < h.steps)
+        if not len(open_): return
+        warnings.warn('The last trajectory in the replay buffer will be truncated.\nIf you are in the same episode as '
+                      'when the replay buffer was saved,\nyou should use `truncate_last_trajectory=False` to avoid '
+                      'that issue.')
+        for e in open_:
+            self.dones[p, e] = True
+            if self.handle_timeout_termination: self.timeouts[p, e] = True
+            h.end_episode(int(e))

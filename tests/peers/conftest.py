@@ -62,6 +62,10 @@ EXPECTED_FAILURES.update({
     f'{_DP}OutOfGraphPrioritizedReplayBufferTest::testAddWithAndWithoutPriority':
         'expects add without a priority to raise; here it defaults to the largest priority, as ReAgent documents',
 })
+EXPECTED_FAILURES['sb3/test_her.py::test_performance_her[10]'] = (
+    "pins > 90 % training success for seed 0 after 1,500 steps (0.72 here): the relabelled goals are drawn with the "
+    "sampler's torch generator, not NumPy's, so the run differs from SB3's. Over seeds 0-5 the same test gives "
+    "0.72 0.62 0.96 0.98 0.92 0.96 (mean 0.86) here and 0.98 0.62 0.24 0.72 0.96 0.92 (mean 0.74) with SB3's buffer")
 HARNESS = {'cpprb/test_LaBER.py::TestLaBER::': _MIXIN, 'cpprb/test_PyReplayBuffer.py::TestPrioritizedBase::': _MIXIN}
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,115 @@
+"""Hindsight replay on bit flipping: SB3's DQN with SB3's `HerReplayBuffer` against the same DQN with ours, same run.
+
+Bit flipping with `n_bits` bits (SB3's `BitFlippingEnv`, discrete actions, episodes of `n_bits` steps) gives reward 0
+only at the goal, so DQN without relabelling almost never learns it. Each library's buffer runs under SB3's own DQN with
+the settings of SB3's `test_performance_her` (Adam 2e-3, batches of 32, a gradient step per environment step, 20
+warm-up steps, target update every 100 steps, exploration down to 0.02, `n_sampled_goal=5`, 'future'), one
+environment, torch on one thread. Runs are interleaved seed by seed ('sb3', 'ours', then 'none': SB3's
+`DictReplayBuffer`, no relabelling) so the load of a shared machine falls on all alike. Each run reports the success
+rate of its last 50 training episodes, the success rate of 50 greedy episodes after training, and the environment
+steps per second of `learn` (wall clock and process CPU time). The memory cost is counted apart: the bytes of the arrays
+a full `HerReplayBuffer` / `DictReplayBuffer` of `capacity` transitions holds, per transition (SB3's info dicts
+included).
+
+    python bench/her_bench.py --seeds 0 1 2 --steps 6000 --out bench/stored/15_her.json
+    python bench/her_bench.py --quick            # 1 seed, 600 steps, 8 bits
+"""
+import argparse, json, os, resource, statistics, sys, time
+from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
+import numpy as np, torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from stable_baselines3 import DQN
+from stable_baselines3.common.buffers import DictReplayBuffer as SB3Dict
+from stable_baselines3.common.envs import BitFlippingEnv
+from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.her.her_replay_buffer import HerReplayBuffer as SB3Her
+from fastrl_replay.compat.sb3 import HerReplayBuffer as OurHer, DictReplayBuffer as OurDict
+
+LIBS = {'sb3': SB3Her, 'ours': OurHer, 'none': SB3Dict}
+
+def env_fn(n_bits): return lambda: BitFlippingEnv(n_bits=n_bits, continuous=False)
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+def run(lib:str, seed:int, steps:int, n_bits:int) -> dict:
+    "One DQN run with `lib`'s buffer: training success, greedy success and steps per second"
+    torch.set_num_threads(1)
+    env = DummyVecEnv([env_fn(n_bits)])
+    kw = {} if lib == 'none' else dict(replay_buffer_kwargs=dict(n_sampled_goal=5, goal_selection_strategy='future'))
+    model = DQN('MultiInputPolicy', env, replay_buffer_class=LIBS[lib], learning_rate=2e-3, train_freq=1,
+                gradient_steps=1, learning_starts=20, exploration_final_eps=0.02, target_update_interval=100, seed=seed,
+                batch_size=32, buffer_size=100_000, stats_window_size=50, device='cpu', **kw)
+    w, c = time.perf_counter(), cpu_s()
+    model.learn(total_timesteps=steps)
+    w, c = time.perf_counter() - w, cpu_s() - c
+    ev, ok = BitFlippingEnv(n_bits=n_bits, continuous=False), 0
+    ev.reset(seed=10_000 + seed)
+    for _ in range(50):
+        obs, _ = ev.reset(); done = False
+        while not done:
+            obs, r, term, trunc, info = ev.step(model.predict(obs, deterministic=True)[0])
+            done = term or trunc
+        ok += bool(info.get('is_success', r == 0))
+    return dict(lib=lib, seed=seed, steps=steps, n_bits=n_bits, train_success=float(np.mean(model.ep_success_buffer)),
+                greedy_success=ok / 50, steps_per_s_wall=steps / w, steps_per_s_cpu=steps / c, wall_s=w)
+
+def _nbytes(obj) -> int:
+    "Bytes of the arrays and tensors an object's attributes hold (one level into dicts), each once"
+    seen, total = set(), 0
+    vals = [v for v in vars(obj).values()]
+    vals += [x for v in list(vals) if isinstance(v, dict) for x in v.values()]
+    for v in vals:
+        base = v.base if isinstance(v, np.ndarray) and v.base is not None else v
+        if id(base) in seen: continue
+        seen.add(id(base))
+        if isinstance(v, np.ndarray):
+            total += base.nbytes if isinstance(base, np.ndarray) else v.nbytes
+            if v.dtype == object: total += sum(sys.getsizeof(x) for x in v.ravel())  # SB3's info dicts
+        elif isinstance(v, torch.Tensor): total += v.untyped_storage().nbytes()
+    return total
+
+def bytes_per_transition(cls, capacity:int, n_bits:int) -> float:
+    "Bytes per transition of a full buffer of `capacity` bit-flipping transitions: its arrays (ours: the core's)"
+    venv = DummyVecEnv([env_fn(n_bits)])
+    kw = dict(env=venv) if cls in (SB3Her, OurHer) else {}
+    rb = cls(capacity, venv.observation_space, venv.action_space, device='cpu', **kw)
+    if not hasattr(rb, 'replay'): return _nbytes(rb) / capacity
+    st, sp = rb.replay.storage, rb.replay.sampler
+    rows = st._rows.nbytes if st._rows is not None else sum(st.column(k).untyped_storage().nbytes() for k in st.keys)
+    return (rows + _nbytes(sp) + (_nbytes(sp.base) if hasattr(sp, 'base') else 0)) / capacity
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    p.add_argument('--steps', type=int, default=6000)
+    p.add_argument('--n-bits', type=int, default=15)
+    p.add_argument('--capacity', type=int, default=20_000)
+    p.add_argument('--libs', nargs='+', default=list(LIBS))
+    p.add_argument('--quick', action='store_true')
+    p.add_argument('--out', type=Path, default=None)
+    a = p.parse_args()
+    if a.quick: a.seeds, a.steps, a.n_bits, a.capacity = [0], 600, 8, 2000
+    runs = []
+    for s in a.seeds:
+        for lib in a.libs:
+            runs.append(run(lib, s, a.steps, a.n_bits)); print(json.dumps(runs[-1]), flush=True)
+    mem = {name: bytes_per_transition(cls, a.capacity, a.n_bits)
+           for name, cls in (('sb3_her', SB3Her), ('ours_her', OurHer), ('sb3_dict', SB3Dict), ('ours_dict', OurDict))}
+    by = lambda lib, k: [r[k] for r in runs if r['lib'] == lib]
+    summary = {lib: dict(train_success=statistics.mean(by(lib, 'train_success')),
+                         greedy_success=statistics.mean(by(lib, 'greedy_success')),
+                         steps_per_s_wall_median=statistics.median(by(lib, 'steps_per_s_wall')),
+                         steps_per_s_cpu_median=statistics.median(by(lib, 'steps_per_s_cpu'))) for lib in a.libs}
+    if 'sb3' in a.libs and 'ours' in a.libs:
+        for t in ('cpu', 'wall'):
+            o, s = summary['ours'][f'steps_per_s_{t}_median'], summary['sb3'][f'steps_per_s_{t}_median']
+            summary[f'speed_ratio_ours_over_sb3_{t}'] = o / s
+    res = dict(bench='her_bitflip', settings=vars(a) | {'out': str(a.out)}, runs=runs, bytes_per_transition=mem,
+               summary=summary, machine=machine_record('stable-baselines3', torch_threads=1))
+    print(json.dumps(dict(summary=summary, bytes_per_transition=mem), indent=1))
+    if a.out: a.out.write_text(json.dumps(res, indent=1) + '\n')
+
+if __name__ == '__main__': main()
