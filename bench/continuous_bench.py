@@ -60,7 +60,8 @@ def run_ours(algo, env, seed, steps, variant='uniform', matmul_precision='highes
     if variant == 'per': d['replay'] = d['replay'] | dict(kind='per')
     if variant == 'nstep3': d['n_steps'] = 3
     d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)
-    learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d)
+    learn = (sac_learner if algo == 'sac' else td3_learner)(env, steps_per_epoch=steps // 10, seed=seed, **d,
+                                                            valid=dict(n_episodes=0))  # SB3 plays none in its fit
     torch.set_num_threads(1)
     t, c = time.perf_counter(), cpu_s()
     with learn.no_bar(), learn.no_logging(): learn.fit(10)  # a constant learning rate, as SB3's
@@ -103,7 +104,8 @@ def speed(algo, n, out, matmul_precision='highest'):
     d = settings(algo, 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)  # training from the start for both
     d['net'] = d.get('net', {}) | dict(matmul_precision=matmul_precision)  # ours only
-    learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
+    learn = (sac_learner if algo == 'sac' else td3_learner)('Pendulum-v1', steps_per_epoch=n, seed=0, **d,
+                                                            valid=dict(n_episodes=0))  # training steps alone
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
         c = time.process_time(); learn.fit(1); ours = time.process_time() - c

@@ -80,7 +80,8 @@ def run_ours(seed, steps):
                         net=dict(hidden=z['hidden'], target_sync=z['target_sync_grad_steps'], double=False),
                         replay=dict(bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts']),
                         explore=dict(eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps), random_warmup=True),
-                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], max_grad_norm=z['max_grad_norm'], lr=z['lr']))
+                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], max_grad_norm=z['max_grad_norm'], lr=z['lr']),
+                        valid=dict(n_episodes=0))  # no greedy episodes inside the timed fit: SB3 plays none
     learn.add_cb(curve := Curve())
     t, c = time.perf_counter(), time.process_time()
     with learn.no_bar(), learn.no_logging(): learn.fit(1, z['lr'])  # one epoch: bursts fall where SB3's do

@@ -79,7 +79,8 @@ def ours_run(seed, steps, D, U, record, init, eps=1e-8, random_warmup=True, clip
                         net=dict(hidden=z['hidden'], target_sync=z['gradient_steps'], double=False),
                         replay=dict(bs=z['bs'], max_sz=z['buffer'], warmup_sz=z['learning_starts']),
                         explore=dict(eps_end=z['final_eps'], eps_steps=int(z['exploration_fraction'] * steps), random_warmup=random_warmup),
-                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], lr=z['lr'], max_grad_norm=clip), **kw)
+                        optim=dict(train_every=z['train_freq'], grad_steps=z['gradient_steps'], lr=z['lr'], max_grad_norm=clip),
+                        **(dict(valid=dict(n_episodes=0)) | kw))  # SB3 plays no greedy episodes in its fit
     learn.model.net.load_state_dict(init)
     if not fused: learn.opt_func = partial(OptimWrapper, opt=torch.optim.Adam)  # torch's default Adam, as SB3's
     loop = learn.dls.train.dataset.loop

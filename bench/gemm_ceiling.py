@@ -107,7 +107,7 @@ def step_profile(precision='highest', n=300):
     d = settings('td3', 'Pendulum-v1', 10 * n)
     d['replay'] = d['replay'] | dict(warmup_sz=100)
     d['net'] = d.get('net', {}) | dict(matmul_precision=precision)
-    learn = td3_learner('Pendulum-v1', steps_per_epoch=n, seed=0, **d)
+    learn = td3_learner('Pendulum-v1', steps_per_epoch=n, seed=0, valid=dict(n_episodes=0), **d)  # training steps alone
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
         c = time.process_time(); learn.fit(1); ms = 1000 * (time.process_time() - c) / n

@@ -134,7 +134,7 @@ def torchrl_peer(s):
 def dqn(s):
     res, kw = [], dict(replay=dict(kind='per', bs=128, warmup_sz=500), net=dict(hidden=(64, 64)), seed=0, steps_per_epoch=s['dqn_steps'])
     torch.set_num_threads(1)
-    learn = dqn_learner(**kw)
+    learn = dqn_learner(**kw, valid=dict(n_episodes=0))  # environment steps alone, as the collectors' rate
     t = time.perf_counter()
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     res.append(dict(kind='dqn, one process', actors=0, env_steps_s=learn.dls.train.dataset.stats().env_steps / (time.perf_counter() - t)))

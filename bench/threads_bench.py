@@ -20,7 +20,7 @@ def work(kind: str, threads: str) -> float:
     if threads != 'default': torch.set_num_threads(int(threads))
     if kind == 'dqn':
         from fastrl_replay.agents.dqn import dqn_learner
-        learn = dqn_learner('CartPole-v1', steps_per_epoch=500, seed=0)
+        learn = dqn_learner('CartPole-v1', steps_per_epoch=500, seed=0, valid=dict(n_episodes=0))  # training alone
         try:  # dqn_learner fits on one thread itself: to measure torch's default, that callback goes
             from fastrl_replay.threads import TorchThreads
             learn.remove_cbs([cb for cb in learn.cbs if isinstance(cb, TorchThreads)])

@@ -92,7 +92,9 @@ class ExperienceReplayCallback(Callback):
         self.memory + self.fresh
         try: rows, idxs, *gens = self.memory.sample(generations=True) if self._generations else self.memory.sample()
         except WarmupNotReached: raise CancelBatchException() from None
-        self.batch = ReplayBatch.of(rows.to(next(iter(self.fresh.values())).device), idxs, *gens)
+        first = next(iter(self.fresh.values()))  # a tensor, or a dict column's (a `Dict` observation's) tensors
+        self.batch = ReplayBatch.of(rows.to((next(iter(first.values())) if isinstance(first, Mapping) else first).device),
+                                    idxs, *gens)
         if not self._model_checked: self._check_model()
         self.learn.xb = self.learn.yb = (self.batch,)
 

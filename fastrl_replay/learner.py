@@ -116,7 +116,7 @@ class LeanLearner(Learner):
     def _set_device(self, b):
         "A batch of one `BD` already on the model's device as it is; anything else moved as `Learner` moves it"
         dev = next(self.model.parameters()).device
-        if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].values()): return b
+        if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].tensors()): return b
         return super()._set_device(b)
 
     def all_batches(self):

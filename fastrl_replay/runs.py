@@ -177,8 +177,11 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
                    eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
                    env_steps_per_s=round(stats.env_steps / wall, 1), replay_size=s['replay_size'], memory_rows=len(mem), lr=s['lr'],
                    memory_bytes_per_transition=None if 'ray' in s['learner'] else _bytes_per_transition(mem))  # shards on Ray: in their workers
+    epochs = _epoch_table(learn.recorder)
+    if 'valid_return' in epochs[0]:  # the greedy episodes after each epoch: the validation's mean return
+        metrics['valid_returns'] = [r[epochs[0].index('valid_return') + 1] for r in epochs[1]]
     if algo != 'dqn':  # the last epoch's smoothed losses of the critics (the recorder's train_loss) and of the actor
-        last = dict(zip([k for k in learn.recorder.metric_names if k not in ('epoch', 'time')], learn.recorder.values[-1] if learn.recorder.values else []))
+        last = dict(zip(epochs[0], epochs[1][-1][1:] if epochs[1] else []))
         metrics.update({k: None if last.get(c) is None else float(last[c]) for k, c in (('critic_loss', 'train_loss'), ('actor_loss', 'actor_loss'))})
     fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
     if fleet: metrics.update(_fleet_report(learn))
@@ -188,7 +191,7 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     figs = ([plot_returns(stats.returns)] if len(stats.returns) else []) + ([plot_losses(learn.recorder)] if learn.recorder.losses else [])  # a short run may end no episode and train no batch
     if not fleet and not is_atari(env): figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot, a frame memory no stored transitions
     if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
-    (run/'report.html').write_text(_report(metrics, figs, s, _epoch_table(learn.recorder)))
+    (run/'report.html').write_text(_report(metrics, figs, s, epochs))
     return dict(metrics, report=str(run/'report.html'))
 
 # %% ../nbs/89_runs.ipynb #70c0effe
@@ -227,9 +230,10 @@ def _rows(pairs) -> str:
     return ''.join(f'<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>' for k, v in pairs)
 
 def _epoch_table(recorder) -> tuple[list, list]:
-    "The column names and rows of the recorder's epoch table (epoch and time left out)"
+    "The column names and rows of the recorder's epoch table (epoch and time left out), its values as Python numbers"
     names = [n for n in recorder.metric_names if n not in ('epoch', 'time')]
-    return names, [[i + 1, *[v.item() if hasattr(v, 'item') else v for v in vals]] for i, vals in enumerate(recorder.values)]
+    num = lambda v: v.item() if hasattr(v, 'item') else v
+    return names, [[i + 1, *[num(v) for v in vals]] for i, vals in enumerate(recorder.values)]
 
 def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
     "An offline HTML report: title, settings, results and epochs in readable units, then the figures, with plotly.js inlined once"
@@ -239,7 +243,7 @@ def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
                ('environment steps', m['env_steps']), ('episodes', m['episodes']), ('training time', f'{m["wall_s"]:.1f} s'),
                ('speed', f'{m["env_steps_per_s"]:,.0f} environment steps/s'), ('memory rows', f'{m["memory_rows"]:,} of {m["replay_size"]:,}')]
     shown = {'env', 'algo', 'seed', 'replay', 'eval_mean', 'eval_std', 'eval_returns', 'env_steps', 'episodes', 'wall_s', 'env_steps_per_s',
-             'memory_rows', 'replay_size', 'lr'}
+             'memory_rows', 'replay_size', 'lr', 'valid_returns'}  # the epochs' in their table
     results += [(k.replace('_', ' '), v) for k, v in m.items() if k not in shown]  # e.g. a run on Ray: actors, shards, rows lost
     flat = _flat(settings)
     names, rows = epochs
@@ -250,7 +254,9 @@ def _report(metrics:dict, figs, settings:dict, epochs:tuple) -> str:
             f'<div><h2>Settings</h2><table>{_rows((_LABELS.get(k, k.replace("_", " ")), v) for k, v in flat.items())}</table></div></div>'
             f'<h2>Epochs</h2><table><tr>{head}</tr>{body}</table>'
             '<p class="note">— : no value yet. While the memory warms up no batch trains, so an epoch of warm-up has no loss; '
-            'the return is the mean of the last 100 finished episodes.</p><h2>Figures</h2>')
+            'the return is the mean of the last 100 finished episodes. After each epoch the validation plays greedy '
+            'episodes: valid return is their mean return, valid loss the loss on their transitions.</p>'
+            '<h2>Figures</h2>')
     doc = figures_to_html(figs, show=False)
     doc = doc.replace('<meta charset="utf-8" />', f'<meta charset="utf-8" /><title>{e(title)}</title><style>{_CSS}</style>', 1)
     return doc.replace('<body>', '<body>\n' + page, 1)

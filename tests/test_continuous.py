@@ -3,6 +3,9 @@ import copy, json, math
 from pathlib import Path
 import numpy as np, pytest, torch, gymnasium as gym
 from fastai.callback.core import Callback, CancelFitException
+from fastai.callback.fp16 import MixedPrecision
+from fastai.callback.training import GradientClip
+from fastcore.foundation import L
 from fastrl_replay.agents.sac import sac_learner, evaluate_actor, ActorCriticTrainer, polyak
 from fastrl_replay.agents.td3 import td3_learner
 from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
@@ -165,9 +168,10 @@ def test_the_actor_loss_is_recorded(algo):
             if t.n_actor > len(actor): actor.append(t.actor_loss)
     learn = fit(algo, epochs=1, steps_per_epoch=100, cbs=[Spy()])
     t = learn.actor_critic_trainer
-    assert learn.recorder.metric_names[1:5] == ['train_loss', 'return', 'episodes', 'actor_loss']
+    names = list(learn.recorder.metric_names)
+    assert names == ['epoch', 'train_loss', 'valid_loss', 'return', 'episodes', 'actor_loss', 'valid_return', 'time']
     assert t.n_actor == len(actor) == (37 if algo == 'sac' else 18)  # 37 critic steps after a warm-up of 64; TD3's actor at every second
-    assert float(learn.recorder.values[-1][3]) == t.actor_loss == actor[-1]
+    assert float(learn.recorder.values[-1][names.index('actor_loss') - 1]) == t.actor_loss == actor[-1]  # no epoch
     assert all(math.isfinite(a) for a in actor) and len(set(actor)) == len(actor)
 
     t.load_state_dict(dict(n_updates=5))  # a state saved before the actor loss was kept
@@ -236,3 +240,78 @@ def test_sac_learns_pendulum():
     learn = sac_learner('Pendulum-v1', steps_per_epoch=1_000, optim=dict(lr=1e-3), seed=0)
     with learn.no_bar(), learn.no_logging(): learn.fit(8)
     assert np.mean(evaluate_actor(learn.model, 'Pendulum-v1', n_episodes=10)) > -400
+
+
+class CountingScaler(torch.amp.GradScaler):
+    "A `GradScaler` that counts its steps, by the optimizer's type"
+    def step(self, optimizer, *args, **kwargs):
+        self.stepped.append(type(optimizer).__name__)
+        return super().step(optimizer, *args, **kwargs)
+
+
+class CpuMixedPrecision(MixedPrecision):
+    "fastai's `MixedPrecision` as on CUDA, on the CPU: an autocast (bfloat16) and an enabled `GradScaler`"
+    def before_fit(self):
+        self.autocast = torch.autocast('cpu', dtype=torch.bfloat16)
+        self.learn.scaler, self.scales = CountingScaler('cpu', init_scale=2. ** 8), L()
+        self.learn.scaler.stepped = []
+
+
+class StepEvents(Callback):
+    "The `before_step` events fastai's callbacks get in each batch"
+    order = MixedPrecision.order - 1  # before the scaler may cancel a step
+    def before_fit(self): self.per_batch = []
+    def before_batch(self):
+        if self.training: self.per_batch.append(0)
+    def before_step(self): self.per_batch[-1] += 1
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_the_actors_step_sends_no_event_and_steps_through_the_scaler(algo):
+    "One `before_step` a batch, the critics' (`MixedPrecision` steps once an update); the actor's step is the scaler's own"
+    spy, mp = StepEvents(), CpuMixedPrecision()
+    steps = []
+    class Steps(Callback):  # the scaler's steps, read before the fit ends and `MixedPrecision` drops it
+        def after_fit(self): steps.extend(self.learn.scaler.stepped)
+    learn = fit(algo, epochs=1, steps_per_epoch=100, cbs=[spy, mp, Steps()])
+    t = learn.actor_critic_trainer
+    assert steps.count('CpuMixedPrecision') == t.n_updates and steps.count('Adam') == t.n_actor  # critics', actor's
+    trained = [n for n in spy.per_batch if n]
+    assert set(trained) == {1} and len(trained) == t.n_updates == 37 and t.n_actor == (37 if algo == 'sac' else 18)
+    assert np.isfinite(t.actor_loss) and all(math.isfinite(float(l)) for l in learn.recorder.losses)
+    plain = fit(algo, epochs=1, steps_per_epoch=100)
+    assert [float(l) for l in plain.recorder.losses] != [float(l) for l in learn.recorder.losses]  # bfloat16 products
+
+
+def test_gradient_clipping_reaches_the_actors_step():
+    "The actor's step sends no `before_step`; the trainer clips its gradients as `GradientClip` clips the critics'"
+    norms = []
+    class Norms(Callback):
+        def before_fit(self):
+            opt = self.learn.opt.opt
+            step = opt.step
+            def spied(*args, **kwargs):
+                grads = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
+                norms.append(float(torch.stack(grads).norm()))
+                return step(*args, **kwargs)
+            opt.step = spied
+    learn = fit('sac', epochs=1, steps_per_epoch=100, cbs=[GradientClip(0.05), Norms()])
+    t = learn.actor_critic_trainer
+    assert len(norms) == t.n_updates + t.n_actor == 74 and max(norms) <= 0.05 * 1.0001
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_lr_find_leaves_the_trainers_counts_as_they_were(algo):
+    learn = fit(algo, epochs=1, steps_per_epoch=100)
+    t = learn.actor_critic_trainer
+    before = t.state_dict()
+    with learn.no_bar(): learn.lr_find(num_it=10, show_plot=False)
+    assert t.state_dict() == before and t.actor_loss is not None
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_a_device_this_machine_lacks_is_refused_at_build(algo):
+    from fastrl_replay.errors import ExperienceReplayException
+    absent = f'cuda:{torch.cuda.device_count()}'  # one past the last CUDA device: none on any machine
+    with pytest.raises(ExperienceReplayException, match=f"device '{absent}' is not available: this machine has"):
+        BUILD[algo](steps_per_epoch=100, device=absent)

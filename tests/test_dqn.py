@@ -155,3 +155,25 @@ def test_lean_learner_trains_the_dqn_as_learner_does():
     assert (lean_rec, rec) == (LeanRecorder, Recorder)
     assert lean == plain
     assert len(lean[0]) == 2 * 150 - 49  # a loss per batch, less the 49 batches before the warm-up is reached
+
+def test_a_device_this_machine_lacks_is_refused_at_build():
+    "`device` goes through `as_device` before anything is made: a device the machine lacks is refused at once"
+    from fastrl_replay.errors import ExperienceReplayException
+    absent = f'cuda:{torch.cuda.device_count()}'  # one past the last CUDA device: none on any machine
+    with pytest.raises(ExperienceReplayException, match=f"device '{absent}' is not available: this machine has"):
+        dqn_learner(steps_per_epoch=100, device=absent)
+
+@pytest.mark.parametrize('tau', [None, 0.1])
+def test_lr_find_leaves_the_target_network_and_its_count_as_they_were(tau):
+    "`lr_find` puts the model back after its search; the trainer puts back the target network a sync changed meanwhile"
+    learn = dqn_learner(steps_per_epoch=300, replay=dict(warmup_sz=100, bs=32), optim=dict(train_every=1),
+                        net=dict(hidden=(32,), target_sync=7, tau=tau), valid=dict(n_episodes=0), seed=0)
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    trainer, target = learn.dqn_trainer, learn.loss_func.target
+    kept, n = copy.deepcopy(target.state_dict()), trainer.n_updates
+    assert n == 201 and any(not torch.equal(w, learn.model.state_dict()[k]) for k, w in kept.items())  # 5 after a sync
+    with learn.no_bar(): learn.lr_find(num_it=20, show_plot=False)  # three syncs on the way (or 20 averagings)
+    assert trainer.n_updates == n and learn.loss_func.target is target
+    for k, w in target.state_dict().items(): assert torch.equal(w, kept[k]), k
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)  # and it trains on from there
+    assert trainer.n_updates == n + 300

@@ -250,3 +250,14 @@ def test_sampling_draws_on_the_tree_device():
 def test_a_generator_on_the_storage_device_is_refused_when_the_tree_is_on_the_cpu():
     with pytest.raises(ExperienceReplayException, match=r'generator is on cuda(:0)?, sampling draws on cpu'):
         PrioritizedExperienceReplay(device='cuda', generator=torch.Generator('cuda'))
+
+
+def test_a_tree_device_this_machine_lacks_is_refused_when_made():
+    "`tree_device` (and a sum tree's `device`) go through `as_device`: a device the machine lacks is refused at once"
+    absent = f'cuda:{torch.cuda.device_count()}'  # one past the last CUDA device: none on any machine
+    with pytest.raises(ExperienceReplayException, match=f"tree_device '{absent}' is not available: this machine has"):
+        PrioritizedExperienceReplay(bs=2, max_sz=8, warmup_sz=2, tree_device=absent)
+    with pytest.raises(ExperienceReplayException, match=f"device '{absent}' is not available"):
+        SumTree(8, device=absent)
+    mem = PrioritizedExperienceReplay(bs=2, max_sz=8, warmup_sz=2, tree_device=None)
+    assert mem.sampler.tree_device == torch.device('cpu')

@@ -3,6 +3,7 @@ import math, warnings
 import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from fastrl_replay.memory.sumtree import SumTree
+from fastrl_replay.errors import ExperienceReplayException
 
 CHI2_7DOF_P001 = 24.32  # chi-square critical value at p = 0.001 for 7 degrees of freedom
 
@@ -127,8 +128,13 @@ def test_backend_choice():
     assert SumTree(4).backend == 'numba'
     assert SumTree(4, backend='torch').backend == 'torch'
     with pytest.raises(ValueError, match="backend must be 'numba' or 'torch', got 'cuda'"): SumTree(4, backend='cuda')
-    with pytest.raises(ValueError, match="backend 'numba' runs on the CPU only, got device meta"):
-        SumTree(4, device='meta', backend='numba')
+    with pytest.raises(ExperienceReplayException, match="device must hold values .*, got 'meta'"):
+        SumTree(4, device='meta')  # `as_device`'s: a device that keeps no values, as one the machine lacks, is refused
+
+@pytest.mark.cuda
+def test_the_numba_backend_runs_on_the_cpu_only():
+    with pytest.raises(ValueError, match="backend 'numba' runs on the CPU only, got device cuda"):
+        SumTree(4, device='cuda', backend='numba')
 
 def test_repeated_indices_last_write_wins_in_a_big_batch():
     t, g = SumTree(3), torch.Generator().manual_seed(0)

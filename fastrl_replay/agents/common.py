@@ -29,7 +29,8 @@ from ..threads import TorchThreads
 
 # %% auto #0
 __all__ = ['MEMORIES', 'ReplaySettings', 'OptimSettings', 'settings', 'replay_memory', 'memory_settings', 'replay_settings',
-           'replay_warmup', 'loop_metrics', 'bootstrap_targets', 'replay_data', 'replay_learner']
+           'replay_warmup', 'loop_metrics', 'bootstrap_targets', 'replay_data', 'ValidSettings', 'validation_callback',
+           'replay_learner']
 
 # %% ../../nbs/10_agents.common.ipynb #3843deef
 @dataclass
@@ -143,7 +144,7 @@ def replay_data(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id
                 seed:int|None=0, # Seed for the environments and the memory
                 device=None, # Device for the batches (default: fastai's default device)
                 score:Callable|None=None, # Surrogate priorities of a batch, for a 'laber' memory to make
-                obs_dtype=np.float32, # Dtype of the stored observations (`np.uint8` for images)
+                obs_dtype=np.float32, # Dtype of the stored observations; a dict of one per key for a `Dict` space
                 stack_size:int=1 # Observations the agent acts on, stacked by the loop
                ) -> tuple[DataLoaders, ReplayMemory]:
     "The loaders of transitions from `env` acted by the agent `agent` makes, and the replay memory they go to"
@@ -161,6 +162,24 @@ def replay_data(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id
         memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed), **laber)
     return dls, memory
 
+# %% ../../nbs/10_agents.common.ipynb #9883d9cc
+@dataclass
+class ValidSettings:
+    "The greedy episodes fastai's validation phase plays after each epoch (`EpisodeValidation`)"
+    n_episodes:int = 5 # Episodes per validation; 0: no validation (`NoValidation`)
+    seed:int = 10_000 # Seed of the episodes' environment, made anew at each validation: the same starts
+    env:str|Callable|None = None # An environment id, or a function that makes one (default: the training loop's id)
+    loss:bool|None = None # Record their `valid_loss` (default: unless the memory builds its transitions)
+
+def validation_callback(dls:DataLoaders, # The loaders: the training one serves a `Source`
+                        valid:ValidSettings # The episodes to play
+                       ) -> Callback:
+    "`NoValidation` for no episodes, else `default_validation`'s (none where the env can't be made anew or no `greedy`)"
+    if not isinstance(valid.n_episodes, int) or valid.n_episodes < 0:
+        raise ValueError(f'valid.n_episodes must be an int >= 0 (0: no validation), got {valid.n_episodes!r}')
+    if valid.n_episodes == 0: return NoValidation()
+    return default_validation(dls, **{f.name: getattr(valid, f.name) for f in fields(valid)})
+
 # %% ../../nbs/10_agents.common.ipynb #3613b07b
 def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training batches, an empty validation loader
                    model:nn.Module, # The networks the optimizer trains
@@ -169,15 +188,16 @@ def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training
                    optim:OptimSettings, # Learning rate and gradient clipping
                    trainer:Callback, # The algorithm's callback around the optimizer step (target networks, actor steps)
                    metrics=(), # The recorder's metrics
-                   cbs=() # More callbacks
+                   cbs=(), # More callbacks
+                   valid:ValidSettings|dict|None=None # The validation's greedy episodes (`n_episodes=0`: none)
                   ) -> LeanLearner:
     "The `Learner` that trains `model` on `loss` of batches replayed from `memory`: what every agent's builder makes"
     adam = partial(torch.optim.Adam, fused=True, foreach=False)  # one kernel for all parameters
     clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
+    episodes = validation_callback(dls, settings(ValidSettings, valid))
     learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0.,
                         metrics=list(metrics),
-                        cbs=[ExperienceReplayCallback(memory), trainer, default_validation(dls), TorchThreads(1), *clip,
-                             *cbs])
+                        cbs=[ExperienceReplayCallback(memory), trainer, episodes, TorchThreads(1), *clip, *cbs])
     learn.recorder.train_metrics, learn.recorder.valid_metrics = True, False
     learn.remove_cb(CastToTensor)  # batches are plain tensors already: nothing to cast
     return learn

@@ -21,12 +21,14 @@ from ..callback import ReplayBatch
 from ..data.gym import play_episodes, EpsilonGreedy, env_space_pair
 from ..learner import LeanLearner
 from ..memory.core import ReplayMemory
-from .common import (ReplaySettings, OptimSettings, settings, replay_settings, loop_metrics,
-                                         bootstrap_targets, replay_data, replay_learner)
+from .nets import (EncodedNet, check_obs_space, plain_vector, obs_dtypes, zero_obs, stacked_space,
+                                       obs_batch)
+from .common import (ReplaySettings, OptimSettings, ValidSettings, settings, replay_settings,
+                                         loop_metrics, bootstrap_targets, replay_data, replay_learner)
 
 # %% auto #0
-__all__ = ['DQN_DEFAULTS', 'QNet', 'DQNLoss', 'DQNTrainer', 'evaluate', 'env_spaces', 'NetSettings', 'ExploreSettings',
-           'dqn_assembly', 'dqn_learner', 'dqn_defaults']
+__all__ = ['DQN_DEFAULTS', 'QNet', 'default_qnet', 'DQNLoss', 'DQNTrainer', 'evaluate', 'env_spaces', 'NetSettings',
+           'ExploreSettings', 'dqn_assembly', 'dqn_learner', 'dqn_defaults']
 
 # %% ../../nbs/10a_agents.dqn.ipynb #c31e01be
 class QNet(nn.Module):
@@ -38,6 +40,15 @@ class QNet(nn.Module):
         self.net = nn.Sequential(*layers, nn.Linear(sizes[-1], n_actions))
 
     def forward(self, x): return self.net(x['state'] if isinstance(x, Mapping) else x)
+
+# %% ../../nbs/10a_agents.dqn.ipynb #d0a1e002
+def default_qnet(space:gym.Space, # The observations the network reads (stacked, when the loop stacks them)
+                 n_actions:int, # Values out, one per action
+                 hidden:tuple=(256, 256) # Hidden layer sizes of the MLP
+                ) -> nn.Module:
+    "`dqn_learner`'s Q-network for observations of `space`: a `QNet` for plain vectors, else an `EncodedNet`"
+    if plain_vector(space): return QNet(int(np.prod(space.shape)), n_actions, hidden)
+    return EncodedNet(space, n_actions, hidden)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #f10718a8
 class DQNLoss:
@@ -83,9 +94,17 @@ class DQNTrainer(Callback):
                  dqn_loss:DQNLoss, # The loss whose target network this trainer keeps
                  target_sync:int=500, # Optimizer steps between hard copies to the target network
                  tau:float|None=None): # Polyak factor for a soft update after every step, instead of hard copies
-        self.dqn_loss, self.target_sync, self.tau, self.n_updates = dqn_loss, target_sync, tau, 0
+        self.dqn_loss, self.target_sync, self.tau, self.n_updates, self.kept = dqn_loss, target_sync, tau, 0, None
 
-    def before_fit(self): self.dqn_loss.make_target().to(next(self.model.parameters()).device)
+    def before_fit(self):
+        self.dqn_loss.make_target().to(next(self.model.parameters()).device)
+        finding = hasattr(self.learn, 'lr_finder')  # `lr_find` puts the model back after its fit, not the target
+        self.kept = copy.deepcopy(self.state_dict()) if finding else None
+
+    def after_fit(self):
+        "Put back the target network and the step count an `lr_find` changed while it tried learning rates"
+        if self.kept is not None: self.load_state_dict(self.kept)
+        self.kept = None
 
     def after_step(self):
         self.n_updates += 1
@@ -116,14 +135,14 @@ def evaluate(model:nn.Module, # Maps a state batch to action values
     "Returns of `n_episodes` episodes played greedily by `model`"
     dev = next(model.parameters()).device
     def greedy(obs) -> int:
-        x = torch.as_tensor(np.asarray(obs), device=dev)
-        with torch.no_grad(): return int(model((x if x.dtype == torch.uint8 else x.float())[None]).argmax())
+        with torch.no_grad(): return int(model(obs_batch(obs, dev)).argmax())
     return play_episodes(greedy, env, n_episodes, seed, max_steps, stack_size)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ac6fae2d
 def env_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
-    "The observation space and the action space of one environment of `env`, which must have discrete actions"
+    "The spaces of one environment of `env`: observations the agents take (`check_obs_space`), and discrete actions"
     obs_sp, act_sp = env_space_pair(env)
+    check_obs_space(obs_sp)
     if not isinstance(act_sp, gym.spaces.Discrete):
         name = getattr(env, "spec", None) and env.spec.id or env
         raise ValueError(f'DQN needs discrete actions; {name} has {act_sp}')
@@ -152,22 +171,24 @@ def dqn_assembly(dls, # The loaders: fresh transitions in training batches, an e
                  memory:ReplayMemory, # The replay memory the callback adds to and samples from
                  net:NetSettings, # For the target network's updates
                  optim:OptimSettings, # Learning rate and gradient clipping
-                 cbs=() # More callbacks
+                 cbs=(), # More callbacks
+                 valid:ValidSettings|dict|None=None # The validation's greedy episodes (`n_episodes=0`: none)
                 ) -> LeanLearner:
     "The DQN `Learner` of `loss.model` trained on `dls` through `memory`: the assembly every DQN builder shares"
     trainer = DQNTrainer(loss, net.target_sync, net.tau)
-    return replay_learner(dls, loss.model, loss, memory, optim, trainer, loop_metrics(), cbs)
+    return replay_learner(dls, loss.model, loss, memory, optim, trainer, loop_metrics(), cbs, valid)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #1c0a0005
 def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Environment id, or a ready one; discrete actions
                 *,
                 memory:ReplayMemory|None=None, # A ready replay memory (as a `FrameReplay`); default: `replay`'s
-                model:nn.Module|None=None, # Maps a batch, or states, to one value per action (default: a `QNet`)
+                model:nn.Module|None=None, # Maps a batch, or states, to one value per action (default: `default_qnet`)
                 cbs=(), # More callbacks
                 net:NetSettings|dict|None=None, # The Q-network and its target
                 explore:ExploreSettings|dict|None=None, # Epsilon-greedy exploration
                 replay:ReplaySettings|dict|None=None, # The memory to make, when `memory` is None
                 optim:OptimSettings|dict|None=None, # Learning rate, training frequency, gradient clipping
+                valid:ValidSettings|dict|None=None, # Greedy episodes after each epoch (`dict(n_episodes=0)`: none)
                 steps_per_epoch:int=5_000, # Environment steps per fastai epoch
                 gamma:float=0.99, # Discount factor
                 n_steps:int=3, # Steps folded into each transition (n-step returns)
@@ -186,21 +207,20 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Environmen
         raise ValueError('stacks are built by a memory fed single steps, which stacks them again when it samples '
                          '(e.g. a FrameReplay): give memory=')
     obs_sp, act_sp = env_spaces(env)
-    state_shape = obs_sp.shape if stack_size == 1 else (stack_size, *obs_sp.shape)
+    state_sp = stacked_space(obs_sp, stack_size)  # what the model reads
     n_actions = int(act_sp.n)
     if seed is not None: torch.manual_seed(seed)
-    model = model if model is not None else QNet(int(np.prod(state_shape)), n_actions, net.hidden)
-    obs_dtype = np.uint8 if obs_sp.dtype == np.uint8 else np.float32  # images stay bytes; the model scales them
+    model = model if model is not None else default_qnet(state_sp, n_actions, net.hidden)
+    obs_dtype = obs_dtypes(obs_sp)  # images stay bytes, a dict's keys each in its own: the model scales them
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # size lazy layers
-        dtype = torch.uint8 if obs_dtype is np.uint8 else torch.float32
-        with torch.no_grad(): model(torch.zeros(1, *state_shape, dtype=dtype))
+        with torch.no_grad(): model(zero_obs(state_sp))
     loss = DQNLoss(model, double=net.double)
     agent = partial(EpsilonGreedy, model, n_actions, explore.eps_start, explore.eps_end, explore.eps_steps, seed=seed)
     dls, memory = replay_data(env, agent, memory, replay, optim, random_warmup=explore.random_warmup,
                               steps_per_epoch=steps_per_epoch,
                               gamma=gamma, n_steps=n_steps, n_envs=n_envs, seed=seed, device=device,
                               score=loss.surrogate_priorities, obs_dtype=obs_dtype, stack_size=stack_size)
-    return dqn_assembly(dls, loss, memory, net, optim, cbs)
+    return dqn_assembly(dls, loss, memory, net, optim, cbs, valid)
 
 # %% ../../nbs/10a_agents.dqn.ipynb #ad1aae18
 DQN_DEFAULTS = {

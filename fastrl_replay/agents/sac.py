@@ -7,39 +7,34 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/agents.sac.html.md"""
 # %% ../../nbs/10d_agents.sac.ipynb #7298f2f9
 from __future__ import annotations
 import copy
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from collections.abc import Mapping, Callable
 from functools import partial
 from fastcore.meta import delegates
 import numpy as np, torch, gymnasium as gym
 from torch import nn
-from ..errors import importing_fastai
+from ..errors import importing_fastai, as_device
 with importing_fastai():
     from fastai.callback.core import Callback
     from fastai.learner import Metric
+    from fastai.callback.fp16 import MixedPrecision
+    from fastai.callback.training import GradientClip
 from ..callback import ReplayBatch
-from ..data.gym import SteppedAgent, play_episodes, env_space_pair
+from ..data.gym import SteppedAgent, play_episodes, env_space_pair, n_rows
+from .nets import (mlp, obs_input, encoded, check_obs_space, obs_dtypes, obs_batch, as_states)
 from ..learner import LeanLearner
 from ..memory.core import ReplayMemory
-from .common import (ReplaySettings, OptimSettings, settings, replay_settings, loop_metrics,
-                                         bootstrap_targets, replay_data, replay_learner)
+from .common import (ReplaySettings, OptimSettings, ValidSettings, settings, replay_settings,
+                                         loop_metrics, bootstrap_targets, replay_data, replay_learner)
+_all_ = ['mlp']  # the layers every network ends in, defined with the encoders of observation spaces in `agents.nets`
 
 # %% auto #0
-__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'mlp', 'ActionScale', 'TwinCritic', 'frozen',
+__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'ActionScale', 'TwinCritic', 'frozen',
            'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel', 'twin_critic_loss',
            'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent', 'evaluate_actor',
            'box_spaces', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings', 'actor_critic_learner',
-           'sac_learner', 'sac_defaults']
-
-# %% ../../nbs/10d_agents.sac.ipynb #d04305eb
-def mlp(sizes:tuple, # Layer sizes, input first, output last
-        out:nn.Module|None=None # Activation after the last layer (default: none)
-       ) -> nn.Sequential:
-    "Linear layers of `sizes` with ReLU between them"
-    layers = []
-    for a, b in zip(sizes[:-2], sizes[1:-1]): layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(*sizes[-2:]), *([out] if out is not None else []))
+           'sac_learner', 'sac_defaults', 'mlp']
 
 # %% ../../nbs/10d_agents.sac.ipynb #550cbd04
 class ActionScale(nn.Module):
@@ -57,16 +52,18 @@ class ActionScale(nn.Module):
 
 # %% ../../nbs/10d_agents.sac.ipynb #eda587f8
 class TwinCritic(nn.Module):
-    "Two Q-networks of a state and a [-1, 1] action: `(bs, 2)` values"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
+    "Two Q-networks of a state and a [-1, 1] action: `(bs, 2)` values; both read the features of one `encoder`"
+    def __init__(self, obs_dim:int|gym.Space, # Observation size, or space (`obs_input`: an encoder for non-vectors)
+                 act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
-        self.q1, self.q2 = mlp((obs_dim + act_dim, *hidden, 1)), mlp((obs_dim + act_dim, *hidden, 1))
+        n, self.encoder = obs_input(obs_dim)
+        self.q1, self.q2 = mlp((n + act_dim, *hidden, 1)), mlp((n + act_dim, *hidden, 1))
     def forward(self, s:torch.Tensor, a:torch.Tensor) -> torch.Tensor:
-        x = torch.cat([s.flatten(1), a], 1)
+        x = torch.cat([encoded(self.encoder, s), a], 1)
         return torch.cat([self.q1(x), self.q2(x)], 1)
     def first(self, s:torch.Tensor, a:torch.Tensor) -> torch.Tensor:
         "The first critic's values alone, `(bs, 1)`: what a deterministic actor climbs (TD3), at half the cost of both"
-        return self.q1(torch.cat([s.flatten(1), a], 1))
+        return self.q1(torch.cat([encoded(self.encoder, s), a], 1))
 
 # %% ../../nbs/10d_agents.sac.ipynb #d4998a04
 @contextmanager
@@ -92,18 +89,20 @@ _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 # %% ../../nbs/10d_agents.sac.ipynb #62459e2a
 class GaussianActor(nn.Module):
     "SAC's policy: a Gaussian of state-dependent mean and spread, squashed into [-1, 1] by tanh"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(256, 256)):
+    def __init__(self, obs_dim:int|gym.Space, # Observation size, or space (`obs_input`: an encoder for non-vectors)
+                 act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
-        self.body = mlp((obs_dim, *hidden), nn.ReLU())
+        n, self.encoder = obs_input(obs_dim)
+        self.body = mlp((n, *hidden), nn.ReLU())
         self.mu, self.log_std = nn.Linear(hidden[-1], act_dim), nn.Linear(hidden[-1], act_dim)
 
     def forward(self, s:torch.Tensor) -> torch.Tensor:
         "The policy's mode, squashed: the greedy action"
-        return torch.tanh(self.mu(self.body(s.flatten(1))))
+        return torch.tanh(self.mu(self.body(encoded(self.encoder, s))))
 
     def sample(self, s:torch.Tensor, eps:torch.Tensor|None=None) -> tuple[torch.Tensor, torch.Tensor]:
         "Actions drawn with standard normal `eps` (default: torch's generator's) and their log-probabilities, `(bs, 1)`"
-        h = self.body(s.flatten(1))
+        h = self.body(encoded(self.encoder, s))
         mu, log_std = self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
         if eps is None: eps = torch.randn_like(mu)
         a = torch.tanh(mu + log_std.exp() * eps)
@@ -147,7 +146,7 @@ class ActorCriticModel(nn.Module):
 
 class SACModel(ActorCriticModel):
     "SAC's networks: a squashed Gaussian actor, twin critics and their target, the entropy coefficient"
-    def __init__(self, obs_dim:int, # Observation size
+    def __init__(self, obs_dim:int|gym.Space, # Observation size, or space (non-vectors: an encoder per network)
                  action_space:gym.spaces.Box, # The environment's actions
                  hidden:tuple=(256, 256), # Hidden layer sizes of the actor and of each critic
                  ent_coef:str|float='auto', # 'auto': alpha tuned; a number: alpha fixed
@@ -217,15 +216,19 @@ class ActorCriticTrainer(Callback):
         self.n_updates = 0
         self.matmul_precision, self.beta, self.precision_before = matmul_precision, beta, None
         self.smooth, self.n_actor = torch.zeros(()), 0  # the actor losses' moving average, and how many it holds
+        self.kept = None  # the state an `lr_find` changes
 
     def before_fit(self):
         self.pairs = self.loss.model.target_pairs()
         self.precision_before = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision(self.matmul_precision)
+        self.kept = copy.deepcopy(self.state_dict()) if hasattr(self.learn, 'lr_finder') else None  # as the model
 
     def after_fit(self):
         if self.precision_before is not None: torch.set_float32_matmul_precision(self.precision_before)
         self.precision_before = None
+        if self.kept is not None: self.load_state_dict(self.kept)  # `lr_find` puts back the model; this, its counts
+        self.kept = None
 
     def after_step(self):
         self.n_updates += 1
@@ -234,14 +237,21 @@ class ActorCriticTrainer(Callback):
             for online, target in self.pairs: polyak(online, target, self.tau)
 
     def step_actor(self):
-        "One optimizer step on the actor's loss of the critics' batch (`before_step` callbacks, as clipping, see it)"
-        opt = self.learn.opt
+        "One optimizer step on the actor's loss of the critics' batch: clipped as theirs, scaled in mixed precision"
+        opt, mp = self.learn.opt, next((cb for cb in self.learn.cbs if isinstance(cb, MixedPrecision)), None)
+        scaler = None if mp is None else getattr(self.learn, 'scaler', None)  # `MixedPrecision`'s, while it fits
         opt.zero_grad()  # the critics' gradients are spent
-        loss = self.loss.actor_loss(self.learn.yb[0])
-        loss.backward()
-        self.learn('before_step')
-        opt.step()
-        self.smooth, self.n_actor = torch.lerp(loss.detach(), self.smooth, self.beta), self.n_actor + 1
+        with nullcontext() if getattr(mp, 'autocast', None) is None else mp.autocast:
+            loss = self.loss.actor_loss(self.learn.yb[0])
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        inner = getattr(opt, 'opt', opt)  # torch's optimizer in fastai's `OptimWrapper`: a step of the scaler's own
+        if scaler is not None: scaler.unscale_(inner)
+        for clip in (cb for cb in self.learn.cbs if isinstance(cb, GradientClip)):
+            nn.utils.clip_grad_norm_(self.model.parameters(), clip.max_norm, clip.norm_type)
+        if scaler is None: opt.step()
+        else: scaler.step(inner)  # skipped on overflow; `MixedPrecision` updates the scale after both steps
+        loss = loss.detach().float()
+        self.smooth, self.n_actor = torch.lerp(loss, self.smooth.to(loss.device), self.beta), self.n_actor + 1
 
     @property
     def actor_loss(self) -> float|None:
@@ -277,22 +287,22 @@ class ActorAgent(SteppedAgent):
 
     def __call__(self, state) -> np.ndarray:
         "One action per row of `state`, in the environment's bounds; each call is one environment step"
-        m, n = self.model, len(state)
+        m, n = self.model, n_rows(state)
         dim, random = m.scale.dim, self.steps < self.random_steps
         self.steps += 1
         draw = self.rng.uniform(-1, 1, (n, dim)) if random else self.rng.standard_normal((n, dim))
         with torch.inference_mode():
             dev = m.scale.low.device
             a = torch.as_tensor(draw, dtype=torch.float32, device=dev)
-            if not random: a = m.actor.explore(torch.as_tensor(state, device=dev), a)
+            if not random: a = m.actor.explore(as_states(state, dev), a)
             return m.scale.to_env(a).reshape(n, *m.scale.shape).cpu().numpy()
 
     def greedy(self, state) -> np.ndarray:
         "The actor's deterministic action for each row of `state`, in the environment's bounds; no step counted"
         m = self.model
         with torch.inference_mode():
-            a = m.actor(torch.as_tensor(state, dtype=torch.float32, device=m.scale.low.device))
-            return m.scale.to_env(a).reshape(len(state), *m.scale.shape).cpu().numpy()
+            a = m.actor(as_states(state, m.scale.low.device, torch.float32))
+            return m.scale.to_env(a).reshape(n_rows(state), *m.scale.shape).cpu().numpy()
 
 # %% ../../nbs/10d_agents.sac.ipynb #9cef58fd
 def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) and a `scale`
@@ -304,14 +314,15 @@ def evaluate_actor(model:nn.Module, # Has an `actor` (state to [-1, 1] actions) 
     dev = model.scale.low.device
     def greedy(obs) -> np.ndarray:
         with torch.inference_mode():
-            a = model.scale.to_env(model.actor(torch.as_tensor(np.asarray(obs, np.float32), device=dev)[None]))
+            a = model.scale.to_env(model.actor(obs_batch(obs, dev)))
         return a.reshape(model.scale.shape).cpu().numpy()
     return play_episodes(greedy, env, n_episodes, seed)
 
 # %% ../../nbs/10d_agents.sac.ipynb #53214cf0
 def box_spaces(env:str|gym.Env|gym.vector.VectorEnv) -> tuple[gym.Space, gym.spaces.Box]:
-    "The observation space and the action space of one environment of `env`, which must have `Box` actions"
+    "The spaces of one environment of `env`: observations the agents take (`check_obs_space`), and `Box` actions"
     obs_sp, act_sp = env_space_pair(env)
+    check_obs_space(obs_sp)
     if not isinstance(act_sp, gym.spaces.Box):
         name = getattr(env, "spec", None) and env.spec.id or env
         raise ValueError(f'an actor-critic needs continuous (Box) actions; {name} has {act_sp}')
@@ -348,7 +359,7 @@ class SACExploreSettings:
 
 # %% ../../nbs/10d_agents.sac.ipynb #691cd45e
 def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Environment id, or a ready one; Box actions
-                         parts:Callable, # `(observation size, action space) -> (model, loss, trainer)`, seeded
+                         parts:Callable, # `(observation space, action space) -> (model, loss, trainer)`, seeded
                          *,
                          lr:float, # The learning rate when `optim` gives none
                          random_warmup:bool, # Uniformly random actions while the memory warms up
@@ -356,6 +367,7 @@ def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Environment id,
                          cbs=(), # More callbacks
                          replay:ReplaySettings|dict|None=None, # The memory to make, without `memory` (SB3's defaults)
                          optim:OptimSettings|dict|None=None, # Learning rate, training frequency, gradient clipping
+                         valid:ValidSettings|dict|None=None, # Greedy episodes after each epoch (`n_episodes=0`: none)
                          steps_per_epoch:int=2_000, # Environment steps per fastai epoch
                          gamma:float=0.99, # Discount factor
                          n_steps:int=1, # Steps folded into each transition (n-step returns)
@@ -368,13 +380,14 @@ def actor_critic_learner(env:str|gym.Env|gym.vector.VectorEnv, # Environment id,
     optim = settings(OptimSettings, optim, SB3_OPTIM | dict(lr=lr))
     obs_sp, act_sp = box_spaces(env)
     if seed is not None: torch.manual_seed(seed)
-    model, loss, trainer = parts(int(np.prod(obs_sp.shape)), act_sp)
-    if device is not None: model.to(device)
+    model, loss, trainer = parts(obs_sp, act_sp)
+    if device is not None: model.to(as_device(device))  # refused where this machine has no such device
     agent = partial(ActorAgent, model, seed=seed)
     dls, memory = replay_data(env, agent, memory, replay, optim, random_warmup=random_warmup,
                               steps_per_epoch=steps_per_epoch, gamma=gamma, n_steps=n_steps, n_envs=n_envs, seed=seed,
-                              device=device)
-    return replay_learner(dls, model, loss, memory, optim, trainer, [*loop_metrics()[:2], ActorLoss(trainer)], cbs)
+                              device=device, obs_dtype=obs_dtypes(obs_sp))
+    return replay_learner(dls, model, loss, memory, optim, trainer, [*loop_metrics()[:2], ActorLoss(trainer)], cbs,
+                          valid)
 
 # %% ../../nbs/10d_agents.sac.ipynb #341bd766
 @delegates(actor_critic_learner, but=['parts', 'lr', 'random_warmup'])
@@ -387,9 +400,9 @@ def sac_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Environmen
     "A fastai `Learner` that trains soft actor-critic (SAC) on `env` with experience replay (learning rate 3e-4)"
     net, entropy = settings(ActorCriticSettings, net), settings(EntropySettings, entropy)
     explore = settings(SACExploreSettings, explore)
-    def parts(n_obs:int, act_sp:gym.spaces.Box):
+    def parts(obs_sp:gym.Space, act_sp:gym.spaces.Box):
         m = model if model is not None else \
-            SACModel(n_obs, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
+            SACModel(obs_sp, act_sp, net.hidden, entropy.coef, entropy.init, entropy.target)
         loss = SACLoss(m)
         return m, loss, ActorCriticTrainer(loss, net.tau, net.target_every, matmul_precision=net.matmul_precision)
     return actor_critic_learner(env, parts, lr=3e-4, random_warmup=explore.random_warmup, **kwargs)

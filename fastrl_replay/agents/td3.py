@@ -14,7 +14,8 @@ import numpy as np, torch, gymnasium as gym
 from torch import nn
 from ..learner import LeanLearner
 from .common import settings, bootstrap_targets
-from .sac import (mlp, ActionScale, evaluate_actor, TwinCritic, frozen, ActorCriticModel,
+from .nets import mlp, obs_input, encoded
+from .sac import (ActionScale, evaluate_actor, TwinCritic, frozen, ActorCriticModel,
                                       twin_critic_loss,
                                       ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings, actor_critic_learner)
 
@@ -25,10 +26,12 @@ __all__ = ['TD3_DEFAULTS', 'DeterministicActor', 'TD3Model', 'TD3Loss', 'TD3Sett
 # %% ../../nbs/10e_agents.td3.ipynb #d9d971d3
 class DeterministicActor(nn.Module):
     "TD3's policy: a state's action in [-1, 1], explored with Gaussian noise of standard deviation `noise`"
-    def __init__(self, obs_dim:int, act_dim:int, hidden:tuple=(400, 300), noise:float=0.1):
+    def __init__(self, obs_dim:int|gym.Space, # Observation size, or space (`obs_input`: an encoder for non-vectors)
+                 act_dim:int, hidden:tuple=(400, 300), noise:float=0.1):
         super().__init__()
-        self.net, self.noise = mlp((obs_dim, *hidden, act_dim), nn.Tanh()), noise
-    def forward(self, s:torch.Tensor) -> torch.Tensor: return self.net(s.flatten(1))
+        n, self.encoder = obs_input(obs_dim)
+        self.net, self.noise = mlp((n, *hidden, act_dim), nn.Tanh()), noise
+    def forward(self, s:torch.Tensor) -> torch.Tensor: return self.net(encoded(self.encoder, s))
     def explore(self, s:torch.Tensor, eps:torch.Tensor) -> torch.Tensor:
         "The action plus `noise` times standard normal `eps`, clipped to [-1, 1]"
         return (self(s) + self.noise * eps).clamp(-1, 1)
@@ -36,7 +39,7 @@ class DeterministicActor(nn.Module):
 # %% ../../nbs/10e_agents.td3.ipynb #948f6401
 class TD3Model(ActorCriticModel):
     "TD3's networks: a deterministic actor, twin critics and the target networks of both; maps a batch to its Q-values"
-    def __init__(self, obs_dim:int, # Observation size
+    def __init__(self, obs_dim:int|gym.Space, # Observation size, or space (non-vectors: an encoder per network)
                  action_space:gym.spaces.Box, # The environment's actions
                  hidden:tuple=(400, 300), # Hidden layer sizes of the actor and of each critic
                  noise:float=0.1): # Standard deviation of the actor's exploration noise, in the [-1, 1] action scale
@@ -98,8 +101,8 @@ def td3_learner(env:str|gym.Env|gym.vector.VectorEnv='Pendulum-v1', # Environmen
     "A fastai `Learner` that trains TD3 on `env` with experience replay (learning rate 1e-3 unless `optim` gives one)"
     net, td3 = settings(ActorCriticSettings, net, dict(hidden=(400, 300))), settings(TD3Settings, td3)
     explore = settings(GaussianExploreSettings, explore)
-    def parts(n_obs:int, act_sp:gym.spaces.Box):
-        m = model if model is not None else TD3Model(n_obs, act_sp, net.hidden, explore.noise)
+    def parts(obs_sp:gym.Space, act_sp:gym.spaces.Box):
+        m = model if model is not None else TD3Model(obs_sp, act_sp, net.hidden, explore.noise)
         loss = TD3Loss(m, td3.target_noise, td3.noise_clip)
         return m, loss, ActorCriticTrainer(loss, net.tau, td3.policy_delay, td3.policy_delay, net.matmul_precision)
     return actor_critic_learner(env, parts, lr=1e-3, random_warmup=explore.random_warmup, **kwargs)

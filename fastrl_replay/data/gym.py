@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 import numpy as np, torch, gymnasium as gym
 from ..core import BD
-from ..errors import check_positive, ExperienceReplayException
+from ..errors import check_positive, ExperienceReplayException, as_device
 from ..nstep import nstep_returns
 from fastcore.basics import ifnone
 from ..errors import importing_fastai
@@ -26,12 +26,16 @@ with importing_fastai():
 from fastcore.foundation import L
 
 # %% auto #0
-__all__ = ['RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'push_frames', 'play_episodes', 'env_space_pair',
-           'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce', 'FirstLast', 'SourceStats', 'rows_batch',
-           'Source', 'TransitionLoader', 'gym_dataloaders', 'train_columns', 'drop_valid_columns', 'check_fastai_tools',
-           'NoValidation', 'evaluation_episodes', 'fake_gym_learner']
+__all__ = ['n_rows', 'RandomAgent', 'SteppedAgent', 'EpsilonGreedy', 'check_env', 'push_frames', 'play_episodes',
+           'env_space_pair', 'GymLoop', 'pixel_env', 'env_state', 'load_env_state', 'ResReduce', 'FirstLast',
+           'SourceStats', 'rows_batch', 'Source', 'TransitionLoader', 'gym_dataloaders', 'train_columns',
+           'drop_valid_columns', 'check_fastai_tools', 'NoValidation', 'evaluation_episodes', 'fake_gym_learner']
 
 # %% ../../nbs/05b_data.gym.ipynb #d30edad5
+def n_rows(state) -> int:
+    "The rows of a state batch: an array or tensor, or a dict of them (a `Dict` observation's keys)"
+    return len(next(iter(state.values()))) if isinstance(state, Mapping) else len(state)
+
 class RandomAgent:
     "Uniform random actions from `action_space`, from a seeded generator"
     def __init__(self, action_space:gym.Space, seed:int|None=None):
@@ -40,9 +44,9 @@ class RandomAgent:
 
     def __call__(self, state) -> np.ndarray:
         "One action per row of `state`"
-        sp = self.action_space
-        if isinstance(sp, gym.spaces.Discrete): return self.rng.integers(sp.n, size=len(state)) + sp.start
-        return self.rng.uniform(sp.low, sp.high, size=(len(state), *sp.shape)).astype(sp.dtype)
+        sp, n = self.action_space, n_rows(state)
+        if isinstance(sp, gym.spaces.Discrete): return self.rng.integers(sp.n, size=n) + sp.start
+        return self.rng.uniform(sp.low, sp.high, size=(n, *sp.shape)).astype(sp.dtype)
 
     def state_dict(self) -> dict:
         "The generator's state, as plain data"
@@ -85,7 +89,7 @@ class EpsilonGreedy(SteppedAgent):
 
     def __call__(self, state) -> np.ndarray:
         "One action per row of `state` (tensor or array); each call is one environment step for the schedule"
-        n, eps = len(state), self.epsilon
+        n, eps = n_rows(state), self.epsilon
         self.steps += 1
         u = self.rng.random((2, n))  # per row: the coin, and the random action
         actions = (u[1] * self.n_actions).astype(np.int64)
@@ -99,12 +103,17 @@ class EpsilonGreedy(SteppedAgent):
         "The model's best action for each row of `state`: no exploration and no step counted, as an evaluation plays"
         with torch.inference_mode(): return self.model(self._as_input(state)).argmax(-1).cpu().numpy()
 
-    def _as_input(self, state) -> torch.Tensor:
-        "`state` as a tensor on the model's device, sharing memory where it can"
+    def _as_input(self, state) -> torch.Tensor|dict:
+        "`state` as a tensor on the model's device, sharing memory where it can; a dict of them for a dict `state`"
         if self._for is not self.model: self._for, self._param = self.model, next(self.model.parameters())
         dev = self._param.device  # a module moved with `.to` keeps its parameter objects, so this follows it
-        if type(state) is np.ndarray and dev.type == 'cpu' and state.flags.writeable: return torch.from_numpy(state)
-        return torch.as_tensor(state, device=dev)
+        if isinstance(state, Mapping): return {k: _tensor(v, dev) for k, v in state.items()}
+        return _tensor(state, dev)
+
+def _tensor(a, dev:torch.device) -> torch.Tensor:
+    "Array or tensor `a` as a tensor on `dev`, sharing memory where it can"
+    if type(a) is np.ndarray and dev.type == 'cpu' and a.flags.writeable: return torch.from_numpy(a)
+    return torch.as_tensor(a, device=dev)
 
 # %% ../../nbs/05b_data.gym.ipynb #b2495e8b
 def check_env(env:str):
@@ -112,6 +121,10 @@ def check_env(env:str):
     if env in gym.registry: return
     close = difflib.get_close_matches(env, list(gym.registry), n=3)
     raise ValueError(f'unknown gymnasium environment {env!r}' + (f'; did you mean {", ".join(close)}?' if close else ''))
+
+def _one_row(obs):
+    "One observation as a batch of one: an array of one row, or a dict of them for a `Dict` observation"
+    return {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, Mapping) else np.asarray(obs)[None]
 
 class _OneEnv:
     "One environment with the vector methods `GymLoop` uses, resetting as `SyncVectorEnv` does in `NEXT_STEP` mode"
@@ -123,13 +136,13 @@ class _OneEnv:
     def reset(self, seed=None):
         obs, info = self.env.reset(seed=seed)
         self.resetting = False
-        return obs[None], info
+        return _one_row(obs), info
 
     def step(self, actions):
         if self.resetting: (obs, info), rew, term, trunc = self.env.reset(), 0., False, False  # the action is ignored
         else: obs, rew, term, trunc, info = self.env.step(actions[0])
         self.resetting = term or trunc
-        return obs[None], np.array([rew]), np.array([term]), np.array([trunc]), {}
+        return _one_row(obs), np.array([rew]), np.array([term]), np.array([trunc]), {}
 
     def render(self): return (self.env.render(),)
     def close(self): self.env.close()
@@ -155,6 +168,8 @@ def play_episodes(act, # Maps one observation to one action
     "Returns of `n_episodes` episodes played by `act`"
     e, returns = gym.make(env) if isinstance(env, str) else env, []
     obs, _ = e.reset(seed=seed)
+    if stack_size > 1 and isinstance(obs, Mapping):
+        raise ValueError(f'stack_size={stack_size}: stacks are of array observations, and {e} observes a dict')
     stacks = np.zeros((1, stack_size, *np.shape(obs)), np.asarray(obs).dtype) if stack_size > 1 else None
     for _ in range(n_episodes):
         total, steps, done = 0., 0, False
@@ -192,7 +207,7 @@ class GymLoop:
                  seed:int|None=None, # Seed of the first reset (and of the default agent)
                  n_envs:int=1, # Environments stepped together
                  env:gym.vector.VectorEnv|gym.Env|None=None, # A ready environment, vector or single, to use instead of `env_name`
-                 obs_dtype=np.float32, # Dtype of `state` and `next_state`: e.g. `np.uint8` for image observations
+                 obs_dtype=np.float32, # Dtype of `state`, `next_state` (`np.uint8` for images); one per key of a `Dict`
                  steps_count:int|None=None, # fastrl's name for `n_steps`, accepted in its place
                  stack_size:int=1): # Observations the agent acts on: each environment's last `stack_size`, zeros before its episode's first (rows keep single observations)
         n_steps = _n_steps(n_steps, steps_count)
@@ -207,7 +222,15 @@ class GymLoop:
                                vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
         elif not isinstance(env, gym.vector.VectorEnv): env = _OneEnv(env)
         self.env, self.mode, self.n_steps, self.steps_delta, self.seed, self.stack_size = env, mode, n_steps, steps_delta, seed, stack_size
-        self.obs_dtype = np.dtype(obs_dtype)
+        self.obs_dtype = _per_key(dict(obs_dtype) if isinstance(obs_dtype, Mapping) else obs_dtype, np.dtype)
+        sp = env.single_observation_space
+        self.obs_keys = list(sp.spaces) if isinstance(sp, gym.spaces.Dict) else None  # a `Dict` observation's, in order
+        if isinstance(self.obs_dtype, dict) and set(self.obs_dtype) != set(self.obs_keys or ()):
+            raise ValueError(f'obs_dtype names the keys {sorted(self.obs_dtype)}, and the environment observes {sp}: '
+                             'give one dtype, or one per key of a Dict observation')
+        if stack_size > 1 and self.obs_keys is not None:
+            raise ValueError(f'stack_size={stack_size}: stacks are of array observations, and the environment observes '
+                             f'{env.single_observation_space}')
         self.n_envs = env.num_envs
         self.autoreset = env.metadata.get('autoreset_mode', gym.vector.AutoresetMode.NEXT_STEP)
         if self.autoreset not in (gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP):
@@ -221,7 +244,7 @@ class GymLoop:
         "Reset the environments and the per-environment episode counters"
         if self.env is None: raise RuntimeError('this GymLoop has no environment: it holds the settings of an exported Learner; make a GymLoop to step')
         obs, _ = self.env.reset(seed=self.seed)
-        self.state = np.array(obs, dtype=self.obs_dtype)  # a copy, as in `step`
+        self.state = self._obs(obs)  # a copy, as in `step`
         self._open_stacks()
         self.resetting = np.zeros(self.n_envs, bool)  # sub-environments whose next `step` is a reset
         self.episode_id = np.arange(self.n_envs) + self.n_episodes + 1
@@ -235,11 +258,14 @@ class GymLoop:
         acted_on = self.state if self.stack_size == 1 else self.stacks
         actions = np.asarray(self.agent(acted_on)) if not self.resetting.all() else self._no_actions()
         obs, rew, term, trunc, infos = self.env.step(actions)
-        obs = np.array(obs, dtype=self.obs_dtype)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
+        obs = self._obs(obs)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
         final = obs
         if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
-            final = obs.copy()
-            for i in np.flatnonzero(infos['_final_obs']): final[i] = infos['final_obs'][i]
+            final = _per_key(obs, np.copy)
+            for i in np.flatnonzero(infos['_final_obs']):
+                if isinstance(final, dict):
+                    for k, v in final.items(): v[i] = infos['final_obs'][i][k]
+                else: final[i] = infos['final_obs'][i]
         done = term | trunc
         live = ~self.resetting  # NEXT_STEP mode: this call reset those environments and ignored their actions
         self.ep_step += live
@@ -251,7 +277,8 @@ class GymLoop:
                     step=self.ep_step.reshape(n, 1).copy(), env_id=np.arange(n).reshape(n, 1))
         if frames is not None: cols['image'] = np.stack(frames)
         if n == 1: rows = [cols] if live[0] else []  # already one row each
-        else: rows = [{k: v[i:i+1] for k, v in cols.items()} for i in np.flatnonzero(live)]
+        else: rows = [{k: v[i:i+1] if type(v) is not dict else {j: x[i:i+1] for j, x in v.items()}
+                       for k, v in cols.items()} for i in np.flatnonzero(live)]
         for i in (np.flatnonzero(live & done) if done.any() else ()):
             self.n_episodes += 1; self.episode_returns.append(float(self.ep_return[i])); self.returns.append(self.episode_returns[-1])
             self.ep_step[i], self.ep_return[i] = 0, 0.
@@ -262,6 +289,12 @@ class GymLoop:
         self.state = obs
         if self.stack_size > 1: push_frames(self.stacks, obs, starts)
         return rows
+
+    def _obs(self, obs) -> np.ndarray|dict:
+        "Observations `obs` copied in the dtype `obs_dtype` gives, key by key for a `Dict` observation"
+        if not isinstance(obs, Mapping): return np.array(obs, dtype=self.obs_dtype)
+        dt = self.obs_dtype
+        return {k: np.array(obs[k], dtype=dt[k] if isinstance(dt, dict) else dt) for k in self.obs_keys or obs}
 
     def _open_stacks(self):
         "Every environment's stack opens an episode: zeros, then its current observation"
@@ -280,7 +313,8 @@ class GymLoop:
         state = dict(env_steps=self.env_steps, n_episodes=self.n_episodes, episode_returns=list(self.episode_returns),
                      returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
                      started=self.state is not None)
-        if state['started']: state.update({k: np.array(getattr(self, k)) for k in _LOOP_ARRAYS}, env=env_state(self.env))
+        if state['started']:
+            state.update({k: _per_key(getattr(self, k), np.array) for k in _LOOP_ARRAYS}, env=env_state(self.env))
         if state['started'] and self.stack_size > 1: state['stacks'] = self.stacks.copy()
         return state
 
@@ -305,7 +339,7 @@ class GymLoop:
     def _restart(self):
         "Start a new episode in every environment, from the environments' own generators"
         obs, _ = self.env.reset()
-        self.state = np.array(obs, dtype=self.obs_dtype)
+        self.state = self._obs(obs)
         self._open_stacks()
         self.resetting = np.zeros(self.n_envs, bool)
         self.episode_id = np.arange(self.n_envs) + self.next_episode
@@ -319,6 +353,10 @@ class GymLoop:
         res.env = res.agent = res.state = None
         res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
         return res
+
+def _per_key(v, f):
+    "`f` of array `v`, or of each array of a dict `v` (a `Dict` observation's), as a dict"
+    return {k: f(x) for k, x in v.items()} if isinstance(v, dict) else f(v)
 
 # %% ../../nbs/05b_data.gym.ipynb #95028958
 def _n_steps(n_steps:int|None, steps_count:int|None) -> int:
@@ -469,7 +507,11 @@ class SourceStats:
 
 def rows_batch(rows:list[dict]) -> BD:
     "Transitions, dicts of one-row NumPy arrays, as one `BD` of `(len(rows), ...)` tensors"
-    return BD._new({k: torch.from_numpy(np.concatenate([r[k] for r in rows])) for k in rows[0]})
+    return BD._new({k: _per_key(_cat([r[k] for r in rows]), torch.from_numpy) for k in rows[0]})
+
+def _cat(vs:list) -> np.ndarray|dict:
+    "Arrays `vs` concatenated; dicts of them (a `Dict` observation's) key by key"
+    return {k: np.concatenate([v[k] for v in vs]) for k in vs[0]} if isinstance(vs[0], dict) else np.concatenate(vs)
 
 class Source:
     "An endless stream of one-row transitions from a `GymLoop`, shaped by `ResReduce`, `FirstLast` and the like"
@@ -484,7 +526,7 @@ class Source:
         self.queue = deque()
 
     def __iter__(self):
-        while True: yield BD._new({k: torch.from_numpy(v) for k, v in self._next().items()})
+        while True: yield BD._new({k: _per_key(v, torch.from_numpy) for k, v in self._next().items()})
 
     def batch(self, bs:int) -> BD:
         "The next `bs` transitions as one `BD` of `(bs, ...)` tensors"
@@ -537,7 +579,7 @@ class Source:
         "Queue the transition `window` makes, unless it starts between two `steps_delta` steps"
         if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
         self.queue.append(self.first_last(window) if self.first_last else
-                          {k: np.concatenate([r[k] for r in window]) for k in window[0]})
+                          {k: _cat([r[k] for r in window]) for k in window[0]})
 
     def state_dict(self) -> dict:
         "The loop's state, and the steps and transitions waiting in the windows and the queue"
@@ -606,6 +648,7 @@ def gym_dataloaders(source:Source, # Where transitions come from
                     updates:int=1 # Batches per `bs` transitions: the first brings them, the others none
                    ) -> DataLoaders:
     "fastai `DataLoaders` whose training batches are `(BD,)` tuples of `bs` transitions from `source`"
+    if device is not None: device = as_device(device)  # refused where this machine has no such device
     train = TransitionLoader(source, updates, bs=bs, n=n, num_workers=0)
     valid = TransitionLoader(source, bs=bs, n=0, num_workers=0)
     return DataLoaders(train, valid, device=device)
