@@ -8,11 +8,16 @@ PIP := $(BIN)/pip install -qq --disable-pip-version-check
 # pytest workers; notebooks and tests run in parallel on CI's 2 cores
 WORKERS ?= 2
 
-.PHONY: demo test venv sync outputs bench lock docs docs-test peers
+.PHONY: demo test venv sync outputs bench lock docs docs-test peers compat compat-min compat-pinned compat-nojit compat-absent
+
+# torch's default build brings CUDA and its libraries (about 3 GB to download); on a machine without an NVIDIA GPU,
+# `make demo TORCH=cpu` builds .venv with torch's CPU build instead (about 0.2 GB)
+TORCH ?= cuda
+TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.14.1 torchvision==0.29.1
+	$(PIP) $(TORCH_INDEX) torch==2.14.1 torchvision==0.29.1
 	$(PIP) -c requirements.lock -e ".[dev,ray]"
 	@touch $@
 
@@ -70,6 +75,41 @@ docs: $(DOCS_STAMP)
 docs-test: $(DOCS_STAMP)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest -p no:cacheprovider -m docs tests/test_docs_site.py
+
+# the supported versions, tested: the core memory, sampler, checkpoint and callback tests on the lowest torch, NumPy,
+# numba and fastai that pyproject.toml admits (requirements-min.lock, in .venv-min) and on the pinned ones; the memory's
+# tests with numba's JIT off (its kernels run as Python, indices checked); checkpoints with isal absent (zlib's CRC-32).
+# `make -k compat` runs every variant whatever one of them finds
+MIN_VENV := .venv-min
+MIN_STAMP := $(MIN_VENV)/.installed
+COMPAT_TESTS := tests/test_replay_core.py tests/test_storage_sampler_pairs.py tests/test_callback.py \
+	tests/test_prioritized.py tests/test_sumtree.py tests/test_persist.py tests/test_frames_compressed.py
+NOJIT_TESTS := tests/test_sumtree.py tests/test_prioritized.py tests/test_replay_core.py tests/test_callback.py \
+	tests/test_storage_sampler_pairs.py tests/test_frames_compressed.py
+ABSENT_TESTS := tests/test_persist.py
+COMPAT_PYTEST := -m pytest -n $(WORKERS) --dist loadgroup --max-worker-restart 0 -p no:cacheprovider
+# each test process may address 16 GiB: a runaway allocation fails as a MemoryError, not by the OOM killer's hand
+MEM_CAP := ulimit -v 16777216 &&
+
+$(MIN_STAMP): pyproject.toml requirements-min.lock
+	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/pip install -qq --disable-pip-version-check --no-deps -r requirements-min.lock
+	$(MIN_VENV)/bin/pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+compat: compat-min compat-pinned compat-nojit compat-absent
+
+compat-min: $(MIN_STAMP)
+	$(MEM_CAP) $(MIN_VENV)/bin/python $(COMPAT_PYTEST) $(COMPAT_TESTS)
+
+compat-pinned: $(STAMP)
+	$(MEM_CAP) $(BIN)/python $(COMPAT_PYTEST) $(COMPAT_TESTS)
+
+compat-nojit: $(STAMP)
+	$(MEM_CAP) NUMBA_DISABLE_JIT=1 $(BIN)/python $(COMPAT_PYTEST) $(NOJIT_TESTS)
+
+compat-absent: $(STAMP)
+	$(MEM_CAP) FASTRL_REPLAY_ABSENT=isal $(BIN)/python $(COMPAT_PYTEST) $(ABSENT_TESTS)
 
 # refresh the pins from the current environment
 lock:

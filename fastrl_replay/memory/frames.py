@@ -22,7 +22,7 @@ from ..nstep import nstep_returns
 
 
 # %% auto #0
-__all__ = ['ReplayElement', 'FrameStorage', 'ZstdCodec', 'CompressedFrameStorage']
+__all__ = ['ReplayElement', 'MAX_WINDOW', 'FrameStorage', 'ZstdCodec', 'CompressedFrameStorage']
 
 # %% ../../nbs/06k_memory.frames.ipynb #16d58ad5
 ReplayElement = namedtuple('shape_type', ['name', 'shape', 'type'])
@@ -147,6 +147,8 @@ def _check_streams(streams, a:dict, max_sz:int, adds:int, eps:int):
 
 
 # %% ../../nbs/06k_memory.frames.ipynb #1470f8ff
+MAX_WINDOW = 1024  # the most steps one transition's stack and n-step window may span
+
 class FrameStorage(Storage):
     "Single frames in a ring, built at gather time into stacked states and n-step transitions, exact at every boundary"
     always_valid = False
@@ -169,6 +171,9 @@ class FrameStorage(Storage):
                  storage_dir=None, # Keep the per-step arrays in memory-mapped files there instead of RAM
                  reuse_files:bool=False): # Open the files already in `storage_dir`, which this storage wrote earlier
         for v, name in ((stack_size, 'stack_size'), (max_sz, 'max_sz'), (n_steps, 'n_steps')): check_positive(v, name)
+        if stack_size + n_steps > MAX_WINDOW:
+            raise ExperienceReplayException(f'a transition spans stack_size + n_steps steps, at most {MAX_WINDOW}; '
+                                            f'got stack_size={stack_size} and n_steps={n_steps}')
         check_probability(gamma, 'gamma')
         observation_shape, action_shape, reward_shape = (as_shape(v, n) for v, n in (
             (observation_shape, 'observation_shape'), (action_shape, 'action_shape'), (reward_shape, 'reward_shape')))
