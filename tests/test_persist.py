@@ -402,9 +402,9 @@ def test_the_files_are_the_same_bytes_whichever_way_they_were_written(tmp_path, 
 
 
 def test_direct_io_writes_large_arrays_past_the_page_cache_where_it_can(tmp_path, monkeypatch):
-    from fastrl_replay.memory.persist import set_direct_io
     if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O')
     m = big_memory()
+    set_direct_io = type(m).save.__globals__['set_direct_io']  # the module whose save this memory runs
     opened, real_open = [], os.open
     monkeypatch.setattr(os, 'open', lambda p, flags, *a, **k: opened.append(bool(flags & os.O_DIRECT)) or real_open(p, flags, *a, **k))
     try:
@@ -420,10 +420,9 @@ def test_direct_io_writes_large_arrays_past_the_page_cache_where_it_can(tmp_path
 
 
 def test_a_durable_save_flushes_every_file_and_directory_and_one_without_flushes_none(tmp_path, monkeypatch):
-    from fastrl_replay.memory import persist
     m = big_memory(rows=300)
     flushed = []
-    monkeypatch.setattr(persist, '_fsync', lambda p, durable=True: durable and flushed.append(Path(p)))
+    monkeypatch.setitem(type(m).save.__globals__, '_fsync', lambda p, durable=True: durable and flushed.append(Path(p)))
     m.save(tmp_path/'ck', durable=False)
     assert flushed == []
     m.save(tmp_path/'ck')
