@@ -144,9 +144,7 @@ def test_a_sampler_written_outside_plugs_into_the_callback():
 def test_sampler_replay_refuses_unknown_settings():
     "A `SamplerReplay` refuses a keyword its sampler does not take with the library's exception naming the known ones"
     from fastrl_replay.memory.experience_replay import SamplerReplay
-    from fastrl_replay.memory.sequence import SequenceReplay
-    for cls, known in [(SamplerReplay, 'seed'), (PrioritizedExperienceReplay, 'alpha'), (LaBERExperienceReplay, 'variant'),
-                       (SequenceReplay, 'seq_len')]:
+    for cls, known in [(SamplerReplay, 'seed'), (PrioritizedExperienceReplay, 'alpha'), (LaBERExperienceReplay, 'variant')]:
         with pytest.raises(ExperienceReplayException) as e: cls(bs=4, max_sz=8, warmup_sz=1, alfa=0.5)
         msg = str(e.value)
         assert cls.__name__ in msg and "unknown ['alfa']" in msg and repr(known) in msg and "'max_sz'" in msg, msg
