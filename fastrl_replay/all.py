@@ -14,10 +14,12 @@ from .memory.frames import *
 from .memory.circular import *
 from .memory.persist import *
 from .memory.continual import *
+from .memory.sequence import *
 from .memory.her import *
 from .data.gym import *
 from .data.synth import *
 from .envs.changing import *
+from .envs.pomdp import *
 from .envs.toy import *
 from .learner import *
 from .threads import *
@@ -27,6 +29,7 @@ from .agents.dqn import *
 from .agents.sac import *
 from .agents.td3 import *
 from .agents.a2c import *
+from .agents.r2d2 import *
 from .plots import *
 from .datasets import *
 from .checkpoint import *

@@ -26,8 +26,9 @@ def main(argv=None):
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t = sub.add_parser('train',
                        help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
-    t.add_argument('--algo', choices=['dqn', 'sac', 'td3'],
-                   help='the agent: dqn for discrete actions, sac or td3 for Box actions (default: dqn)')
+    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2'],
+                   help='the agent: dqn for discrete actions, sac or td3 for Box actions, r2d2 (a recurrent DQN on '
+                        'CartPoleNoVelocity-v1 by default) (default: dqn)')
     t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1 for dqn, Pendulum-v1 for sac and td3)')
     t.add_argument('--steps', type=_positive,
                    help="environment steps (default: the environment's, 50000 for CartPole-v1)")
@@ -87,7 +88,12 @@ def _train(parser, args):
     from gymnasium.error import Error as GymError
     try:
         if args.resume is None: _writable(ifnone(args.out, _TRAIN['out']))  # before training, not after it
-        if args.resume is None:
+        if args.algo == 'r2d2':  # the recurrent DQN trains in this process, without checkpoints or Ray collectors
+            if args.resume or args.checkpoint_every or args.actors:
+                parser.error('--algo r2d2 takes no --resume, --checkpoint-every or --actors')
+            from fastrl_replay.agents.r2d2 import train_r2d2
+            m = train_r2d2(args.env, args.steps, args.seed, args.replay, args.replay_size, args.out, args.quiet)
+        elif args.resume is None:
             m = run_train(**{k: ifnone(getattr(args, k), v) for k, v in _TRAIN.items()}, quiet=args.quiet,
                           **_ray_args(parser, args))
         else: m = resume_train(args.resume, args.quiet)

@@ -1,0 +1,348 @@
+"""Sequence replay: `SequenceReplay` and `PrioritizedSequenceReplay` against TorchRL's slice samplers, in one run.
+
+Two settings, each on the same seeded steps in episodes of random length (uniform from 10 to 1,000 steps), built before
+the timed loops and given to every library in its own format:
+
+- `2669`: TorchRL issue #2669's setting (TD-MPC2's replay): 5,000,000 low-dimensional steps stored in a capacity of
+  6,000,000 (observations of 17 float32, an action of 6 float32, a reward, a done flag, an episode id), samples of
+  256 slices of 4 steps that never cross an episode's end. Ours: `SequenceReplay(seq_len=4, end='stop',
+  traj_key='episode')`. TorchRL 0.14.1: `SliceSampler(num_slices=256, traj_key='episode', end_key=None,
+  truncated_key=None, strict_length=True)` as the issue set it, and its newer `Sequence(length=4,
+  episode_boundary='stop')` sample unit (episode ends from `done`) on a plain buffer.
+- `r2d2`: an R2D2 batch: 1,000,000 steps (observations of 17 float32, an int64 action, a reward, a done flag and an
+  LSTM state `(h, c)` of 64 float32 each per step), 64 slices of 80 learning steps after 40 steps of burn-in, padded
+  at episode ends, drawn by priority (eta = alpha = 0.9, beta = 0.6). Ours: `PrioritizedSequenceReplay(seq_len=80,
+  burn_in=40, stride=40, end='pad', state_keys=('h', 'c'))`, whose slices start every 40 steps of an episode as R2D2's
+  and which returns `(h, c)` at each slice's first stored step. TorchRL 0.14.1: `TensorDictPrioritizedReplayBuffer`
+  with `Sequence(length=80, burn_in=40, episode_boundary='pad')`, which anchors a slice at any step and returns every
+  column, `(h, c)` included, at all 120 steps. Before timing, every buffer takes 200 rounds of sample + update so that
+  its priorities are not all equal.
+
+For each: `sample` (ms per call) and, where the library updates priorities or TD errors, `sample + update` (a
+sample, then one TD error per learning step written back: ours `update_td(td (bs, seq_len), rows)`, TorchRL
+`update_tensordict_priority` on a per-record `td_error`). Medians over calls, one torch thread, written to
+bench/results/sequence_bench.json with the machine's record.
+
+Learning runs (`--learn r2d2` or `--learn dqn`): the recurrent DQN of `r2d2_learner` and the feed-forward DQN of
+`dqn_learner`, each with its defaults, on `CartPoleNoVelocity-v1` (CartPole observed without velocities) for `--steps`
+environment steps per seed, one torch thread; after each epoch of 10,000 steps, 10 greedy episodes, and at the end 20
+(from seed 10,000 + seed). One JSON line per seed goes to bench/results/sequence_learning.jsonl; `--stored` builds
+bench/stored/14_sequence.json from both results files.
+
+Run from the repository root:
+
+    .venv/bin/python bench/sequence_bench.py            # about 2 minutes
+    .venv/bin/python bench/sequence_bench.py --quick
+    .venv/bin/python bench/sequence_bench.py --setting r2d2 --no-peers
+    nice .venv/bin/python bench/sequence_bench.py --learn r2d2 --seeds 0 1 --steps 100000   # minutes to hours a seed
+    .venv/bin/python bench/sequence_bench.py --stored
+"""
+import argparse, gc, json, logging, statistics, time, warnings
+from pathlib import Path
+
+from machine import machine_record  # first: the load average as the run starts
+import numpy as np, torch
+
+SETTINGS = {
+    '2669': dict(stored=5_000_000, capacity=6_000_000, slices=256, seq_len=4, burn_in=0, dim=17, act=6, hidden=0),
+    'r2d2': dict(stored=1_000_000, capacity=1_000_000, slices=64, seq_len=80, burn_in=40, stride=40, dim=17, act=0,
+                 hidden=64, eta=0.9, alpha=0.9, beta=0.6),
+}
+RUNS = {'full': dict(calls=200, warmup=20, prefill=200), 'quick': dict(calls=60, warmup=10, prefill=50)}
+OUT = Path(__file__).resolve().parent/'results'/'sequence_bench.json'
+
+
+def make_steps(s:dict, seed:int=0) -> dict:
+    "The stored steps of setting `s`: NumPy columns, episodes of 10 to 1,000 steps, the last cut where the steps end"
+    rng = np.random.default_rng(seed)
+    n = s['stored']
+    lengths = rng.integers(10, 1001, n // 10 + 1)
+    ends = np.cumsum(lengths)
+    lengths, ends = lengths[ends <= n], ends[ends <= n]
+    done = np.zeros(n, bool); done[ends - 1] = True
+    episode = np.repeat(np.arange(len(lengths) + 1), np.append(lengths, n - (ends[-1] if len(ends) else 0)))
+    cols = dict(obs=rng.standard_normal((n, s['dim']), np.float32), reward=rng.standard_normal((n, 1), np.float32),
+                done=done[:, None], episode=episode[:, None].astype(np.int64))
+    if s['act']: cols['action'] = rng.standard_normal((n, s['act']), np.float32)
+    else: cols['action'] = rng.integers(0, 4, (n, 1)).astype(np.int64)
+    if s['hidden']:
+        for k in ('h', 'c'): cols[k] = rng.standard_normal((n, s['hidden']), np.float32)
+    return cols
+
+
+class Ours:
+    name = 'ours'
+    def __init__(self, s, steps, seed=0):
+        from fastrl_replay.memory.sequence import SequenceReplay, PrioritizedSequenceReplay
+        self.s, self.prioritized = s, 'eta' in s
+        if self.prioritized:
+            self.rb = PrioritizedSequenceReplay(bs=s['slices'], max_sz=s['capacity'], warmup_sz=1, seq_len=s['seq_len'],
+                                                burn_in=s['burn_in'], stride=s['stride'], end='pad',
+                                                state_keys=('h', 'c'), eta=s['eta'], alpha=s['alpha'], beta=s['beta'],
+                                                seed=seed)
+        else:
+            self.rb = SequenceReplay(bs=s['slices'], max_sz=s['capacity'], warmup_sz=1, seq_len=s['seq_len'],
+                                     end='stop', traj_key='episode', seed=seed)
+        self.rb + {k: torch.from_numpy(v) for k, v in steps.items()}
+    def sample(self): return self.rb.sample()
+    def sample_update(self, td):
+        _, rows = self.rb.sample()
+        self.rb.update_td(td, rows)
+    def check(self):
+        "One sample's shapes, for the record"
+        b, rows = self.rb.sample()
+        return {k: list(v.shape) for k, v in b.items()}
+
+
+class TorchRLSlice:
+    name = 'torchrl SliceSampler'
+    updates = False
+    def __init__(self, s, steps, seed=0):
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.data.replay_buffers.samplers import SliceSampler
+        torch.manual_seed(seed)
+        sampler = SliceSampler(num_slices=s['slices'], traj_key='episode', end_key=None, truncated_key=None,
+                               strict_length=True)
+        self.rb = TensorDictReplayBuffer(storage=LazyTensorStorage(s['capacity']), sampler=sampler,
+                                         batch_size=s['slices'] * s['seq_len'])
+        td = {k: torch.from_numpy(v) for k, v in steps.items()}
+        td['episode'] = td['episode'][:, 0]
+        self.rb.extend(TensorDict(td, batch_size=[s['stored']]))
+    def sample(self): return self.rb.sample()
+    def check(self): return {k: list(v.shape) for k, v in self.rb.sample().items() if isinstance(v, torch.Tensor)}
+
+
+class TorchRLSequence:
+    name = 'torchrl Sequence'
+    def __init__(self, s, steps, seed=0):
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, TensorDictPrioritizedReplayBuffer
+        from torchrl.data.replay_buffers.sample_units import Sequence
+        torch.manual_seed(seed)
+        self.s, self.updates = s, 'eta' in s
+        L = s['burn_in'] + s['seq_len']
+        unit = Sequence(length=s['seq_len'], burn_in=s['burn_in'], episode_boundary='pad' if self.updates else 'stop',
+                        done_key='done')
+        store = LazyTensorStorage(s['capacity'])
+        if self.updates:
+            self.rb = TensorDictPrioritizedReplayBuffer(alpha=s['alpha'], beta=s['beta'], storage=store,
+                                                        batch_size=s['slices'], sample_unit=unit,
+                                                        priority_key='td_error')
+        else:
+            self.rb = TensorDictReplayBuffer(storage=store, batch_size=s['slices'], sample_unit=unit)
+            self.sample_update = None  # a uniform buffer keeps no priorities
+        self.rb.extend(TensorDict({k: torch.from_numpy(v) for k, v in steps.items()}, batch_size=[s['stored']]))
+        self.L = L
+    def sample(self): return self.rb.sample()
+    def sample_update(self, td):
+        b = self.rb.sample()
+        per_record = torch.zeros(self.s['slices'], self.L)
+        per_record[:, self.s['burn_in']:] = td.abs()
+        b.set('td_error', per_record.reshape(-1))
+        self.rb.update_tensordict_priority(b)
+    def check(self): return {k: list(v.shape) for k, v in self.rb.sample().items() if isinstance(v, torch.Tensor)}
+
+
+def times(f, run, arg_of=None):
+    "Median ms per call of `f` after warm-up calls"
+    for i in range(run['warmup']): f() if arg_of is None else f(arg_of(i))
+    gc.collect()
+    ts = []
+    for i in range(run['calls']):
+        a = None if arg_of is None else arg_of(i)
+        t0 = time.perf_counter()
+        f() if a is None else f(a)
+        ts.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(ts)
+
+
+def measure(name, s, run, peers):
+    "Build each library on the setting's steps, then time its sample and sample + update"
+    steps = make_steps(s)
+    rng = np.random.default_rng(1)
+    tds = [torch.from_numpy(rng.standard_normal((s['slices'], s['seq_len'])).astype(np.float32)) for _ in range(64)]
+    libs = [Ours] + ([TorchRLSlice, TorchRLSequence] if name == '2669' else [TorchRLSequence]) * bool(peers)
+    out = {}
+    for cls in libs:
+        t0 = time.perf_counter()
+        lib = cls(s, steps)
+        built = time.perf_counter() - t0
+        res = dict(build_s=built, shapes=lib.check())
+        if getattr(lib, 'sample_update', None) is not None and run['prefill'] and 'eta' in s:
+            for i in range(run['prefill']): lib.sample_update(tds[i % len(tds)])
+        res['sample_ms'] = times(lib.sample, run)
+        if getattr(lib, 'sample_update', None) is not None:
+            res['sample_update_ms'] = times(lib.sample_update, run, lambda i: tds[i % len(tds)])
+        out[lib.name] = res
+        print(f"  {name} {lib.name:<22} built in {built:5.1f}s  sample {res['sample_ms']:7.3f} ms"
+              + (f"  sample+update {res['sample_update_ms']:7.3f} ms" if 'sample_update_ms' in res else ''), flush=True)
+        del lib
+        gc.collect()
+    del steps
+    gc.collect()
+    return out
+
+
+LEARN_OUT = OUT.parent/'sequence_learning.jsonl'
+EPOCH = 10_000
+CONFIGS = {  # settings of `r2d2_learner` tried, over its defaults ('default')
+    'default': {},
+    'uniform': dict(replay=dict(kind='uniform')),
+}
+
+def learn_run(algo:str, seed:int, steps:int, config:str='default', progress:Path|None=None,
+              schedule:str='constant') -> dict:
+    "Train `algo` ('r2d2' or 'dqn'), its defaults and `config`'s, on CartPoleNoVelocity-v1: greedy returns by epoch"
+    from fastai.callback.core import Callback
+    from fastrl_replay.envs.pomdp import POMDP_CARTPOLE as ENV
+    from fastrl_replay.agents.r2d2 import r2d2_learner, play_recurrent
+    from fastrl_replay.agents.dqn import dqn_learner, evaluate
+    play = lambda m, n, s: (play_recurrent if algo == 'r2d2' else evaluate)(m, ENV, n, s)
+    curve, kw = [], dict(CONFIGS[config]) if algo == 'r2d2' else {}
+    lr = kw.get('optim', {}).get('lr', 1e-3)
+    class Greedy(Callback):
+        order = 90
+        def after_epoch(self):
+            st = self.learn.dls.train.dataset.stats()
+            curve.append(dict(env_steps=st.env_steps, greedy=float(np.mean(play(self.learn.model, 10, 10_000 + seed))),
+                              train_return=st.recent_return, wall_s=round(time.perf_counter() - t0, 1)))
+            line = dict(algo=algo, config=config, schedule=schedule, seed=seed, **curve[-1])
+            print(f"  {line}", flush=True)
+            if progress is not None:
+                with open(progress, 'a') as f: f.write(json.dumps(line) + '\n')
+    build = r2d2_learner if algo == 'r2d2' else dqn_learner
+    learn = build(ENV, steps_per_epoch=EPOCH, seed=seed, cbs=[Greedy()], **kw)
+    t0, c0 = time.perf_counter(), time.process_time()
+    fit = learn.fit_flat_cos if schedule == 'flat_cos' else learn.fit  # flat_cos: lr annealed over the last quarter
+    with learn.no_bar(), learn.no_logging(): fit(steps // EPOCH, lr)
+    final = play(learn.model, 20, 10_000 + seed)
+    return dict(algo=algo, config=config if algo == 'r2d2' else 'default', schedule=schedule, env=ENV, seed=seed,
+                steps=steps, settings=kw, final_greedy=float(np.mean(final)), final_returns=final,
+                best_greedy=max(c['greedy'] for c in curve), curve=curve, wall_s=round(time.perf_counter() - t0, 1),
+                cpu_s=round(time.process_time() - c0, 1), machine=machine_record(torch_threads=1))
+
+
+STORED = OUT.parent.parent/'stored'/'14_sequence.json'
+
+def _speed_text(b:dict) -> str:
+    "The timing results as the page's markdown"
+    r, s = b['results'], b['settings']
+    rows = ['| setting | library | sample (ms) | sample + update (ms) |', '|---|---|---:|---:|']
+    for name, libs in r.items():
+        for lib, v in libs.items():
+            su = f"{v['sample_update_ms']:.3f}" if 'sample_update_ms' in v else '–'
+            rows.append(f"| {name} | {lib} | {v['sample_ms']:.3f} | {su} |")
+    ratio = lambda name, op: r[name]['ours'].get(f'{op} vs best peer')
+    lines = ['\n'.join(rows)]
+    for name, what in (('2669', "TorchRL #2669's setting (256 slices of 4 steps from 5,000,000 stored, capacity "
+                                "6,000,000)"),
+                       ('r2d2', 'The R2D2 batch (64 slices of 80 steps after 40 of burn-in, stored LSTM states, by '
+                                'priority, from 1,000,000)')):
+        if name not in r: continue
+        x, u = ratio(name, 'sample'), ratio(name, 'sample_update')
+        lines.append(f"{what}: ours {r[name]['ours']['sample_ms']:.3f} ms a sample" +
+                     (f", {x['ratio']:.1f}x faster than {x['peer']}" if x else '') +
+                     f"; sample + update {r[name]['ours']['sample_update_ms']:.3f} ms" +
+                     (f" ({u['ratio']:.1f}x faster than {u['peer']})" if u else '') + '.')
+    return '\n\n'.join(lines)
+
+def stored_page():
+    "bench/stored/14_sequence.json from the timings and the learning runs (the last of each agent, schedule and seed)"
+    bench = json.loads(OUT.read_text())
+    runs = {}
+    for line in LEARN_OUT.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            r.setdefault('schedule', 'constant')
+            runs[(r['algo'], r['schedule'], r['seed'])] = r
+    runs = [runs[k] for k in sorted(runs)]
+    def summary(a, sch):
+        rs = [r for r in runs if (r['algo'], r['schedule']) == (a, sch)]
+        if not rs: return None
+        fin, best = [r['final_greedy'] for r in rs], [r['best_greedy'] for r in rs]
+        at = lambda xs: f'{sum(x >= 475 for x in xs)} of {len(rs)} at 475 or more'
+        cpu = np.mean([r['cpu_s'] for r in rs]) / 60
+        first = [next((f"{c['env_steps'] // 1000}k" for c in r['curve'] if c['greedy'] >= 475), 'never') for r in rs]
+        first = f", first at 475 or more after {', '.join(first)} steps" if set(first) != {'never'} else ''
+        lr = 'constant learning rate' if sch == 'constant' else 'learning rate annealed over the last quarter'
+        return (f"{a}, {lr} ({len(rs)} seeds, {rs[0]['steps']:,} steps each): final greedy return (20 episodes) "
+                f"per seed {', '.join(f'{x:.1f}' for x in fin)} (mean {np.mean(fin):.1f}; {at(fin)}); best of the "
+                f"per-epoch evaluations (10 episodes) {', '.join(f'{x:.1f}' for x in best)} ({at(best)}){first}; "
+                f"{cpu:.1f} CPU minutes a seed")
+    lines = [x for a in ('r2d2', 'dqn') for sch in ('constant', 'flat_cos') if (x := summary(a, sch))]
+    text = ('`bench/sequence_bench.py` times the sequence samplers against TorchRL 0.14.1 on the same steps, one torch '
+            f"thread, medians of {bench['run']['calls']} calls:\n\n" + _speed_text(bench) + '\n\n'
+            "The settings differ where the libraries do: TorchRL's `Sequence` unit anchors a slice at any step and "
+            "returns `(h, c)` at all 120 steps of an R2D2 slice, ours anchors slices every 40 steps of an episode "
+            "(R2D2's overlap) and returns `(h, c)` once per slice; its slice priority is the max of the steps' "
+            "priorities, ours R2D2's mix. Issue #2669 reported 4.8 ms for `SliceSampler` on its author's machine.\n\n"
+            'Learning on `CartPoleNoVelocity-v1` (CartPole observed without velocities): the recurrent DQN of '
+            '`r2d2_learner` and the feed-forward DQN of `dqn_learner`, each with its defaults, greedy episodes after '
+            'each epoch of 10,000 steps and at the end.\n\n- ' + '\n- '.join(lines))
+    machines = [bench['machine']] + [r['machine'] for r in runs]
+    uniq = list({json.dumps({k: v for k, v in m.items() if k not in ('load', 'started', 'ended')}, sort_keys=True): m
+                 for m in machines}.values())
+    page = dict(title='Sequence replay: slices against TorchRL, and a recurrent DQN on CartPole without velocities',
+                date=time.strftime('%Y-%m-%d'), machine=uniq[0] if len(uniq) == 1 else uniq,
+                conditions='2-core machine shared with other jobs (each record gives the load at its start and end); '
+                           'learning runs niced, two at a time',
+                command='python bench/sequence_bench.py; python bench/sequence_bench.py --learn r2d2 [--schedule '
+                        'flat_cos]; python bench/sequence_bench.py --learn dqn [--schedule flat_cos]; '
+                        'python bench/sequence_bench.py --stored',
+                text=text, speed=bench['results'], learning=dict(runs=runs))
+    STORED.write_text(json.dumps(page, indent=1, ensure_ascii=False) + '\n')
+    print(text)
+    print(f'written to {STORED}')
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--quick', action='store_true', help='fewer calls')
+    p.add_argument('--learn', choices=['r2d2', 'dqn'], help='learning runs of this agent instead of the timings')
+    p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
+    p.add_argument('--steps', type=int, default=100_000, help='environment steps per learning run')
+    p.add_argument('--config', choices=list(CONFIGS), default='default', help="r2d2_learner's settings (--learn r2d2)")
+    p.add_argument('--schedule', choices=['constant', 'flat_cos'], default='constant',
+                   help="--learn's learning rate: constant, or fit_flat_cos (annealed over the last quarter)")
+    p.add_argument('--learn-out', type=Path, default=LEARN_OUT, help='the JSON-lines file the learning runs go to')
+    p.add_argument('--progress', type=Path, help='a JSON-lines file that gets each evaluation as it is made')
+    p.add_argument('--stored', action='store_true', help='build bench/stored/14_sequence.json from the results files')
+    p.add_argument('--setting', choices=list(SETTINGS), nargs='+', default=list(SETTINGS))
+    p.add_argument('--no-peers', dest='peers', action='store_false', help='time ours only')
+    p.add_argument('--out', type=Path, default=OUT)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if args.stored: return stored_page()
+    if args.learn:
+        for seed in args.seeds:
+            r = learn_run(args.learn, seed, args.steps, args.config, args.progress, args.schedule)
+            with open(args.learn_out, 'a') as f: f.write(json.dumps(r) + '\n')
+            print(f"{args.learn} seed {seed}: final greedy {r['final_greedy']:.1f}, best {r['best_greedy']:.1f}",
+                  flush=True)
+        return
+    logging.getLogger('torchrl').setLevel(logging.WARNING)
+    warnings.filterwarnings('ignore', category=UserWarning)
+    run = RUNS['quick' if args.quick else 'full']
+    t0 = time.perf_counter()
+    res = {name: measure(name, SETTINGS[name], run, args.peers) for name in args.setting}
+    for name, r in res.items():
+        peers = {k: v for k, v in r.items() if k != 'ours'}
+        for op in ('sample_ms', 'sample_update_ms'):
+            timed = [(v[op], k) for k, v in peers.items() if op in v]
+            if timed and op in r['ours']:
+                best = min(timed)
+                r['ours'][f'{op[:-3]} vs best peer'] = dict(peer=best[1], ratio=best[0] / r['ours'][op])
+        print(f"{name}: ours sample {r['ours']['sample_ms']:.3f} ms"
+              + ''.join(f"; {k}: {v['ratio']:.2f}x {v['peer']}" for k, v in r['ours'].items()
+                        if k.endswith('best peer')))
+    report = dict(settings={k: SETTINGS[k] for k in args.setting}, run=run, torch_threads=1, results=res,
+                  machine=machine_record(*(['torchrl', 'tensordict'] if args.peers else []), torch_threads=1),
+                  seconds=time.perf_counter() - t0)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f'total {report["seconds"]:.0f}s; results written to {args.out}')
+
+
+if __name__ == '__main__':
+    main()
