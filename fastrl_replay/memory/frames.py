@@ -197,6 +197,7 @@ class FrameStorage(Storage):
         self._plain = (not extras and self.action_shape == () and self.action_dtype == np.int64
                        and self.reward_shape == () and self.reward_dtype == np.float32)
         self._watching, self._changes, self._plan_cache = False, [], None
+        self._reach = self.stack_size - 1  # steps after an overwritten one recorded while watching
         self.files = None if storage_dir is None else MappedArrays(storage_dir, reuse_files)
         values = [(self.obs_shape, self.obs_dtype), (self.action_shape, self.action_dtype),
                   (self.reward_shape, self.reward_dtype), *((e.shape, e.type) for e in self.extras)]
@@ -252,7 +253,10 @@ class FrameStorage(Storage):
         "Bytes of memory the storage holds: its per-step arrays and the kept final observations"
         return sum(a.nbytes for a in (*(getattr(self, k) for k in self.array_names), *self.extra.values(), self.finals))
 
-    def watch(self): self._watching = True
+    def watch(self,
+              reach:int=0): # Steps after an overwritten step to record too (a slice's burn-in), besides its stack's
+        "Start recording the rows whose validity may change: new rows, the steps they complete, those after evictions"
+        self._watching, self._reach = True, max(self._reach, int(reach))
 
     def changed(self) -> np.ndarray:
         "The rows whose validity may have changed since the last call, each once"
@@ -368,9 +372,9 @@ class FrameStorage(Storage):
     def _evict(self, i:int, old:int):
         "Forget the step of serial `old` at row `i`, which is about to be overwritten"
         if self.final_key[i] >= 0: self.final_lo += 1  # finals are released in the order they were kept
-        if self._watching:  # the next stack_size - 1 steps of its episode lose a frame of their stacks
+        if self._watching:  # the next stack_size - 1 steps of its episode lose a frame of their stacks (or `_reach`)
             s, C = old, self.max_sz
-            for _ in range(self.stack_size - 1):
+            for _ in range(self._reach):
                 s = self.next[s % C]
                 if s < 0: break
                 self._changes.append(s % C)

@@ -17,6 +17,7 @@ from .core import Sampler, STALE, forward_attrs, as_transition
 from .experience_replay import SamplerReplay
 from .sumtree import SumTree, WEIGHT_NORMS, check_leaves
 from .prioritized import annealed_beta
+from .frames import FrameStorage
 
 # %% auto #0
 __all__ = ['ENDS', 'SequenceSampler', 'PrioritizedSequenceSampler', 'SequenceReplay', 'PrioritizedSequenceReplay',
@@ -33,47 +34,80 @@ def _nb_count_steps(ep_step, keys, start, m, prev_key, prev_step, has_prev, by_i
         ep_step[r], prev_key, has_prev = prev_step, keys[j], True
     return prev_key
 
-@numba.njit(cache=True, nogil=True)
-def _nb_anchor_ok(s, ep_step, oldest, n, burn_in, seq_len, stride, pad):
-    "Whether row `s` anchors a slice: stored, on the stride, and (unless `pad`) its slice stored in its episode"
-    M = ep_step.shape[0]
-    a = (s - oldest) % M  # the row's age: 0 for the oldest stored row
-    if a >= n: return False
-    e = ep_step[s]
-    if e % stride != 0: return False
-    if pad: return True
-    if e < burn_in or a < burn_in or a + seq_len > n: return False
-    return ep_step[(s + seq_len - 1) % M] == e + seq_len - 1  # no episode starts inside the slice
+# `w`, what a slice is walked on: (ep_step, oldest, n, prv, nxt, built, lo). Over a ring `prv` is empty: the rows
+# `oldest` to `oldest + n` are stored, a step's neighbours are the rows beside it. Over frames `prv`/`nxt` are the
+# storage's links (serials), `built` whether each row's transition can be built, `lo` the oldest stored serial.
 
 @numba.njit(cache=True, nogil=True)
-def _nb_refresh(valid, base, leaves, max_p, ep_step, oldest, n, burn_in, seq_len, stride, pad, first, count, rows):
-    "Anchors `first` to `first + count` (ring): valid ones enter at `max_p`, others leave; leaves to set, the change"
-    M, k, delta = ep_step.shape[0], 0, 0
-    for j in range(count):
-        s = (first + j) % M
-        ok = _nb_anchor_ok(s, ep_step, oldest, n, burn_in, seq_len, stride, pad)
+def _nb_back(r, w):
+    "The row of the step before row `r` in its episode, stored (and, over frames, buildable); -1 if none"
+    ep_step, oldest, n, prv, nxt, built, lo = w
+    M = ep_step.shape[0]
+    if prv.shape[0] == 0: return (r - 1) % M if ep_step[r] > 0 and (r - oldest) % M > 0 else -1
+    p = prv[r]
+    return p % M if p >= lo and built[p % M] else -1
+
+@numba.njit(cache=True, nogil=True)
+def _nb_fwd(r, w):
+    "The row of the step after row `r` in its episode, stored (and, over frames, buildable); -1 if none"
+    ep_step, oldest, n, prv, nxt, built, lo = w
+    M = ep_step.shape[0]
+    if prv.shape[0] == 0:
+        q = (r + 1) % M
+        return q if (r - oldest) % M + 1 < n and ep_step[q] == ep_step[r] + 1 else -1
+    x = nxt[r]
+    return x % M if x >= 0 and built[x % M] else -1
+
+@numba.njit(cache=True, nogil=True)
+def _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad):
+    "Whether row `s` anchors a slice: stored, on the stride, and (unless `pad`) its slice stored in its episode"
+    ep_step, oldest, n, prv, nxt, built, lo = w
+    if not (built[s] if prv.shape[0] else (s - oldest) % ep_step.shape[0] < n): return False
+    if ep_step[s] % stride != 0: return False
+    if pad: return True
+    r = s
+    for _ in range(burn_in):
+        r = _nb_back(r, w)
+        if r < 0: return False
+    r = s
+    for _ in range(seq_len - 1):
+        r = _nb_fwd(r, w)
+        if r < 0: return False
+    return True
+
+@numba.njit(cache=True, nogil=True)
+def _nb_refresh(valid, base, leaves, max_p, w, burn_in, seq_len, stride, pad, cand, n_new, rows):
+    "Anchors `cand` (the first `n_new` just written): new valid ones enter at `max_p`, others leave; leaves to set"
+    k, delta = 0, 0
+    for j in range(cand.shape[0]):
+        s = cand[j]
+        ok = _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad)
         if ok or valid[s]:
             delta += int(ok) - int(valid[s])
+            if ok and (j < n_new or not valid[s]): base[s] = max_p
             valid[s] = ok
-            if ok: base[s] = max_p
             rows[k], leaves[k] = s, base[s] if ok else 0.
             k += 1
     return k, delta
 
 @numba.njit(cache=True, nogil=True)
-def _nb_slices(anchors, ep_step, oldest, n, burn_in, seq_len, rows, mask, first):
+def _nb_slices(anchors, w, burn_in, seq_len, rows, mask, first):
     "Each anchor's slice: its steps' rows (-1: padding), the mask of its episode's stored steps, its first stored row"
-    M = ep_step.shape[0]
     for b in range(anchors.shape[0]):
         s = anchors[b]
-        a, e = (s - oldest) % M, ep_step[s]
-        back = min(burn_in, e, a)  # burn-in steps stored and in the anchor's episode
-        first[b] = (s - back) % M
-        for t in range(burn_in + seq_len):
-            d = t - burn_in
-            ok = -d <= back if d < 0 else (a + d < n and ep_step[(s + d) % M] == e + d)
-            rows[b, t] = (s + d) % M if ok else -1
-            mask[b, t] = ok
+        rows[b, :] = -1
+        mask[b, :] = False
+        rows[b, burn_in], mask[b, burn_in], first[b] = s, True, s
+        r = s
+        for t in range(burn_in - 1, -1, -1):  # the burn-in steps stored in the anchor's episode
+            r = _nb_back(r, w)
+            if r < 0: break
+            rows[b, t], mask[b, t], first[b] = r, True, r
+        r = s
+        for t in range(burn_in + 1, burn_in + seq_len):
+            r = _nb_fwd(r, w)
+            if r < 0: break
+            rows[b, t], mask[b, t] = r, True
 
 @numba.njit(cache=True, nogil=True)
 def _nb_slice_td(rows, td, fresh, burn_in, td_col, eta, n_stale):
@@ -93,13 +127,43 @@ def _nb_slice_td(rows, td, fresh, burn_in, td_col, eta, n_stale):
     return mix
 
 @numba.njit(cache=True, nogil=True)
-def _nb_valid_all(valid, ep_step, oldest, n, burn_in, seq_len, stride, pad):
+def _nb_valid_all(valid, w, burn_in, seq_len, stride, pad):
     "Every row's `_nb_anchor_ok` into `valid`; the count of valid anchors"
     k = 0
-    for s in range(ep_step.shape[0]):
-        valid[s] = _nb_anchor_ok(s, ep_step, oldest, n, burn_in, seq_len, stride, pad)
+    for s in range(valid.shape[0]):
+        valid[s] = _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad)
         k += valid[s]
     return k
+
+@numba.njit(cache=True, nogil=True)
+def _nb_reach(cand, prv, nxt, lo, back, fwd, out):
+    "Over frames: rows `cand` and the stored steps up to `back` before and `fwd` after each in its episode, into `out`"
+    M, k = prv.shape[0], 0
+    for j in range(cand.shape[0]):
+        c = cand[j]
+        out[k] = c; k += 1
+        r = c
+        for _ in range(back):
+            p = prv[r]
+            if p < lo: break  # -1 (the episode's first step) or overwritten
+            r = p % M; out[k] = r; k += 1
+        r = c
+        for _ in range(fwd):
+            x = nxt[r]
+            if x < 0: break
+            r = x % M; out[k] = r; k += 1
+    return k
+
+@numba.njit(cache=True, nogil=True)
+def _nb_link_steps(ep_step, prv, adds, head_serial, head_step):
+    "Over frames: each stored row's step in its episode, from its previous step's; `head_*`: those whose is gone"
+    M = ep_step.shape[0]
+    lo = max(adds - M, 0)
+    for j in range(head_serial.shape[0]): ep_step[head_serial[j] % M] = head_step[j]
+    for s in range(lo, adds):
+        r, p = s % M, prv[s % M]
+        if p < 0: ep_step[r] = 0
+        elif p >= lo: ep_step[r] = ep_step[p % M] + 1
 
 # %% ../../nbs/06l_memory.sequence.ipynb #96b8fba2
 ENDS = ('stop', 'pad')  # at an episode's end a slice stops (never crosses it), or is padded past it and masked
@@ -149,21 +213,30 @@ class SequenceSampler(Sampler):
     def draws_on(self, storage) -> torch.device: return torch.device('cpu')
 
     def attach(self, storage):
-        "Check that `storage` keeps rows in write order on the CPU, with room for a slice; make the anchors' tree"
+        "Check that `storage` is a ring of rows on the CPU or a frame storage, with room for a slice; make the tree"
         M, L = storage.max_sz, self.length
         if L > M:
             raise ExperienceReplayException(f'a slice of burn_in + seq_len = {L} steps does not fit a memory of '
                                             f'max_sz={M}')
-        if getattr(storage, 'writer', None) is not None or not storage.always_valid or storage.device.type != 'cpu':
+        links = isinstance(storage, FrameStorage)  # episodes are the storage's links: slices follow them
+        if links and self.traj_key is not None:
+            raise ExperienceReplayException(f'a {type(storage).__name__} tells episodes apart by its own links: '
+                                            f'expected traj_key=None, got {self.traj_key!r}')
+        if not links and (getattr(storage, 'writer', None) is not None or not storage.always_valid
+                          or storage.device.type != 'cpu'):
             w = type(getattr(storage, 'writer', None)).__name__
             raise ExperienceReplayException(f'slices are runs of rows in the order they were written: the storage must '
-                                            f'write a ring on the CPU with every row valid, got a '
-                                            f'{type(storage).__name__} on {storage.device} with writer {w}')
+                                            f'write a ring on the CPU with every row valid, or be a frame storage, '
+                                            f'got a {type(storage).__name__} on {storage.device} with writer {w}')
         Sampler.attach(self, storage)
+        self.links = links
         self.tree = SumTree(M)  # each anchor's weight: 1 (uniform) or its slice's priority; 0 where no slice starts
         self.ep_step = np.zeros(M, np.int64)  # each row's step in its episode, counted as the rows were written
         self.valid, self.base = np.zeros(M, np.bool_), np.zeros(M)  # whether a row anchors a slice; its weight
         self.n_valid, self.prev_key = 0, 0  # anchors; the episode flag or id of the last row written
+        if links:  # which rows the storage can build; each environment's last step counted: its serial, its step
+            self.built, self.env_step = np.zeros(M, np.bool_), {}
+            storage.watch(reach=self.burn_in if self.end == 'stop' else 0)  # rows to look at again after a write
 
     def _window(self) -> tuple[int, int]:
         "The oldest stored row and the number of rows"
@@ -171,8 +244,16 @@ class SequenceSampler(Sampler):
         n = len(st)
         return (st.pointer % st.max_sz if n == st.max_sz else 0), n
 
+    def _walk(self) -> tuple:
+        "What the compiled passes walk slices on: the ring's steps and window, or the frame storage's links"
+        if not self.links: return (self.ep_step, *self._window(), _NO_LINKS, _NO_LINKS, _NO_ROWS, 0)
+        st = self.storage
+        return (self.ep_step, 0, len(st), np.asarray(st.prev), np.asarray(st.next), self.built,
+                max(st.add_count - st.max_sz, 0))
+
     def check_batch(self, b:Mapping):
         "Raise unless batch `b` has the column that tells episodes apart, one flag or id per row; change nothing"
+        if getattr(self, 'links', False): return  # a frame storage links the steps of each episode itself
         k = self.episode_key
         v = b.get(k)
         if v is None:
@@ -202,29 +283,52 @@ class SequenceSampler(Sampler):
         "Rows `start` to `start + n` were written: their steps in their episodes, the anchors of slices holding them"
         Sampler.added(self, start, n)
         M = self.storage.max_sz
+        new = (start + np.arange(n)) % M
+        if self.links: return self._added_links(new)
         has_prev = len(self.storage) > n  # the row before them is stored
         self.prev_key = _nb_count_steps(self.ep_step, self._keys(start, n), start, n, self.prev_key,
                                         self.ep_step[(start - 1) % M], has_prev, self.traj_key is not None)
-        back, fwd = (0, 0) if self.end == 'pad' else (self.seq_len - 1, self.burn_in)
-        self._refresh(start - back, n + back + fwd)
+        back, fwd = self._reach()
+        self._refresh(new, np.concatenate([(start - back + np.arange(back)) % M, (start + n + np.arange(fwd)) % M]))
+
+    def _added_links(self, new:np.ndarray):
+        "Over frames: the new rows' steps in their episodes, the rows the storage can build now, the anchors near them"
+        st, last = self.storage, self.env_step
+        for s, r in zip(range(st.add_count - len(new), st.add_count), new.tolist()):
+            e, p = int(st.env[r]), int(st.prev[r])
+            # a step follows its environment's last step counted; one whose previous step an add dropped starts a count
+            k = last[e][1] + 1 if p >= 0 and e in last and last[e][0] == p else 0
+            self.ep_step[r], last[e] = k, (s, k)
+        rows = st.changed()  # the new rows, the steps they complete, the steps after those overwritten
+        self.built[rows] = st.valid(rows)
+        back, fwd = self._reach()
+        near = np.empty(len(rows) * (1 + back + fwd), np.int64)
+        k = _nb_reach(rows, np.asarray(st.prev), np.asarray(st.next), max(st.add_count - st.max_sz, 0), back, fwd,
+                      near)
+        self._refresh(new, near[:k])
+
+    def _reach(self) -> tuple[int, int]:
+        "Steps before and after a changed step whose anchors' slices may hold it"
+        return (0, 0) if self.end == 'pad' else (self.seq_len - 1, self.burn_in)
 
     def _new_priority(self) -> float: return 1.
 
-    def _refresh(self, first:int, count:int):
-        "Anchors `first` to `first + count`: each valid one enters the tree anew, each other leaves it"
-        M = self.storage.max_sz
-        count = min(count, M)
-        rows, leaves = np.empty(count, np.int64), np.empty(count)
-        oldest, n = self._window()
-        k, d = _nb_refresh(self.valid, self.base, leaves, self._new_priority(), self.ep_step, oldest, n, self.burn_in,
-                           self.seq_len, self.stride, self.end == 'pad', first % M, count, rows)
+    def _refresh(self, new:np.ndarray, near:np.ndarray):
+        "Anchors `new` (rows just written) and `near`: each valid one enters the tree (a new one anew), others leave it"
+        cand = np.concatenate([new, near]).astype(np.int64, copy=False)
+        rows, leaves = np.empty(len(cand), np.int64), np.empty(len(cand))
+        k, d = _nb_refresh(self.valid, self.base, leaves, self._new_priority(), self._walk(), self.burn_in,
+                           self.seq_len, self.stride, self.end == 'pad', cand, len(new), rows)
         self.n_valid += d
         if k: self.tree.set(rows[:k], leaves[:k], check=False)
 
     def _rebuild(self, new:bool=False):
         "Every anchor from the rows' steps; the tree from the anchors' weights (`new`: each valid anchor enters anew)"
-        oldest, n = self._window()
-        self.n_valid = int(_nb_valid_all(self.valid, self.ep_step, oldest, n, self.burn_in, self.seq_len, self.stride,
+        if self.links:
+            st = self.storage
+            self.built[:] = st.valid(np.arange(st.max_sz))
+            st.changed()
+        self.n_valid = int(_nb_valid_all(self.valid, self._walk(), self.burn_in, self.seq_len, self.stride,
                                          self.end == 'pad'))
         if new: self.base[self.valid] = self._new_priority()
         self.tree.set(np.arange(len(self.valid)), np.where(self.valid, self.base, 0.), check=False)
@@ -239,11 +343,9 @@ class SequenceSampler(Sampler):
 
     def slices(self, anchors:np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         "Each anchor's slice: its rows `(n, burn_in + seq_len)` (-1 for padding), their mask, its first stored row"
-        oldest, n = self._window()
         bs, L = len(anchors), self.length
         rows, mask, first = np.empty((bs, L), np.int64), np.empty((bs, L), np.bool_), np.empty(bs, np.int64)
-        _nb_slices(np.ascontiguousarray(anchors, np.int64), self.ep_step, oldest, n, self.burn_in, self.seq_len,
-                   rows, mask, first)
+        _nb_slices(np.ascontiguousarray(anchors, np.int64), self._walk(), self.burn_in, self.seq_len, rows, mask, first)
         return rows, mask, first
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
@@ -321,11 +423,21 @@ class SequenceSampler(Sampler):
 
     def state_dict(self) -> dict:
         "The generator, the rows' TD errors, write generations and hand-out marks, and each row's step in its episode"
-        return dict(Sampler.state_dict(self), ep_step=self.ep_step.copy(), prev_key=int(self.prev_key))
+        if not self.links:
+            return dict(Sampler.state_dict(self), ep_step=self.ep_step.copy(), prev_key=int(self.prev_key))
+        st, M = self.storage, self.storage.max_sz  # over frames: the steps follow from the links but at a few heads
+        n, lo = len(st), max(st.add_count - M, 0)
+        prev = st.prev[:n]
+        cut = np.flatnonzero((prev >= 0) & (prev < lo))  # stored steps whose previous step is overwritten
+        serials = st.add_count - 1 - (st.add_count - 1 - cut) % M
+        envs = np.array([(e, *v) for e, v in sorted(self.env_step.items())], np.int64).reshape(-1, 3)
+        return dict(Sampler.state_dict(self), heads=np.stack([serials, self.ep_step[cut]], 1), env_steps=envs,
+                    prev_key=0)
 
     def check_state(self, state:dict):
         "Raise unless `state` fits this sampler; change nothing"
         Sampler.check_state(self, state)
+        if self.links: return _check_columns(state, heads=2, env_steps=3)
         M, ep, k = self.storage.max_sz, state.get('ep_step'), state.get('prev_key')
         ep = ep.numpy() if isinstance(ep, torch.Tensor) else ep
         if not isinstance(ep, np.ndarray) or ep.shape != (M,) or ep.dtype != np.int64 or (ep < 0).any():
@@ -339,10 +451,18 @@ class SequenceSampler(Sampler):
         self.check_state(state)
         self.generator.set_state(state['generator'])
         self._load_td(state)
-        self.ep_step[:] = np.asarray(state['ep_step'])
-        self.prev_key = int(state['prev_key'])
+        if self.links: self._load_links(state)
+        else: self.ep_step[:], self.prev_key = np.asarray(state['ep_step']), int(state['prev_key'])
         self._load_weights(state)
         self._rebuild()
+
+    def _load_links(self, state:dict):
+        "Over frames: each row's step in its episode from the links and the state's heads; each environment's last"
+        heads, envs = np.asarray(state['heads']), np.asarray(state['env_steps'])
+        self.ep_step[:] = 0
+        _nb_link_steps(self.ep_step, np.asarray(self.storage.prev), self.storage.add_count, heads[:, 0].copy(),
+                       heads[:, 1].copy())
+        self.env_step = {int(e): (int(s), int(k)) for e, s, k in envs}
 
     def _load_weights(self, state:dict): self.base[:] = 1.
 
@@ -351,6 +471,18 @@ class SequenceSampler(Sampler):
         Sampler.copy_rows(self, src, rows)
         self.ep_step[:len(rows)] = src.ep_step[rows.numpy()]
         self._rebuild(new=True)
+
+_NO_LINKS, _NO_ROWS = np.empty(0, np.int64), np.empty(0, np.bool_)  # what a ring passes for the links
+
+def _check_columns(state:dict, **widths):
+    "Raise unless each key of `widths` in `state` is a (k, width) int64 array of values >= 0"
+    for k, w in widths.items():
+        v = state.get(k)
+        if not (isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == w and v.dtype == np.int64
+                and (v >= 0).all()):
+            got = f'{v.shape} {v.dtype}' if isinstance(v, np.ndarray) else type(v).__name__
+            raise ExperienceReplayException(f'the state holds {k} of {got}; over frames this sampler keeps (k, {w}) '
+                                            'int64 >= 0')
 
 def _int_array(v, name:str) -> np.ndarray:
     "`v` (a tensor, array or list of ints) as an int64 host array; raise for anything else"
@@ -468,6 +600,7 @@ class SequenceReplay(SamplerReplay):
     def append(self, transition):
         "Add one step in place and return the memory"
         t = as_transition(transition, self.fields)
+        if self.sampler.links: return super().append(t)  # a frame storage links each episode's steps itself
         k = self.sampler.episode_key
         if k not in t:
             raise ExperienceReplayException(f'slices need the column {k!r} that tells episodes apart; '
