@@ -4,7 +4,8 @@ Each stored result is one measurement: its `title`, the `date` it was measured, 
 `bench/machine.py` makes, or a list of them, one per invocation: CPU, vector instruction sets, cores, versions,
 load), how the machine was shared (`conditions`, optional prose), the `command` that measured it and either its `text`
 (the figures with what they mean, in markdown) or the `runs` of a timing script (a list of rates per setting, as
-`bench/threads_bench.py` writes them; `units` names their unit per workload). A result whose `machine` is prose or
+`bench/threads_bench.py` writes them; `units` names their unit per workload), and optionally `figures` (plotly figures
+as JSON, drawn under the text by the site's one plotly.js, no network). A result whose `machine` is prose or
 missing, or a list holding None, is flagged "machine not recorded". The page lists them in file-name order.
 `tools/docs_site.py` adds it to the site; `python bench/benchmarks_page.py` prints it."""
 import json, statistics
@@ -87,10 +88,28 @@ def results() -> list:
 def benchmarks_markdown() -> str:
     return '\n\n'.join([INTRO, *map(section, results())]) + '\n'
 
+def figure_html(fig: dict) -> str:
+    "A stored plotly figure (JSON) as a div that the site's plotly.js draws: no script from the network"
+    import plotly.io as pio
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False)
+
+def figure_cell(fig: dict, i: int) -> dict:
+    "A code cell whose output is the `i`th figure of a result and whose input the page hides"
+    out = dict(output_type='display_data', metadata={}, data={'text/html': figure_html(fig)})
+    return dict(cell_type='code', execution_count=None, metadata={'tags': ['remove-input']}, outputs=[out],
+                source=f'# figures[{i}] of the stored result')  # myst-nb leaves out a cell without source
+
+def result_cells(r: dict) -> list:
+    "The cells of one stored result: its markdown, then its figures"
+    figs = [figure_cell(f, i) for i, f in enumerate(r.get('figures', []))]
+    return [dict(cell_type='markdown', metadata={}, source=section(r)), *figs]
+
 def benchmarks_notebook() -> dict:
-    "The page as a notebook of markdown cells, the form `tools/docs_site.py` renders"
-    cells = [INTRO, *map(section, results())]
-    return dict(cells=[dict(cell_type='markdown', id=f'cell-{i}', metadata={}, source=c) for i, c in enumerate(cells)],
-                metadata={'language_info': {'name': 'python'}}, nbformat=4, nbformat_minor=5)
+    "The page as a notebook, the form `tools/docs_site.py` renders: markdown cells, each figure's output after its result"
+    cells = [dict(cell_type='markdown', metadata={}, source=INTRO), *(c for r in results() for c in result_cells(r))]
+    for i, c in enumerate(cells): c['id'] = f'cell-{i}'
+    meta = {'kernelspec': {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'},
+            'language_info': {'name': 'python'}}  # as the notebook pages: myst-nb shows the figures' stored outputs
+    return dict(cells=cells, metadata=meta, nbformat=4, nbformat_minor=5)
 
 if __name__ == '__main__': print(benchmarks_markdown())

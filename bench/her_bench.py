@@ -81,6 +81,36 @@ def bytes_per_transition(cls, capacity:int, n_bits:int) -> float:
     rows = st._rows.nbytes if st._rows is not None else sum(st.column(k).untyped_storage().nbytes() for k in st.keys)
     return (rows + _nbytes(sp) + (_nbytes(sp.base) if hasattr(sp, 'base') else 0)) / capacity
 
+NAMES = dict(sb3="SB3's `HerReplayBuffer`", ours='ours (`fastrl_replay.compat.sb3.HerReplayBuffer`)',
+             none="none (SB3's `DictReplayBuffer`, no relabelling)")
+
+def page(settings:dict, runs:list, summary:dict, mem:dict) -> dict:
+    "The title, date, command and text (markdown) of the result on the benchmarks page"
+    a = settings
+    rows = ['| buffer | training success (last 50 episodes) | greedy success (50 episodes) | steps/s, wall (median) '
+            '| steps/s, CPU (median) | bytes per transition |', '|---|---:|---:|---:|---:|---:|']
+    for lib, s in summary.items():
+        if lib not in NAMES: continue
+        b = mem.get(f'{"sb3_dict" if lib == "none" else lib + "_her"}')
+        rows.append(f"| {NAMES[lib]} | {s['train_success']:.2f} | {s['greedy_success']:.2f} | "
+                    f"{s['steps_per_s_wall_median']:.0f} | {s['steps_per_s_cpu_median']:.0f} | {b:.0f} |")
+    per_seed = '; '.join(f"{r['lib']} seed {r['seed']}: {r['train_success']:.2f} / {r['greedy_success']:.2f}"
+                         for r in runs)
+    text = (f"Bit flipping with {a['n_bits']} bits (SB3's `BitFlippingEnv`, reward 0 only at the goal), SB3's DQN with "
+            f"the settings of SB3's `test_performance_her`, {a['steps']:,} steps, seeds "
+            f"{', '.join(map(str, a['seeds']))}, one torch thread; HER with 'future' goals, 5 sampled per transition."
+            '\n\n' + '\n'.join(rows) + f"\n\nPer run, training / greedy success: {per_seed}.")
+    if 'speed_ratio_ours_over_sb3_cpu' in summary:
+        text += (f"\n\nOurs over SB3's speed: {summary['speed_ratio_ours_over_sb3_cpu']:.2f}x in CPU time, "
+                 f"{summary['speed_ratio_ours_over_sb3_wall']:.2f}x in wall-clock, all of it DQN and environment as "
+                 'well as the buffer.')
+    text += (f"\n\nBytes per transition: the arrays of a full buffer of {a['capacity']:,} transitions; without HER, "
+             f"SB3's `DictReplayBuffer` {mem['sb3_dict']:.0f}, ours {mem['ours_dict']:.0f}.")
+    return dict(title="Hindsight replay on bit flipping: SB3's DQN with SB3's HerReplayBuffer and with ours",
+                date=time.strftime('%Y-%m-%d'), text=text,
+                command=f"python bench/her_bench.py --seeds {' '.join(map(str, a['seeds']))} --steps {a['steps']} "
+                        f"--n-bits {a['n_bits']} --out bench/stored/15_her.json")
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
@@ -109,6 +139,7 @@ def main():
             summary[f'speed_ratio_ours_over_sb3_{t}'] = o / s
     res = dict(bench='her_bitflip', settings=vars(a) | {'out': str(a.out)}, runs=runs, bytes_per_transition=mem,
                summary=summary, machine=machine_record('stable-baselines3', torch_threads=1))
+    res |= page(res['settings'], runs, summary, mem)
     print(json.dumps(dict(summary=summary, bytes_per_transition=mem), indent=1))
     if a.out: a.out.write_text(json.dumps(res, indent=1) + '\n')
 
