@@ -18,12 +18,14 @@ from .errors import importing_fastai
 with importing_fastai():
     from fastai.callback.core import Callback
 from .core import BD
-from .errors import ExperienceReplayException, WarmupNotReached, check_positive, to_numpy, draw_seed
+from .errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, check_positive,
+                                  to_numpy, draw_seed)
 from .memory.checks import batch_of, td_vector
 from .memory.core import Replay, as_generations
-from .memory.prioritized import PrioritizedSampler, PrioritizedExperienceReplay, annealed_beta
+from .memory.prioritized import PrioritizedExperienceReplay, annealed_beta
 from .memory.sumtree import per_weights
 from .memory.persist import load_memory
+from .memory.sequence import SequenceSampler
 from .data.gym import GymLoop, Source, SourceStats, FirstLast, EpsilonGreedy
 
 # %% auto #0
@@ -77,7 +79,6 @@ class ReplayShard:
         self.folder = None if folder is None else Path(folder)
         self.memory, self.n_added, self.restored, self.lost, self.incarnation = make_memory(index), 0, 0, 0, 0
         self.n_dropped, self._ckpt_at = 0, 0  # updates of an earlier incarnation; rows at the last checkpoint
-        self.prioritized = isinstance(self.memory.sampler, PrioritizedSampler)
         if self.folder is not None: self._recover()
 
     def _recover(self):
@@ -96,6 +97,13 @@ class ReplayShard:
         self.n_added = self._ckpt_at = self.restored
         (self.folder/_META).write_text(json.dumps(dict(incarnation=self.incarnation, lost=self.lost)))
         self._write_added()
+
+    @property
+    def prioritized(self) -> bool: return self.memory.sampler.prioritized
+    @property
+    def slices(self) -> bool:
+        "Whether the memory samples slices of consecutive steps (a `SequenceSampler`): a sample's rows are `(k, T)`"
+        return isinstance(self.memory.sampler, SequenceSampler)
 
     def _write_added(self):
         if self.folder is not None: (self.folder/_ADDED).write_text(str(self.n_added))
@@ -117,23 +125,25 @@ class ReplayShard:
         self._ckpt_at = self.n_added
         return path
     def stats(self) -> dict:
-        "Rows, total and smallest priority (rows and 1 for uniform sampling), incarnation, rows added and lost"
+        "Rows, units drawn (rows, or slices' anchors), their total and smallest priority (1 each if uniform), counts"
         m = self.memory
+        units = m.sampler.n_valid if self.slices else len(m)
         if self.prioritized: total, low = m.sampler.totals()
-        else: total, low = float(len(m)), 1.
-        return dict(index=self.index, incarnation=self.incarnation, n=len(m), total=total, min=low,
+        else: total, low = float(units), 1.
+        return dict(index=self.index, incarnation=self.incarnation, n=len(m), units=units, total=total, min=low,
                     n_added=self.n_added,
                     restored=self.restored, lost=self.lost, dropped=self.n_dropped, max_sz=m.max_sz)
     def sample(self, k:int, updates:list=()) -> dict:
         "Apply TD `updates` (`update_td`'s arguments), draw `k` rows: arrays, rows, generations, raw priorities, stats"
         for u in updates: self.update_td(*u)
         batch, rows, gens = self.memory.sample(k, generations=True)
-        p = self.memory.sampler.get_priority(rows).numpy() if self.prioritized else None
+        anchors = rows[:, self.memory.sampler.burn_in] if self.slices else rows  # a slice's priority is its anchor's
+        p = self.memory.sampler.get_priority(anchors).numpy() if self.prioritized else None
         cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
         return dict(batch=cols, rows=rows.numpy(), generations=gens.cpu().numpy(), p=p, stats=self.stats())
     def update_td(self,
-                  td:np.ndarray, # TD errors
-                  rows:np.ndarray, # The rows they belong to
+                  td:np.ndarray, # TD errors (of slices: per learning step `(k, seq_len)` or per slice `(k,)`)
+                  rows:np.ndarray, # The rows they belong to (of slices: `(k, burn_in + seq_len)`, -1 for padding)
                   incarnation:int, # The incarnation the rows were sampled from
                   # The rows' write generations, as `sample` gave them (None: the hand-out marks guard)
                   generations:np.ndarray|None=None) -> int:
@@ -184,11 +194,13 @@ def write_batch(shards:list, # The shards
                 writer:int, # The writer: a collector's index, or 0 for the client's own `+`
                 sent:list[int], # Rows this writer has sent to each shard so far, counted here
                 batch:dict, # Columns of equal length
-                timeout:float=120.) -> tuple[int, tuple]:
-    "Add `batch` to `shard_for`'s shard, or the next answering before `timeout`; count it in `sent`; shard and reply"
-    first, deadline = shard_for(writer, sent), time.monotonic() + timeout
+                timeout:float=120., # Seconds to find a shard that answers
+                pin:bool=False # Always the writer's own shard, `writer % len(shards)`, waiting while it restarts
+               ) -> tuple[int, tuple]:
+    "Add `batch` to `shard_for`'s shard (or the writer's own if `pin`), or the next answering; count it; shard, reply"
+    first, deadline = (writer % len(shards) if pin else shard_for(writer, sent)), time.monotonic() + timeout
     while True:
-        for t in range(len(shards)):
+        for t in range(1 if pin else len(shards)):
             j = (first + t) % len(shards)
             try: reply = fetch([call(shards[j], 'add', batch)])[0]
             except _LOST as e: err = e; continue
@@ -204,6 +216,10 @@ def init_ray(address:str|None=None, # A running cluster to join ('auto', 'ray://
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
 
 # %% ../nbs/14_distributed.ipynb #4a9c6d6b
+def _keys_of(shard:int, incarnation:int, rows:np.ndarray) -> np.ndarray:
+    "`encode_keys` of `rows` in `shard`, -1 kept for a slice's padding"
+    return np.where(rows >= 0, encode_keys(shard, incarnation, np.maximum(rows, 0)), -1)
+
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays, ready to travel"
     b = batch_of(batch)
@@ -239,6 +255,9 @@ class RayReplay:
         if not s.shardable:
             raise ExperienceReplayException(f'a {type(s).__name__} calls back into the learner and cannot run in a '
                                             'shard: shard a uniform or prioritized memory')
+        # slices: each inside one shard, so a writer keeps to its own shard (`pin`) and no episode is split
+        self.slices = self.pin = isinstance(s, SequenceSampler)
+        if self.slices: self.burn_in, self.length = s.burn_in, s.length
         if self.prioritized:
             self.beta, self.beta_end = s.beta, s.beta_end
             self.beta_steps, self.weight_norm = s.beta_steps, s.weight_norm
@@ -273,9 +292,14 @@ class RayReplay:
     def __len__(self) -> int: return sum(st['n'] for st in self.refresh())
     def __add__(self, batch) -> RayReplay:
         "Write the rows of `batch` to the shard the routing rule names (writer 0), and return the client"
+        return self.add(batch)
+    def add(self, batch, # Rows to write
+            writer:int=0 # The writer: over slices, its batches all go to shard `writer % n_shards`
+           ) -> RayReplay:
+        "Write the rows of `batch` as `writer` to the shard the routing rule names, and return the client"
         b = _as_arrays(batch)
         if not b or len(next(iter(b.values()))) == 0: return self
-        write_batch(self.shards, 0, self.sent, b)
+        write_batch(self.shards, writer, self.sent, b, pin=self.pin)
         return self
     def _request(self, bs:int) -> dict:
         "Split `bs` rows over the shards by the totals last known, and ask each shard for its part"
@@ -285,9 +309,11 @@ class RayReplay:
         if n < max(self.warmup_sz, 1):
             raise WarmupNotReached(f'the shards hold {n} rows and sampling needs {max(self.warmup_sz, 1)}')
         totals = torch.tensor([s['total'] for s in st], dtype=torch.float64)
+        if not totals.sum() > 0: raise NoValidTransitions(f'the shards hold {n} rows and none starts a slice yet')
         counts = torch.multinomial(totals, bs, replacement=True,
                                    generator=self.generator).bincount(minlength=self.n_shards).tolist()
-        used = dict(n=n, total=float(totals.sum()), min=min(s['min'] for s in st if s['n']))
+        used = dict(n=sum(s.get('units', s['n']) for s in st), total=float(totals.sum()),
+                    min=min(s['min'] for s in st if s['total'] > 0))
         parts = [(j, call(self.shards[j], 'sample', k, self._take_stash(j))) for j, k in enumerate(counts) if k]
         for j, k in enumerate(counts):
             if not k and self._td_stash[j]: self._send_stash(j)  # no sample for them to ride on
@@ -303,7 +329,7 @@ class RayReplay:
         "The batch a request asked for: columns joined over shards, global keys, write generations, global weights"
         outs = fetch([f for _, f in req['parts']])
         for o in outs: self._note(o['stats'])
-        keys = np.concatenate([encode_keys(j, o['stats']['incarnation'], o['rows']) for (j, _),
+        keys = np.concatenate([_keys_of(j, o['stats']['incarnation'], o['rows']) for (j, _),
                                o in zip(req['parts'], outs)])
         batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
         if self.prioritized:
@@ -344,10 +370,12 @@ class RayReplay:
                    # n write generations, as `sample(generations=True)` returned them: rows written since are skipped
                    generations=None):
         "Send TD errors to the rows' shards, with each row's sampled incarnation (and its write generation)"
-        k = to_numpy(keys)
-        td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
-        gens = None if generations is None else as_generations(generations, len(k), 'cpu').numpy()
-        shard, inc, rows = decode_keys(k)
+        if self.slices: td, k, gens, (shard, inc, rows) = self._slice_td(td_errors, keys, generations)
+        else:
+            k = to_numpy(keys)
+            td = td_vector(to_numpy(td_errors).astype(np.float32, copy=False), len(k), 'keys')
+            gens = None if generations is None else as_generations(generations, len(k), 'cpu').numpy()
+            shard, inc, rows = decode_keys(k)
         parts = [(j, (td[m], rows[m], g) if gens is None else (td[m], rows[m], g, gens[m]))
                  for j, g in sorted(set(zip(shard.tolist(), inc.tolist()))) for m in [(shard == j) & (inc == g)]]
         if self.async_td and self.prefetch and not self.local:  # they ride on the next sample request to their shard
@@ -362,6 +390,20 @@ class RayReplay:
             if len(self._td_refs) > 4 * self.n_shards:  # bounded: the oldest are done long before
                 done, self._td_refs = ray.wait(self._td_refs, num_returns=len(self._td_refs) - 2 * self.n_shards)
                 self._wait_td(done)
+    def _slice_td(self, td_errors, keys, generations) -> tuple:
+        "Slices' TD errors, keys `(bs, T)` and generations as arrays; each slice's shard and incarnation, its rows"
+        k = np.asarray(to_numpy(keys))
+        if k.ndim != 2 or k.shape[1] != self.length or (k[:, self.burn_in] < 0).any():
+            raise ExperienceReplayException(f'keys: expected the (bs, {self.length}) keys of a sample of slices, each '
+                                            f'anchored at a row, got shape {k.shape}')
+        td = np.asarray(to_numpy(td_errors))
+        if td.ndim == 0 or len(td) != len(k):
+            raise ExperienceReplayException(f'td_errors: expected one row per slice ({len(k)}), got shape {td.shape}')
+        gens = None if generations is None else np.asarray(to_numpy(generations), np.int64)
+        if gens is not None and gens.shape != k.shape:
+            raise ExperienceReplayException(f'generations: expected shape {k.shape}, one per key, got {gens.shape}')
+        shard, inc, _ = decode_keys(k[:, self.burn_in])
+        return td, k, gens, (shard, inc, np.where(k >= 0, decode_keys(np.maximum(k, 0))[2], -1))
     def _wait_td(self, refs:list):
         "Wait for TD updates; count the rows of those a dead shard never applied"
         for r in refs:
@@ -410,9 +452,10 @@ class Collector:
                  explore:dict|None=None,
                  # Torch CPU threads for this process: 1 in an actor, which has its process to itself (None: leave the
                  # caller's)
-                 threads:int|None=None):
+                 threads:int|None=None,
+                 pin:bool=False): # Write every batch to shard `index % len(shards)` (shards of slices: `RayReplay.pin`)
         if threads is not None: torch.set_num_threads(threads)
-        self.index, self.shards, self.write_bs, self.epsilon = index, shards, write_bs, epsilon
+        self.index, self.shards, self.write_bs, self.epsilon, self.pin = index, shards, write_bs, epsilon, pin
         self.model = make_model()
         schedule = explore if explore is not None else dict(eps_start=epsilon, eps_end=epsilon, eps_steps=1)
         agent = EpsilonGreedy(self.model, n_actions, **schedule, seed=seed + 7919 * index)
@@ -427,7 +470,7 @@ class Collector:
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows),
                                                                                                  dtype=np.int64)[:,
                                                                                                                  None]
-        j, (inc, n_added) = write_batch(self.shards, self.index, self.sent, b)
+        j, (inc, n_added) = write_batch(self.shards, self.index, self.sent, b, pin=self.pin)
         acks[j] = max(acks.get(j, 0), n_added)
         self.seq += len(rows)
 

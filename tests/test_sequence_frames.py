@@ -253,3 +253,45 @@ def test_bytes_per_stored_step(compressed):
     assert extra <= 2 * 16 + 2 * 24
     assert mems['slices'][1] * 100 - mems['transitions'][1] * 100 == pytest.approx(extra, abs=10)
     assert mems['prioritized slices'][1] < mems['prioritized transitions'][1]
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2 ** 16), M=st.integers(6, 20), seq_len=st.integers(1, 4), burn_in=st.integers(0, 2),
+       stride=st.integers(1, 2), end=st.sampled_from(['stop', 'pad']), over=st.sampled_from(['ring', 'frames']),
+       prioritized=st.booleans())
+def test_deferred_refresh_equals_eager(seed, M, seq_len, burn_in, stride, end, over, prioritized):
+    "Anchors brought up to date after every add or only before a draw: the same anchors, draws, weights, priorities"
+    if burn_in + seq_len > M: return
+    rng = np.random.default_rng(seed)
+    steps = stream(rng, int(rng.integers(1, 4 * M)), 2 if over == 'frames' else 1)
+    cls = PrioritizedSequenceSampler if prioritized else SequenceSampler
+    def make():
+        kw = dict(seq_len=seq_len, burn_in=burn_in, stride=stride, end=end, seed=seed)
+        if over == 'frames': return SequenceReplay.from_parts(storage(True, M, 2, 2, 'zero'), cls(**kw), bs=5,
+                                                              warmup_sz=1)
+        return (PrioritizedSequenceReplay if prioritized else SequenceReplay)(bs=5, max_sz=M, warmup_sz=1, **kw)
+    def rows(part):
+        if over == 'frames': return batch(part)
+        return dict(obs=torch.tensor([x['frame'] for x in part]),
+                    done=torch.tensor([x['terminated'] or x['truncated'] for x in part]))
+    eager, lazy = make(), make()
+    done = 0
+    while done < len(steps):
+        k = int(rng.integers(1, M + 2))
+        for m in (eager, lazy): m + rows(steps[done:done + k])
+        done += k
+        eager.sampler.refresh()
+        assert lazy.sampler._dirty or k == 0  # the lazy one waits for a draw
+        if rng.random() < 0.4 or not eager.sampler._n_valid: continue
+        (be, re), (bl, rl) = eager.sample(), lazy.sample()
+        torch.testing.assert_close(re, rl)
+        for c in be: torch.testing.assert_close(be[c], bl[c])
+        td = torch.from_numpy(rng.random((5, seq_len)).astype(np.float32))
+        eager.update_td(td, re); lazy.update_td(td, rl)
+    for m in (eager, lazy): m.sampler.refresh()
+    np.testing.assert_array_equal(eager.sampler.valid, lazy.sampler.valid)
+    np.testing.assert_array_equal(eager.sampler.base, lazy.sampler.base)
+    np.testing.assert_array_equal(eager.sampler.tree.leaves.numpy(), lazy.sampler.tree.leaves.numpy())
+    a, b = eager.state_dict()['sampler'], lazy.state_dict()['sampler']
+    for key in a:
+        if isinstance(a[key], (np.ndarray, torch.Tensor)):
+            np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))

@@ -34,65 +34,94 @@ def _nb_count_steps(ep_step, keys, start, m, prev_key, prev_step, has_prev, by_i
         ep_step[r], prev_key, has_prev = prev_step, keys[j], True
     return prev_key
 
-# `w`, what a slice is walked on: (ep_step, oldest, n, prv, nxt, built, lo). Over a ring `prv` is empty: the rows
-# `oldest` to `oldest + n` are stored, a step's neighbours are the rows beside it. Over frames `prv`/`nxt` are the
-# storage's links (serials), `built` whether each row's transition can be built, `lo` the oldest stored serial.
+# `w`, what a slice is walked on over frames: (ep_step, prv, nxt, built, lo), the storage's links (serials), whether
+# each row's transition can be built, the oldest stored serial. Over a ring a slice's steps are the rows beside it.
 
 @numba.njit(cache=True, nogil=True)
 def _nb_back(r, w):
-    "The row of the step before row `r` in its episode, stored (and, over frames, buildable); -1 if none"
-    ep_step, oldest, n, prv, nxt, built, lo = w
-    M = ep_step.shape[0]
-    if prv.shape[0] == 0: return (r - 1) % M if ep_step[r] > 0 and (r - oldest) % M > 0 else -1
+    "Over frames: the row of the step before row `r` in its episode, stored and buildable; -1 if none"
+    ep_step, prv, nxt, built, lo = w
     p = prv[r]
-    return p % M if p >= lo and built[p % M] else -1
+    return p % prv.shape[0] if p >= lo and built[p % prv.shape[0]] else -1
 
 @numba.njit(cache=True, nogil=True)
 def _nb_fwd(r, w):
-    "The row of the step after row `r` in its episode, stored (and, over frames, buildable); -1 if none"
-    ep_step, oldest, n, prv, nxt, built, lo = w
-    M = ep_step.shape[0]
-    if prv.shape[0] == 0:
-        q = (r + 1) % M
-        return q if (r - oldest) % M + 1 < n and ep_step[q] == ep_step[r] + 1 else -1
+    "Over frames: the row of the step after row `r` in its episode, stored and buildable; -1 if none"
+    ep_step, prv, nxt, built, lo = w
     x = nxt[r]
-    return x % M if x >= 0 and built[x % M] else -1
+    return x % prv.shape[0] if x >= 0 and built[x % prv.shape[0]] else -1
 
 @numba.njit(cache=True, nogil=True)
-def _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad):
-    "Whether row `s` anchors a slice: stored, on the stride, and (unless `pad`) its slice stored in its episode"
-    ep_step, oldest, n, prv, nxt, built, lo = w
-    if not (built[s] if prv.shape[0] else (s - oldest) % ep_step.shape[0] < n): return False
-    if ep_step[s] % stride != 0: return False
-    if pad: return True
-    r = s
-    for _ in range(burn_in):
-        r = _nb_back(r, w)
-        if r < 0: return False
-    r = s
-    for _ in range(seq_len - 1):
-        r = _nb_fwd(r, w)
-        if r < 0: return False
-    return True
+def _nb_links_ok(cand, w, burn_in, seq_len, stride, pad, ok):
+    "Over frames: whether each row of `cand` anchors a slice, walking its slice along the links"
+    ep_step = w[0]
+    for j in range(cand.shape[0]):
+        s = cand[j]
+        good = w[3][s] and ep_step[s] % stride == 0
+        if good and not pad:
+            r = s
+            for _ in range(burn_in):
+                r = _nb_back(r, w)
+                if r < 0: good = False; break
+            r = s
+            for _ in range(seq_len - 1):
+                if not good: break
+                r = _nb_fwd(r, w)
+                if r < 0: good = False
+        ok[j] = good
 
 @numba.njit(cache=True, nogil=True)
-def _nb_refresh(valid, base, leaves, max_p, w, burn_in, seq_len, stride, pad, cand, n_new, rows):
-    "Anchors `cand` (the first `n_new` just written): new valid ones enter at `max_p`, others leave; leaves to set"
+def _nb_links_ok_all(w, adds, burn_in, seq_len, stride, pad, ok):
+    "Over frames: every row's anchor test, from running counts of buildable steps before and after it (linear)"
+    ep_step, prv, nxt, built, lo = w
+    M = prv.shape[0]
+    back, fwd = np.zeros(M, np.int64), np.zeros(M, np.int64)
+    for s in range(lo, adds):  # a step's previous one has a smaller serial: counted first
+        b = _nb_back(s % M, w)
+        back[s % M] = back[b] + 1 if b >= 0 else 0
+    for s in range(adds - 1, lo - 1, -1):
+        f = _nb_fwd(s % M, w)
+        fwd[s % M] = fwd[f] + 1 if f >= 0 else 0
+    ok[:] = False
+    for s in range(lo, adds):
+        r = s % M
+        ok[r] = built[r] and ep_step[r] % stride == 0 and (pad or (back[r] >= burn_in and fwd[r] >= seq_len - 1))
+
+@numba.njit(cache=True, nogil=True)
+def _nb_ring_ok(ep_step, oldest, n, p0, p1, burn_in, seq_len, stride, pad, ok):
+    "Over a ring: whether the rows at positions `p0` to `p1` (from the oldest) anchor a slice, from running counts"
+    M = ep_step.shape[0]
+    a, b = max(p0 - burn_in, 0), min(p1 + seq_len - 1, n)
+    back, fwd = np.zeros(p1 - a, np.int64), np.zeros(b - p0, np.int64)
+    for p in range(a + 1, p1):  # steps of the same episode stored just before
+        back[p - a] = back[p - a - 1] + 1 if ep_step[(oldest + p) % M] > 0 else 0
+    for p in range(b - 2, p0 - 1, -1):  # steps of the same episode stored just after
+        r = (oldest + p) % M
+        fwd[p - p0] = fwd[p - p0 + 1] + 1 if ep_step[(r + 1) % M] == ep_step[r] + 1 else 0
+    for p in range(p0, p1):
+        s = (oldest + p) % M
+        ok[p - p0] = ep_step[s] % stride == 0 and (pad or (back[p - a] >= burn_in and fwd[p - p0] >= seq_len - 1))
+
+@numba.njit(cache=True, nogil=True)
+def _nb_refresh(valid, base, leaves, max_p, cand, ok, fresh, rows):
+    "Anchors `cand` now `ok` or not: those entering (or `fresh`, just written) at `max_p`, those leaving at 0"
     k, delta = 0, 0
     for j in range(cand.shape[0]):
         s = cand[j]
-        ok = _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad)
-        if ok or valid[s]:
-            delta += int(ok) - int(valid[s])
-            if ok and (j < n_new or not valid[s]): base[s] = max_p
-            valid[s] = ok
-            rows[k], leaves[k] = s, base[s] if ok else 0.
+        if ok[j] or valid[s]:
+            delta += int(ok[j]) - int(valid[s])
+            if ok[j] and (fresh[j] or not valid[s]): base[s] = max_p
+            if not ok[j]: base[s] = 0.
+            valid[s] = ok[j]
+            rows[k], leaves[k] = s, base[s]
             k += 1
     return k, delta
 
 @numba.njit(cache=True, nogil=True)
-def _nb_slices(anchors, w, burn_in, seq_len, rows, mask, first):
+def _nb_slices(anchors, w, ring, burn_in, seq_len, rows, mask, first):
     "Each anchor's slice: its steps' rows (-1: padding), the mask of its episode's stored steps, its first stored row"
+    ep_step, prv, nxt, built, lo = w
+    M, oldest, n = ep_step.shape[0], ring[0], ring[1]
     for b in range(anchors.shape[0]):
         s = anchors[b]
         rows[b, :] = -1
@@ -100,12 +129,16 @@ def _nb_slices(anchors, w, burn_in, seq_len, rows, mask, first):
         rows[b, burn_in], mask[b, burn_in], first[b] = s, True, s
         r = s
         for t in range(burn_in - 1, -1, -1):  # the burn-in steps stored in the anchor's episode
-            r = _nb_back(r, w)
+            if prv.shape[0]: r = _nb_back(r, w)
+            else: r = (r - 1) % M if ep_step[r] > 0 and (r - oldest) % M > 0 else -1
             if r < 0: break
             rows[b, t], mask[b, t], first[b] = r, True, r
         r = s
         for t in range(burn_in + 1, burn_in + seq_len):
-            r = _nb_fwd(r, w)
+            if prv.shape[0]: r = _nb_fwd(r, w)
+            else:
+                q = (r + 1) % M
+                r = q if (r - oldest) % M + 1 < n and ep_step[q] == ep_step[r] + 1 else -1
             if r < 0: break
             rows[b, t], mask[b, t] = r, True
 
@@ -127,31 +160,24 @@ def _nb_slice_td(rows, td, fresh, burn_in, td_col, eta, n_stale):
     return mix
 
 @numba.njit(cache=True, nogil=True)
-def _nb_valid_all(valid, w, burn_in, seq_len, stride, pad):
-    "Every row's `_nb_anchor_ok` into `valid`; the count of valid anchors"
-    k = 0
-    for s in range(valid.shape[0]):
-        valid[s] = _nb_anchor_ok(s, w, burn_in, seq_len, stride, pad)
-        k += valid[s]
-    return k
-
-@numba.njit(cache=True, nogil=True)
-def _nb_reach(cand, prv, nxt, lo, back, fwd, out):
-    "Over frames: rows `cand` and the stored steps up to `back` before and `fwd` after each in its episode, into `out`"
+def _nb_reach(cand, prv, nxt, lo, back, fwd, seen, out):
+    "Over frames: rows `cand` and the stored steps up to `back` before and `fwd` after each in its episode, each once"
     M, k = prv.shape[0], 0
     for j in range(cand.shape[0]):
-        c = cand[j]
-        out[k] = c; k += 1
-        r = c
+        r = cand[j]
+        if not seen[r]: seen[r] = True; out[k] = r; k += 1
         for _ in range(back):
             p = prv[r]
             if p < lo: break  # -1 (the episode's first step) or overwritten
-            r = p % M; out[k] = r; k += 1
-        r = c
+            r = p % M
+            if not seen[r]: seen[r] = True; out[k] = r; k += 1
+        r = cand[j]
         for _ in range(fwd):
             x = nxt[r]
             if x < 0: break
-            r = x % M; out[k] = r; k += 1
+            r = x % M
+            if not seen[r]: seen[r] = True; out[k] = r; k += 1
+    for j in range(k): seen[out[j]] = False
     return k
 
 @numba.njit(cache=True, nogil=True)
@@ -164,6 +190,7 @@ def _nb_link_steps(ep_step, prv, adds, head_serial, head_step):
         r, p = s % M, prv[s % M]
         if p < 0: ep_step[r] = 0
         elif p >= lo: ep_step[r] = ep_step[p % M] + 1
+
 
 # %% ../../nbs/06l_memory.sequence.ipynb #96b8fba2
 ENDS = ('stop', 'pad')  # at an episode's end a slice stops (never crosses it), or is padded past it and masked
@@ -230,13 +257,37 @@ class SequenceSampler(Sampler):
                                             f'got a {type(storage).__name__} on {storage.device} with writer {w}')
         Sampler.attach(self, storage)
         self.links = links
-        self.tree = SumTree(M)  # each anchor's weight: 1 (uniform) or its slice's priority; 0 where no slice starts
-        self.ep_step = np.zeros(M, np.int64)  # each row's step in its episode, counted as the rows were written
-        self.valid, self.base = np.zeros(M, np.bool_), np.zeros(M)  # whether a row anchors a slice; its weight
-        self.n_valid, self.prev_key = 0, 0  # anchors; the episode flag or id of the last row written
+        self._tree = SumTree(M)  # each anchor's weight: 1 (uniform) or its slice's priority; 0 where no slice starts
+        self._ep_step = np.zeros(M, np.int64)  # each row's step in its episode, counted as the rows were written
+        self._valid, self._base = np.zeros(M, np.bool_), np.zeros(M)  # whether a row anchors a slice; its weight
+        self._n_valid, self.prev_key = 0, 0  # anchors; the episode flag or id of the last row written
+        self._dirty = 0  # rows written since the anchors were last brought up to date (a ring's newest)
         if links:  # which rows the storage can build; each environment's last step counted: its serial, its step
             self.built, self.env_step = np.zeros(M, np.bool_), {}
+            self._fresh, self._seen = np.zeros(M, np.bool_), np.zeros(M, np.bool_)  # written since; a pass's marks
             storage.watch(reach=self.burn_in if self.end == 'stop' else 0)  # rows to look at again after a write
+
+    # what the anchors say is brought up to date with the rows written (`refresh`) before it is read
+    @property
+    def valid(self) -> np.ndarray:
+        "Whether each row anchors a slice now"
+        self.refresh(); return self._valid
+    @property
+    def n_valid(self) -> int:
+        "Rows that anchor a slice now"
+        self.refresh(); return self._n_valid
+    @property
+    def base(self) -> np.ndarray:
+        "Each anchor's weight: 1 or its slice's priority (0 for rows that anchor no slice)"
+        self.refresh(); return self._base
+    @property
+    def tree(self) -> SumTree:
+        "The sum tree of the anchors' weights"
+        self.refresh(); return self._tree
+    @property
+    def ep_step(self) -> np.ndarray:
+        "Each row's step in its episode"
+        self.refresh(); return self._ep_step
 
     def _window(self) -> tuple[int, int]:
         "The oldest stored row and the number of rows"
@@ -245,11 +296,10 @@ class SequenceSampler(Sampler):
         return (st.pointer % st.max_sz if n == st.max_sz else 0), n
 
     def _walk(self) -> tuple:
-        "What the compiled passes walk slices on: the ring's steps and window, or the frame storage's links"
-        if not self.links: return (self.ep_step, *self._window(), _NO_LINKS, _NO_LINKS, _NO_ROWS, 0)
+        "What the compiled passes walk slices on: the frame storage's links (none over a ring)"
+        if not self.links: return (self._ep_step, _NO_LINKS, _NO_LINKS, _NO_ROWS, 0)
         st = self.storage
-        return (self.ep_step, 0, len(st), np.asarray(st.prev), np.asarray(st.next), self.built,
-                max(st.add_count - st.max_sz, 0))
+        return (self._ep_step, np.asarray(st.prev), np.asarray(st.next), self.built, max(st.add_count - st.max_sz, 0))
 
     def check_batch(self, b:Mapping):
         "Raise unless batch `b` has the column that tells episodes apart, one flag or id per row; change nothing"
@@ -276,36 +326,31 @@ class SequenceSampler(Sampler):
         st, k = self.storage, self.episode_key
         rows = (start + np.arange(n)) % st.max_sz
         col = getattr(st, 'column', None)
-        v = col(k)[torch.from_numpy(rows)] if col is not None else st.gather(torch.from_numpy(rows))[k]
-        return v.reshape(n, -1)[:, 0].numpy().astype(np.int64)
+        v = col(k).numpy()[rows] if col is not None else st.gather(torch.from_numpy(rows))[k].numpy()
+        return v.reshape(n, -1)[:, 0].astype(np.int64)
 
     def added(self, start:int, n:int):
-        "Rows `start` to `start + n` were written: their steps in their episodes, the anchors of slices holding them"
+        "Rows `start` to `start + n` were written: their steps in their episodes now, their anchors at `refresh`"
         Sampler.added(self, start, n)
+        if self.links: return self._added_links(start, n)
         M = self.storage.max_sz
-        new = (start + np.arange(n)) % M
-        if self.links: return self._added_links(new)
         has_prev = len(self.storage) > n  # the row before them is stored
-        self.prev_key = _nb_count_steps(self.ep_step, self._keys(start, n), start, n, self.prev_key,
-                                        self.ep_step[(start - 1) % M], has_prev, self.traj_key is not None)
-        back, fwd = self._reach()
-        self._refresh(new, np.concatenate([(start - back + np.arange(back)) % M, (start + n + np.arange(fwd)) % M]))
+        self.prev_key = _nb_count_steps(self._ep_step, self._keys(start, n), start, n, self.prev_key,
+                                        self._ep_step[(start - 1) % M], has_prev, self.traj_key is not None)
+        self._dirty = min(self._dirty + n, M)
 
-    def _added_links(self, new:np.ndarray):
-        "Over frames: the new rows' steps in their episodes, the rows the storage can build now, the anchors near them"
-        st, last = self.storage, self.env_step
-        for s, r in zip(range(st.add_count - len(new), st.add_count), new.tolist()):
+    def _added_links(self, start:int, n:int):
+        "Over frames: the new rows' steps in their episodes; the rows the storage records wait for `refresh`"
+        st, last, M = self.storage, self.env_step, self.storage.max_sz
+        for s in range(st.add_count - n, st.add_count):
+            r = (start + s - st.add_count + n) % M
             e, p = int(st.env[r]), int(st.prev[r])
             # a step follows its environment's last step counted; one whose previous step an add dropped starts a count
             k = last[e][1] + 1 if p >= 0 and e in last and last[e][0] == p else 0
-            self.ep_step[r], last[e] = k, (s, k)
-        rows = st.changed()  # the new rows, the steps they complete, the steps after those overwritten
-        self.built[rows] = st.valid(rows)
-        back, fwd = self._reach()
-        near = np.empty(len(rows) * (1 + back + fwd), np.int64)
-        k = _nb_reach(rows, np.asarray(st.prev), np.asarray(st.next), max(st.add_count - st.max_sz, 0), back, fwd,
-                      near)
-        self._refresh(new, near[:k])
+            self._ep_step[r], last[e] = k, (s, k)
+            self._fresh[r] = True
+        self._dirty += n
+        if st.n_changed > 8192: self.refresh()  # a long run of adds without a sample keeps the record short
 
     def _reach(self) -> tuple[int, int]:
         "Steps before and after a changed step whose anchors' slices may hold it"
@@ -313,39 +358,80 @@ class SequenceSampler(Sampler):
 
     def _new_priority(self) -> float: return 1.
 
-    def _refresh(self, new:np.ndarray, near:np.ndarray):
-        "Anchors `new` (rows just written) and `near`: each valid one enters the tree (a new one anew), others leave it"
-        cand = np.concatenate([new, near]).astype(np.int64, copy=False)
+    def refresh(self):
+        "Bring the anchors up to date with the rows written since: those near them enter (new ones anew) or leave"
+        if not self._dirty: return
+        cand, ok, fresh = self._refresh_links() if self.links else self._refresh_ring()
+        self._dirty = 0
         rows, leaves = np.empty(len(cand), np.int64), np.empty(len(cand))
-        k, d = _nb_refresh(self.valid, self.base, leaves, self._new_priority(), self._walk(), self.burn_in,
-                           self.seq_len, self.stride, self.end == 'pad', cand, len(new), rows)
-        self.n_valid += d
-        if k: self.tree.set(rows[:k], leaves[:k], check=False)
+        k, d = _nb_refresh(self._valid, self._base, leaves, self._new_priority(), cand, ok, fresh, rows)
+        self._n_valid += d
+        if k: self._tree.set(rows[:k], leaves[:k], check=False)
+
+    def _refresh_ring(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        "Over a ring: the anchors whose slices may hold the newest rows, whether each starts one now"
+        M, n = self.storage.max_sz, self._dirty
+        oldest, size = self._window()
+        back, fwd = self._reach()
+        spans = [(max(size - n - back, 0), size)]  # the new rows and the anchors before them
+        if size == M and fwd: spans.insert(0, (0, min(fwd, spans[0][0])))  # the oldest: their burn-in overwritten
+        pos = np.concatenate([np.arange(a, b) for a, b in spans])
+        ok = np.empty(len(pos), np.bool_)
+        at = 0
+        for a, b in spans:
+            if b > a: _nb_ring_ok(self._ep_step, oldest, size, a, b, self.burn_in, self.seq_len, self.stride,
+                                  self.end == 'pad', ok[at:at + b - a])
+            at += b - a
+        return (oldest + pos) % M, ok, pos >= size - n
+
+    def _refresh_links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        "Over frames: the rows the storage recorded and the anchors near them, whether each starts a slice now"
+        st = self.storage
+        rows = st.changed()  # the new rows, the steps they complete, the steps after those overwritten
+        self.built[rows] = st.valid(rows)
+        back, fwd = self._reach()
+        near = np.empty(min(len(rows) * (1 + back + fwd), st.max_sz), np.int64)
+        k = _nb_reach(rows, np.asarray(st.prev), np.asarray(st.next), max(st.add_count - st.max_sz, 0), back, fwd,
+                      self._seen, near)
+        cand, ok = near[:k], np.empty(k, np.bool_)
+        _nb_links_ok(cand, self._walk(), self.burn_in, self.seq_len, self.stride, self.end == 'pad', ok)
+        fresh = self._fresh[cand]
+        self._fresh[cand] = False
+        return cand, ok, fresh
 
     def _rebuild(self, new:bool=False):
         "Every anchor from the rows' steps; the tree from the anchors' weights (`new`: each valid anchor enters anew)"
+        st, pad, valid = self.storage, self.end == 'pad', self._valid
         if self.links:
-            st = self.storage
             self.built[:] = st.valid(np.arange(st.max_sz))
-            st.changed()
-        self.n_valid = int(_nb_valid_all(self.valid, self._walk(), self.burn_in, self.seq_len, self.stride,
-                                         self.end == 'pad'))
-        if new: self.base[self.valid] = self._new_priority()
-        self.tree.set(np.arange(len(self.valid)), np.where(self.valid, self.base, 0.), check=False)
+            st.changed(); self._fresh[:] = False
+            _nb_links_ok_all(self._walk(), st.add_count, self.burn_in, self.seq_len, self.stride, pad, valid)
+        else:
+            oldest, size = self._window()
+            ok = np.zeros(size, np.bool_)
+            if size: _nb_ring_ok(self._ep_step, oldest, size, 0, size, self.burn_in, self.seq_len, self.stride, pad, ok)
+            valid[:] = False
+            valid[(oldest + np.arange(size)) % st.max_sz] = ok
+        self._dirty, self._n_valid = 0, int(valid.sum())
+        if new: self._base[valid] = self._new_priority()
+        self._base[~valid] = 0.
+        self._tree.set(np.arange(len(valid)), self._base, check=False)
 
     def draw(self, n:int) -> np.ndarray:
         "`n` anchors, each drawn in proportion to its weight"
-        if self.n_valid == 0:
+        self.refresh()
+        if self._n_valid == 0:
             within = ' within one episode' if self.end == 'stop' else ''
             raise NoValidTransitions(f'none of the {len(self.storage)} stored rows starts a slice of {self.length} '
                                      f'steps{within} yet')
-        return self.tree.sample(n, self.generator, check=False).numpy()
+        return self._tree.sample(n, self.generator, check=False).numpy()
 
     def slices(self, anchors:np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         "Each anchor's slice: its rows `(n, burn_in + seq_len)` (-1 for padding), their mask, its first stored row"
         bs, L = len(anchors), self.length
         rows, mask, first = np.empty((bs, L), np.int64), np.empty((bs, L), np.bool_), np.empty(bs, np.int64)
-        _nb_slices(np.ascontiguousarray(anchors, np.int64), self._walk(), self.burn_in, self.seq_len, rows, mask, first)
+        _nb_slices(np.ascontiguousarray(anchors, np.int64), self._walk(), self._window(), self.burn_in, self.seq_len,
+                   rows, mask, first)
         return rows, mask, first
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
@@ -409,6 +495,7 @@ class SequenceSampler(Sampler):
                   generations=None): # Their write generations, as `sample(generations=True)` handed them out
         "Keep each learning step's TD error and each slice's priority, except for rows written since the sample"
         rows, td, g = self._check_update(td_errors, idxs, generations)
+        self.refresh()
         learn = rows[:, self.burn_in:]
         at = np.maximum(learn, 0)
         if g is None: fresh = self._handed_np[at] != STALE
@@ -423,15 +510,16 @@ class SequenceSampler(Sampler):
 
     def state_dict(self) -> dict:
         "The generator, the rows' TD errors, write generations and hand-out marks, and each row's step in its episode"
+        self.refresh()
         if not self.links:
-            return dict(Sampler.state_dict(self), ep_step=self.ep_step.copy(), prev_key=int(self.prev_key))
+            return dict(Sampler.state_dict(self), ep_step=self._ep_step.copy(), prev_key=int(self.prev_key))
         st, M = self.storage, self.storage.max_sz  # over frames: the steps follow from the links but at a few heads
         n, lo = len(st), max(st.add_count - M, 0)
         prev = st.prev[:n]
         cut = np.flatnonzero((prev >= 0) & (prev < lo))  # stored steps whose previous step is overwritten
         serials = st.add_count - 1 - (st.add_count - 1 - cut) % M
         envs = np.array([(e, *v) for e, v in sorted(self.env_step.items())], np.int64).reshape(-1, 3)
-        return dict(Sampler.state_dict(self), heads=np.stack([serials, self.ep_step[cut]], 1), env_steps=envs,
+        return dict(Sampler.state_dict(self), heads=np.stack([serials, self._ep_step[cut]], 1), env_steps=envs,
                     prev_key=0)
 
     def check_state(self, state:dict):
@@ -452,24 +540,25 @@ class SequenceSampler(Sampler):
         self.generator.set_state(state['generator'])
         self._load_td(state)
         if self.links: self._load_links(state)
-        else: self.ep_step[:], self.prev_key = np.asarray(state['ep_step']), int(state['prev_key'])
+        else: self._ep_step[:], self.prev_key = np.asarray(state['ep_step']), int(state['prev_key'])
         self._load_weights(state)
         self._rebuild()
 
     def _load_links(self, state:dict):
         "Over frames: each row's step in its episode from the links and the state's heads; each environment's last"
         heads, envs = np.asarray(state['heads']), np.asarray(state['env_steps'])
-        self.ep_step[:] = 0
-        _nb_link_steps(self.ep_step, np.asarray(self.storage.prev), self.storage.add_count, heads[:, 0].copy(),
+        self._ep_step[:] = 0
+        _nb_link_steps(self._ep_step, np.asarray(self.storage.prev), self.storage.add_count, heads[:, 0].copy(),
                        heads[:, 1].copy())
         self.env_step = {int(e): (int(s), int(k)) for e, s, k in envs}
 
-    def _load_weights(self, state:dict): self.base[:] = 1.
+    def _load_weights(self, state:dict): self._base[:] = 1.
 
     def copy_rows(self, src:SequenceSampler, rows:torch.Tensor):
         "Take over `src`'s TD errors and episode steps of its rows `rows`, now rows 0, 1, ...; every slice enters anew"
         Sampler.copy_rows(self, src, rows)
-        self.ep_step[:len(rows)] = src.ep_step[rows.numpy()]
+        self.refresh()  # the rows just added counted, as the next add goes on from them
+        self._ep_step[:len(rows)] = src.ep_step[rows.numpy()]
         self._rebuild(new=True)
 
 _NO_LINKS, _NO_ROWS = np.empty(0, np.int64), np.empty(0, np.bool_)  # what a ring passes for the links
@@ -527,18 +616,24 @@ class PrioritizedSequenceSampler(SequenceSampler):
         "The importance-sampling exponent the next `sample` uses"
         return annealed_beta(self.n_samples, self.beta, self.beta_end, self.beta_steps)
 
+    def totals(self) -> tuple[float, float]:
+        "The sum and the smallest of the priorities of the slices that can be drawn now"
+        self.refresh()
+        return self._tree.total, self._tree.min
+
     def _new_priority(self) -> float: return self.max_priority
     def _eta(self) -> float: return self.eta
 
     def draw(self, n:int) -> np.ndarray:
-        if self.n_valid == 0: return super().draw(n)
-        draw = self.tree.stratified_sample if self.stratified else self.tree.sample
+        self.refresh()
+        if self._n_valid == 0: return super().draw(n)
+        draw = self._tree.stratified_sample if self.stratified else self._tree.sample
         return draw(n, self.generator, check=False).numpy()
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
         "`bs` slices drawn by priority, as `SequenceSampler.sample` gives them, with a `weight` column `(bs, 1)`"
         batch, rows = super().sample(bs)
-        w = self.tree.weights(rows[:, self.burn_in].numpy(), self.current_beta, self.weight_norm, self.n_valid)
+        w = self._tree.weights(rows[:, self.burn_in].numpy(), self.current_beta, self.weight_norm, self._n_valid)
         batch['weight'] = w[:, None]
         self.n_samples += 1
         return batch, rows
@@ -548,18 +643,20 @@ class PrioritizedSequenceSampler(SequenceSampler):
         ok = mix >= 0
         if not ok.any(): return
         a, p = anchors[ok], (mix[ok] + self.eps) ** self.alpha
-        self.base[a] = p  # NumPy assigns repeats in order: the last wins
-        on = self.valid[a]
-        if on.any(): self.tree.set(a[on], p[on], check=False)
+        on = self._valid[a]  # an anchor whose slice lost a step since the sample keeps no weight
+        if on.any():
+            self._base[a[on]] = p[on]  # NumPy assigns repeats in order: the last wins
+            self._tree.set(a[on], p[on], check=False)
         self.max_priority = max(self.max_priority, float(p.max()))
 
     def get_priority(self, anchors) -> torch.Tensor:
         "The priorities of the slices anchored at rows `anchors`, float64 (0 where no slice starts)"
         a = _int_array(anchors, 'anchors')
-        if a.size and (a.min() < 0 or a.max() >= len(self.valid)):
-            raise ExperienceReplayException(f'anchors: expected rows in [0, {len(self.valid)}), '
+        if a.size and (a.min() < 0 or a.max() >= len(self._valid)):
+            raise ExperienceReplayException(f'anchors: expected rows in [0, {len(self._valid)}), '
                                             f'got {a.min()} to {a.max()}')
-        return torch.from_numpy(np.where(self.valid[a], self.base[a], 0.))
+        self.refresh()
+        return torch.from_numpy(np.where(self._valid[a], self._base[a], 0.))
 
     def state_dict(self) -> dict:
         return dict(super().state_dict(), base_priority=self.base.copy(), max_priority=self.max_priority,
@@ -579,7 +676,7 @@ class PrioritizedSequenceSampler(SequenceSampler):
             raise ExperienceReplayException(f'the state holds n_samples={n!r}, not an int >= 0')
 
     def _load_weights(self, state:dict):
-        self.base[:] = np.asarray(state['base_priority'])
+        self._base[:] = np.asarray(state['base_priority'])
         self.max_priority, self.n_samples = float(state['max_priority']), int(state['n_samples'])
 
     def copy_rows(self, src:PrioritizedSequenceSampler, rows:torch.Tensor):
