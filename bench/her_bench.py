@@ -13,6 +13,7 @@ included).
 
     python bench/her_bench.py --seeds 0 1 2 --steps 6000 --out bench/stored/15_her.json
     python bench/her_bench.py --quick            # 1 seed, 600 steps, 8 bits
+    python bench/her_bench.py --learners --seeds 0 1 2 3 4 --out bench/stored/15_her.json  # our DQN, SAC, TD3
 """
 import argparse, json, os, resource, statistics, sys, time
 from pathlib import Path
@@ -111,6 +112,87 @@ def page(settings:dict, runs:list, summary:dict, mem:dict) -> dict:
                 command=f"python bench/her_bench.py --seeds {' '.join(map(str, a['seeds']))} --steps {a['steps']} "
                         f"--n-bits {a['n_bits']} --out bench/stored/15_her.json")
 
+
+LEARNERS = 'dqn', 'sac', 'td3'  # our own learners, trained with `replay=dict(her=...)` from their data loop
+
+def learner_run(algo:str, her:bool, seed:int, steps:int, n_bits:int) -> dict:
+    "Our `dqn_learner` on bit flipping, or `sac_learner`/`td3_learner` on PointGoal-v0, with or without HER"
+    import gymnasium as gym
+    from fastrl_replay.agents.dqn import dqn_learner
+    from fastrl_replay.agents.sac import sac_learner
+    from fastrl_replay.agents.td3 import td3_learner
+    from fastrl_replay.agents.nets import obs_batch
+    from fastrl_replay.envs.goal import BIT_FLIP, POINT_GOAL
+    torch.set_num_threads(1)
+    relabel = dict(strategy='future', n_sampled_goal=4) if her else None
+    common = dict(seed=seed, steps_per_epoch=steps, gamma=0.95, valid=dict(n_episodes=0))
+    if algo == 'dqn':
+        env, kw = (BIT_FLIP, dict(n_bits=n_bits)), dict(n_bits=n_bits)
+        learn = dqn_learner(gym.make(BIT_FLIP, n_bits=n_bits), n_steps=1, optim=dict(lr=1e-3, train_every=1),
+                            replay=dict(bs=32, warmup_sz=100, max_sz=100_000, her=relabel),
+                            net=dict(target_sync=500), explore=dict(eps_end=0.02, eps_steps=steps // 10), **common)
+        act = lambda o: int(learn.model(obs_batch(o)).argmax())
+    else:
+        env, kw = (POINT_GOAL, {}), {}
+        learn = dict(sac=sac_learner, td3=td3_learner)[algo](POINT_GOAL, optim=dict(lr=1e-3), net=dict(hidden=(64, 64)),
+                                                             replay=dict(bs=128, warmup_sz=500, her=relabel), **common)
+        act = lambda o: learn.model.scale.to_env(learn.model.actor(obs_batch(o))).reshape(-1).numpy()
+    w, c = time.perf_counter(), cpu_s()
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    w, c = time.perf_counter() - w, cpu_s() - c
+    e, ok = gym.make(env[0], **kw), 0
+    e.reset(seed=10_000 + seed)
+    for _ in range(50):
+        o, _ = e.reset(); done = False
+        while not done:
+            with torch.inference_mode(): o, r, te, tr, info = e.step(act(o))
+            done = te or tr
+        ok += bool(info['is_success'])
+    task = f'{n_bits}-bit flipping' if algo == 'dqn' else 'PointGoal-v0'
+    return dict(algo=algo, her=her, seed=seed, steps=steps, task=task, greedy_success=ok / 50,
+                train_episodes=learn.dls.train.dataset.stats().episodes, wall_s=w, cpu_s=c)
+
+def learners_section(a, runs:list) -> dict:
+    "The section of our own learners' runs: success per seed, mean per (learner, hindsight), and its text"
+    rows, summary = ['| learner | task | steps | hindsight replay | greedy success, mean | per seed |',
+                     '|---|---|---:|---|---:|---|'], {}
+    for algo in dict.fromkeys(r['algo'] for r in runs):
+        for her in (True, False):
+            rs = [r for r in runs if r['algo'] == algo and r['her'] == her]
+            if not rs: continue
+            m = statistics.mean(r['greedy_success'] for r in rs)
+            summary[f"{algo}_{'her' if her else 'none'}"] = m
+            per_seed = ', '.join(f"{r['greedy_success']:.2f}" for r in rs)
+            rows.append(f"| `{algo}_learner` | {rs[0]['task']} | {rs[0]['steps']:,} | {'yes' if her else 'no'} | "
+                        f"{m:.2f} | {per_seed} |")
+    text = ("Our own learners trained with hindsight replay set in their replay settings "
+            "(`replay=dict(her=dict(strategy='future', n_sampled_goal=4))`), the relabelling fed by the data loop, "
+            f"against the same learners without it, seeds {', '.join(map(str, a.seeds))}: the success rate of 50 "
+            f"greedy episodes after training. DQN on {a.n_bits}-bit flipping (`BitFlip-v0`, random starts and goals), "
+            f"{a.dqn_steps:,} steps, a gradient step per step, batches of 32; SAC and TD3 on `PointGoal-v0` (a "
+            f"point reaching a goal in the square, 50-step episodes), {a.ac_steps:,} steps, batches of 128, (64, 64) "
+            "networks; gamma 0.95, one torch thread.\n\n" + '\n'.join(rows))
+    return dict(title='Hindsight replay in our own DQN, SAC and TD3 learners', date=time.strftime('%Y-%m-%d'),
+                text=text, runs=runs, summary=summary, settings=dict(seeds=a.seeds, n_bits=a.n_bits,
+                dqn_steps=a.dqn_steps, ac_steps=a.ac_steps, algos=a.algos),
+                command=f"python bench/her_bench.py --learners --seeds {' '.join(map(str, a.seeds))} --n-bits "
+                        f"{a.n_bits} --dqn-steps {a.dqn_steps} --ac-steps {a.ac_steps} --out bench/stored/15_her.json",
+                machine=machine_record(torch_threads=1))
+
+def learners_main(a):
+    "Train each learner with and without hindsight replay, seed by seed; add the `learners` section to `a.out`"
+    runs = []
+    for s in a.seeds:
+        for algo in a.algos:
+            for her in (True, False):
+                steps = a.dqn_steps if algo == 'dqn' else a.ac_steps
+                runs.append(learner_run(algo, her, s, steps, a.n_bits)); print(json.dumps(runs[-1]), flush=True)
+    section = learners_section(a, runs)
+    print(section['text'])
+    if a.out:  # the other sections as they are now
+        res = json.loads(a.out.read_text()) if a.out.exists() else {}
+        a.out.write_text(json.dumps(res | dict(learners=section), indent=1) + '\n')
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
@@ -120,7 +202,12 @@ def main():
     p.add_argument('--libs', nargs='+', default=list(LIBS))
     p.add_argument('--quick', action='store_true')
     p.add_argument('--out', type=Path, default=None)
+    p.add_argument('--learners', action='store_true', help="our own learners with and without HER, not SB3's DQN")
+    p.add_argument('--algos', nargs='+', default=list(LEARNERS))
+    p.add_argument('--dqn-steps', type=int, default=6000)
+    p.add_argument('--ac-steps', type=int, default=3000)
     a = p.parse_args()
+    if a.learners: return learners_main(a)
     if a.quick: a.seeds, a.steps, a.n_bits, a.capacity = [0], 600, 8, 2000
     runs = []
     for s in a.seeds:

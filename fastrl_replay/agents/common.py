@@ -23,14 +23,18 @@ from ..memory.core import ReplayMemory
 from ..memory.experience_replay import ExperienceReplay
 from ..memory.prioritized import PrioritizedExperienceReplay
 from ..memory.laber import LaBERExperienceReplay
+from ..memory.core import UniformSampler
+from ..memory.prioritized import PrioritizedSampler
+from ..memory.her import HindsightReplay
 from ..data.gym import GymLoop, Source, FirstLast, NoValidation, gym_dataloaders
 from ..learner import LeanLearner
 from ..threads import TorchThreads
 
 # %% auto #0
-__all__ = ['MEMORIES', 'ReplaySettings', 'OptimSettings', 'settings', 'replay_memory', 'memory_settings', 'replay_settings',
-           'replay_warmup', 'loop_metrics', 'bootstrap_targets', 'replay_data', 'ValidSettings', 'validation_callback',
-           'replay_learner']
+__all__ = ['MEMORIES', 'HER_SAMPLERS', 'ReplaySettings', 'OptimSettings', 'settings', 'replay_memory', 'memory_settings',
+           'replay_settings', 'replay_warmup', 'HindsightSettings', 'uses_hindsight', 'hindsight_memory', 'goal_reward',
+           'loop_metrics', 'bootstrap_targets', 'check_hindsight_loop', 'replay_data', 'ValidSettings',
+           'validation_callback', 'replay_learner']
 
 # %% ../../nbs/10_agents.common.ipynb #3843deef
 @dataclass
@@ -41,6 +45,7 @@ class ReplaySettings:
     max_sz:int = 50_000 # Capacity: transitions kept before the oldest are overwritten
     warmup_sz:int = 1_000 # Transitions stored before training starts
     options:dict = field(default_factory=dict) # The kind's own: `alpha`, `beta`, ... ('per'), `m` ('laber')
+    her:dict|None = None # Hindsight relabelling (`HindsightSettings`), e.g. `dict(strategy='future')`; None: none
 
 @dataclass
 class OptimSettings:
@@ -103,6 +108,55 @@ def replay_warmup(memory:ReplayMemory|None, # A ready memory, or None for the on
                         f'+, sample, update_td, len, state_dict, load_state_dict), got a {type(memory).__name__}')
     return memory.warmup_sz
 
+# %% ../../nbs/10_agents.common.ipynb #ad8b4588
+@dataclass
+class HindsightSettings:
+    "Hindsight relabelling of a goal environment's transitions: `ReplaySettings.her`"
+    strategy:str = 'future' # Where a new goal comes from: 'future' (a later step), 'final' or 'episode' (any step)
+    n_sampled_goal:int = 4 # Relabelled rows per row kept as stored: 4 relabels 4/5 of a batch
+
+HER_SAMPLERS = {'uniform': UniformSampler, 'per': PrioritizedSampler}  # how hindsight replay draws its rows
+
+def uses_hindsight(memory:ReplayMemory|None, # A ready memory, or None
+                   replay:ReplaySettings # The settings of the memory to make
+                  ) -> bool:
+    "Whether the learner's memory relabels goals: a ready `HindsightReplay`, or `replay.her` set"
+    return isinstance(memory, HindsightReplay) or (memory is None and replay.her is not None)
+
+def hindsight_memory(replay:ReplaySettings, # Settings whose `her` is set
+                     n_batches:int, # Training batches per epoch: prioritized replay anneals its weights over 10 epochs
+                     seed:int|None, # The memory's seed
+                     compute_reward:Callable, # The environment's vectorised `compute_reward(achieved, desired, info)`
+                     n_envs:int=1 # Environments whose steps the memory is given in turn
+                    ) -> HindsightReplay:
+    "The `HindsightReplay` `replay` describes (`max_sz` rounded down to whole steps), relabelled as `replay.her` says"
+    her = settings(HindsightSettings, replay.her)
+    if replay.kind not in HER_SAMPLERS:
+        raise ValueError(f"hindsight replay draws its rows uniformly or by priority: replay.kind must be 'uniform' or "
+                         f"'per', got {replay.kind!r}")
+    m = memory_settings(replay, n_batches, seed)
+    bs, max_sz, warmup_sz = m.pop('bs'), m.pop('max_sz'), m.pop('warmup_sz')
+    base = HER_SAMPLERS[replay.kind](**m)
+    max_sz -= max_sz % n_envs  # whole steps of every environment
+    return HindsightReplay(compute_reward, bs, max_sz, warmup_sz, her.n_sampled_goal, her.strategy, sampler=base,
+                           seed=seed, n_envs=n_envs)
+
+def _called_reward(env:gym.vector.VectorEnv, achieved, desired, info):
+    "The first environment's `compute_reward` of the pair, called through vector environment `env`"
+    return env.call('compute_reward', achieved, desired, info)[0]
+
+def goal_reward(env) -> Callable:
+    "The `compute_reward(achieved, desired, info)` of goal environment `env`: single, vector, or a `GymLoop`'s"
+    if isinstance(env, gym.vector.VectorEnv):
+        if not hasattr(env, 'envs'): return partial(_called_reward, env)  # in other processes: asked through `call`
+        env = env.envs[0]
+    one = env if isinstance(env, gym.Env) else getattr(env, 'env', None)  # a `GymLoop` holds a single env in `.env`
+    f = getattr(getattr(one, 'unwrapped', None), 'compute_reward', None)
+    if not callable(f):
+        raise ValueError(f'hindsight replay rewards relabelled goals with the environment\'s compute_reward(achieved, '
+                         f'desired, info), and {getattr(one, "unwrapped", one)} has none: give a goal environment')
+    return f
+
 # %% ../../nbs/10_agents.common.ipynb #537327c6
 class _SourceMetric(Metric):
     "A value of what the training source reports (`stats()`), read when the recorder asks for it"
@@ -130,6 +184,22 @@ def bootstrap_targets(b:Mapping, # A batch with `reward`, `discount` and `termin
     return b['reward'] + b['discount'] * (~b['terminated']).float() * next_v
 
 # %% ../../nbs/10_agents.common.ipynb #6fdc37f6
+def check_hindsight_loop(ready, # A ready environment, or None for one made from an id
+                         n_envs:int, # Environments stepped together
+                         n_steps:int, # Steps folded into each transition
+                         optim:OptimSettings): # `train_every`: the rows of each batch the memory is given
+    "Raise unless the loop hands a hindsight memory one-step transitions in whole steps of every environment in turn"
+    if n_steps != 1:
+        raise ValueError(f'hindsight replay recomputes one step\'s reward for a relabelled goal: n_steps must be 1, '
+                         f'got {n_steps}')
+    if n_envs > 1 and optim.train_every % n_envs:
+        raise ValueError(f'hindsight replay over {n_envs} environments is given whole steps: optim.train_every must be '
+                         f'a multiple of {n_envs}, got {optim.train_every}')
+    mode = getattr(ready, 'metadata', {}).get('autoreset_mode')
+    if ready is not None and n_envs > 1 and mode != gym.vector.AutoresetMode.SAME_STEP:
+        raise ValueError(f'hindsight replay over a vector environment needs a row of every environment at each step: '
+                         f'make it with autoreset_mode=AutoresetMode.SAME_STEP, got {mode}')
+
 def replay_data(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id, or a ready environment
                 agent:Callable, # Makes the acting agent, given `random_steps`: its first steps acted at random
                 memory:ReplayMemory|None, # A ready replay memory, or None for the one `replay` describes
@@ -153,10 +223,15 @@ def replay_data(env:str|gym.Env|gym.vector.VectorEnv, # Gymnasium environment id
     n_par = n_envs if ready is None else getattr(ready, 'num_envs', 1)
     acting = agent(random_steps=-(-warmup_sz // n_par) if random_warmup else 0)
     folds = memory is not None and memory.makes_n_step  # then the loop feeds it single steps
+    her = uses_hindsight(memory, replay)
+    if her: check_hindsight_loop(ready, n_par, n_steps, optim)
+    reset = gym.vector.AutoresetMode.SAME_STEP if her else gym.vector.AutoresetMode.NEXT_STEP  # a row a step each
     loop = GymLoop(env if ready is None else None, agent=acting, n_steps=1 if folds else n_steps, seed=seed,
-                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype, stack_size=stack_size)
+                   n_envs=n_envs, env=ready, obs_dtype=obs_dtype, stack_size=stack_size, autoreset=reset)
     source = Source([loop] if folds else [loop, FirstLast(gamma)])
     dls = gym_dataloaders(source, n=steps_per_epoch, bs=optim.train_every, device=device, updates=optim.grad_steps)
+    if memory is None and her:
+        memory = hindsight_memory(replay, len(dls.train), seed, goal_reward(loop.env), loop.n_envs)
     if memory is None:
         laber = dict(score=score) if replay.kind == 'laber' and score is not None else {}
         memory = replay_memory(replay.kind, **memory_settings(replay, len(dls.train), seed), **laber)

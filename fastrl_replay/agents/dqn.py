@@ -10,6 +10,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from fastcore.basics import ifnone
 import numpy as np, torch, gymnasium as gym
 from torch import nn
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ from ..memory.core import ReplayMemory
 from .nets import (EncodedNet, check_obs_space, plain_vector, obs_dtypes, zero_obs, stacked_space,
                                        obs_batch)
 from .common import (ReplaySettings, OptimSettings, ValidSettings, settings, replay_settings,
-                                         loop_metrics, bootstrap_targets, replay_data, replay_learner)
+                                         loop_metrics, bootstrap_targets, replay_data, replay_learner, uses_hindsight)
 
 # %% auto #0
 __all__ = ['DQN_DEFAULTS', 'QNet', 'default_qnet', 'DQNLoss', 'DQNTrainer', 'evaluate', 'env_spaces', 'NetSettings',
@@ -191,7 +192,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Environmen
                 valid:ValidSettings|dict|None=None, # Greedy episodes after each epoch (`dict(n_episodes=0)`: none)
                 steps_per_epoch:int=5_000, # Environment steps per fastai epoch
                 gamma:float=0.99, # Discount factor
-                n_steps:int=3, # Steps folded into each transition (n-step returns)
+                n_steps:int|None=None, # Steps folded into each transition (default 3; 1 with hindsight replay)
                 n_envs:int=1, # Environments stepped together (for an environment id)
                 stack_size:int=1, # Observations the model reads, stacked by the loop and by the memory
                 seed:int|None=0, # Seed for the network, the environments, exploration and replay
@@ -200,6 +201,7 @@ def dqn_learner(env:str|gym.Env|gym.vector.VectorEnv='CartPole-v1', # Environmen
     "A fastai `Learner` that trains a DQN on `env` with experience replay"
     net, explore, optim = settings(NetSettings, net), settings(ExploreSettings, explore), settings(OptimSettings, optim)
     replay = replay_settings(memory, replay)
+    n_steps = ifnone(n_steps, 1 if uses_hindsight(memory, replay) else 3)  # a relabelled reward is one step's
     if model is not None and net.hidden != NetSettings.hidden:
         raise ValueError('net.hidden sizes the default QNet, and a ready model has its own layers: '
                          'give model= or net.hidden, not both')

@@ -209,7 +209,8 @@ class GymLoop:
                  env:gym.vector.VectorEnv|gym.Env|None=None, # A ready environment, vector or single, to use instead of `env_name`
                  obs_dtype=np.float32, # Dtype of `state`, `next_state` (`np.uint8` for images); one per key of a `Dict`
                  steps_count:int|None=None, # fastrl's name for `n_steps`, accepted in its place
-                 stack_size:int=1): # Observations the agent acts on: each environment's last `stack_size`, zeros before its episode's first (rows keep single observations)
+                 stack_size:int=1, # Observations the agent acts on: each environment's last `stack_size`, zeros before its episode's first (rows keep single observations)
+                 autoreset=gym.vector.AutoresetMode.NEXT_STEP): # How a vector environment made from `env_name` resets
         n_steps = _n_steps(n_steps, steps_count)
         check_positive(n_steps, 'n_steps'); check_positive(steps_delta, 'steps_delta'); check_positive(stack_size, 'stack_size')
         if mode == 'rgb_array': os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # frames to arrays need no window
@@ -219,7 +220,7 @@ class GymLoop:
             check_env(env_name)
             env = _OneEnv(gym.make(env_name, render_mode=mode)) if n_envs == 1 else \
                   gym.make_vec(env_name, num_envs=n_envs, vectorization_mode='sync', render_mode=mode,
-                               vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
+                               vector_kwargs=dict(autoreset_mode=autoreset))
         elif not isinstance(env, gym.vector.VectorEnv): env = _OneEnv(env)
         self.env, self.mode, self.n_steps, self.steps_delta, self.seed, self.stack_size = env, mode, n_steps, steps_delta, seed, stack_size
         self.obs_dtype = _per_key(dict(obs_dtype) if isinstance(obs_dtype, Mapping) else obs_dtype, np.dtype)
@@ -407,10 +408,11 @@ def _is_mujoco(env:gym.Env) -> bool:
     return type(env).__module__.startswith('gymnasium.envs.mujoco.')
 
 def _restorable(env:gym.Env) -> bool:
-    "Whether all of `env`'s state can be saved: a classic-control (plain attributes) or MuJoCo environment in the wrappers of `gym.make`"
+    "Whether all of `env`'s state can be saved: a classic-control, MuJoCo or `plain_state` environment in the wrappers of `gym.make`"
     *wrappers, inner = _layers(env)
-    return all(type(w) in _GYM_MAKE_WRAPPERS for w in wrappers) and (
-        type(inner).__module__.startswith('gymnasium.envs.classic_control.') or _is_mujoco(inner))
+    plain = getattr(type(inner), 'plain_state', False)  # an environment's own word that its attributes are all of it
+    plain = plain or type(inner).__module__.startswith('gymnasium.envs.classic_control.')
+    return all(type(w) in _GYM_MAKE_WRAPPERS for w in wrappers) and (plain or _is_mujoco(inner))
 
 def _physics(env:gym.Env) -> np.ndarray:
     "A MuJoCo environment's whole integration state (positions, velocities, actuators, warm start, time), empty for another"
@@ -441,11 +443,16 @@ def _plain_attrs(obj) -> dict:
                           (isinstance(v, np.ndarray) and v.dtype.kind in 'biuf'))
     return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in vars(obj).items() if plain(v)}
 
+def _saves_itself(env) -> bool:
+    "Whether `env` saves and restores its whole state itself (`state_dict`, `load_state_dict`), as `AtariGame` does"
+    return callable(getattr(env, 'state_dict', None)) and callable(getattr(env, 'load_state_dict', None))
+
 def env_state(env) -> dict:
-    "The state of a `GymLoop`'s `env` as plain data: every environment's generator, and all of it where `_restorable`"
+    "The state of a `GymLoop`'s `env` as plain data: every environment's generator, and all of it where `_restorable` or `_saves_itself`"
     subs = _sub_envs(env)
     state = dict(rngs=[e.unwrapped.np_random.bit_generator.state for e in subs])
-    if subs and all(map(_restorable, subs)):
+    if subs and all(map(_saves_itself, subs)): state.update(outer=_plain_attrs(env), own=[e.state_dict() for e in subs])
+    elif subs and all(map(_restorable, subs)):
         state.update(outer=_plain_attrs(env), layers=[[_plain_attrs(l) for l in _layers(e)] for e in subs], physics=[_physics(e) for e in subs])
     return state
 
@@ -461,6 +468,10 @@ def load_env_state(env, state:dict) -> bool:
     if len(state['rngs']) != len(subs):
         raise ValueError(f"the state holds {len(state['rngs'])} environments' generators, this loop reaches {len(subs)} environments")
     for e, rng in zip(subs, state['rngs']): e.unwrapped.np_random = _generator(rng)
+    if 'own' in state and all(map(_saves_itself, subs)):
+        for e, st in zip(subs, state['own']): e.load_state_dict(st)
+        vars(env).update(state['outer'])
+        return True
     if 'layers' not in state or not all(map(_restorable, subs)): return False
     for e, st in zip(subs, state.get('physics', [np.zeros(0)] * len(subs))): _load_physics(e, st)
     vars(env).update(state['outer'])

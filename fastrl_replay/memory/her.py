@@ -123,6 +123,12 @@ class HindsightSampler(Sampler):
         if rows is not None and rows % self.n_envs:
             raise ExperienceReplayException(f'expected one row per environment per step, a multiple of '
                                             f'n_envs={self.n_envs} rows; got {rows}')
+        envs = b.get('env_id')  # a `GymLoop`'s rows name their environment: check they come in turn
+        if rows and envs is not None and self.n_envs > 1:
+            got = torch.as_tensor(envs).reshape(-1).cpu().long()
+            if not torch.equal(got, torch.arange(rows) % self.n_envs):
+                raise ExperienceReplayException(f'expected the rows of environments 0 to {self.n_envs - 1} in turn, '
+                                                f'one each per step; env_id gives {got[:2 * self.n_envs].tolist()}...')
 
     def _ended(self, start:int, n:int) -> np.ndarray:
         "Whether each of the `n` storage rows from `start` (wrapping) ends its episode"
