@@ -21,6 +21,7 @@ from .data.synth import *
 from .envs.changing import *
 from .envs.pomdp import *
 from .envs.toy import *
+from .envs.goal import *
 from .learner import *
 from .threads import *
 from .agents.common import *
@@ -30,6 +31,7 @@ from .agents.sac import *
 from .agents.td3 import *
 from .agents.a2c import *
 from .agents.r2d2 import *
+from .agents.der import *
 from .plots import *
 from .datasets import *
 from .checkpoint import *

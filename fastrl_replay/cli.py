@@ -26,9 +26,10 @@ def main(argv=None):
     d.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t = sub.add_parser('train',
                        help='train a DQN, SAC or TD3 agent with experience replay, evaluate it and write its report')
-    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2'],
+    t.add_argument('--algo', choices=['dqn', 'sac', 'td3', 'r2d2', 'der'],
                    help='the agent: dqn for discrete actions, sac or td3 for Box actions, r2d2 (a recurrent DQN on '
-                        'CartPoleNoVelocity-v1 by default) (default: dqn)')
+                        'CartPoleNoVelocity-v1 by default), der (data-efficient Rainbow on an Atari game, ALE/Pong-v5 '
+                        'by default, 100000 steps) (default: dqn)')
     t.add_argument('--env', help='gymnasium environment id (default: CartPole-v1 for dqn, Pendulum-v1 for sac and td3)')
     t.add_argument('--steps', type=_positive,
                    help="environment steps (default: the environment's, 50000 for CartPole-v1)")
@@ -36,13 +37,15 @@ def main(argv=None):
     t.add_argument('--replay-size', type=_positive,
                    help="replay memory capacity (default: the environment's, 50000 for CartPole-v1)")
     t.add_argument('--replay', choices=['uniform', 'per', 'laber'],
-                   help='uniform, prioritized (per) or LaBER replay (default: uniform)')
+                   help='uniform, prioritized (per) or LaBER replay (default: per for der, else uniform)')
     t.add_argument('--out', help='folder for reports (default: reports)')
     t.add_argument('--checkpoint-every', type=_positive, metavar='K',
                    help='write the whole run to <run>/checkpoint/ every K environment steps and at the end (default: '
                         'never)')
     t.add_argument('--resume', metavar='RUN',
                    help='carry the run in folder RUN on from its checkpoint, with the settings it was started with')
+    t.add_argument('--eval-episodes', type=_positive, metavar='N',
+                   help='episodes of the final evaluation (default: 30 for der, 5 for an Atari game, else 20)')
     t.add_argument('--quiet', action='store_true', help="hide fastai's progress bar and table")
     t.add_argument('--actors', type=_positive, metavar='N',
                    help='collect with N actors on Ray writing to replay shards (default: in this process)')
@@ -74,8 +77,8 @@ def main(argv=None):
     print(f"report: {m['report']}")
 
 # %% ../nbs/90_cli.ipynb #c7c71c81
-_TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay='uniform', out='reports',
-              checkpoint_every=None)  # None: the env's
+_TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay=None, out='reports',
+              checkpoint_every=None, eval_episodes=None)  # None: the env's (the algo's replay)
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"

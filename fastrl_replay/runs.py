@@ -18,6 +18,7 @@ from .agents.common import ReplaySettings, OptimSettings
 from .agents.sac import sac_learner, sac_defaults, evaluate_actor
 from .agents.td3 import td3_learner, td3_defaults
 from .atari import is_atari, atari_learner, atari_defaults, atari_env, STACK
+from .agents.der import der_learner, der_defaults, evaluate_der, game_returns, MemoryTimer, DER_SETTINGS
 from .checkpoint import CheckpointCallback, CheckpointError
 from .threads import torch_threads
 from .data.synth import synth_replay_learner
@@ -76,7 +77,8 @@ class _Algo:
     env:str; build:object; defaults:object; lr:float; replay_size:int
 
 ALGOS = dict(dqn=_Algo('CartPole-v1', dqn_learner, dqn_defaults, OptimSettings.lr, ReplaySettings.max_sz),
-             sac=_Algo('Pendulum-v1', sac_learner, sac_defaults, 3e-4, 1_000_000), td3=_Algo('Pendulum-v1', td3_learner, td3_defaults, 1e-3, 1_000_000))
+             sac=_Algo('Pendulum-v1', sac_learner, sac_defaults, 3e-4, 1_000_000), td3=_Algo('Pendulum-v1', td3_learner, td3_defaults, 1e-3, 1_000_000),
+             der=_Algo('ALE/Pong-v5', der_learner, der_defaults, 1e-4, 100_000))
 
 def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v1 for a DQN, Pendulum-v1 for SAC and TD3)
               steps:int|None=None, # Environment steps to train for (default: `env`'s, from `dqn_defaults`, `sac_defaults` or `td3_defaults`)
@@ -84,31 +86,36 @@ def run_train(env:str|None=None, # Gymnasium environment id (default: CartPole-v
               replay_size:int|None=None, # Capacity of the replay memory (default: `env`'s)
               out:str='reports', # Folder that receives `<run>/`
               lr:float|None=None, # Learning rate, annealed at the end (default: `env`'s)
-              replay:str='uniform', # 'uniform', 'per' or 'laber'
+              replay:str|None=None, # 'uniform', 'per' or 'laber' (default: 'per' for DER, else 'uniform')
               quiet:bool=False, # Hide fastai's progress bar and table
               checkpoint_every:int|None=None, # Environment steps between checkpoints in `<run>/checkpoint/` (None: none)
               learner:dict|None=None, # `dqn_learner`'s other settings, grouped as its arguments (`net`, `explore`, `replay`, `optim`, `gamma`, ...); `ray` trains on Ray
               ray:dict|None=None, # Collectors and replay shards on Ray: `dqn_ray_learner`'s `ray` settings (None: all in this process)
-              algo:str='dqn' # The agent: 'dqn' (discrete actions), 'sac' or 'td3' (Box actions)
+              algo:str='dqn', # The agent: 'dqn' (discrete actions), 'sac' or 'td3' (Box actions), 'der' (Atari games)
+              eval_episodes:int|None=None # Episodes of the final evaluation (default: 30 for DER, 5 for Atari, else 20)
              ) -> dict:
     "Train a DQN, SAC or TD3 agent with experience replay, evaluate it greedily and write its report"
-    if algo not in ALGOS: raise ValueError(f"algo must be 'dqn', 'sac' or 'td3', got {algo!r}")
+    if algo not in ALGOS: raise ValueError(f"algo must be 'dqn', 'sac', 'td3' or 'der', got {algo!r}")
+    replay = ifnone(replay, 'per' if algo == 'der' else 'uniform')
+    check_positive(eval_episodes, 'eval_episodes', none_ok=True)
     a = ALGOS[algo]
     if algo != 'dqn' and (replay == 'laber' or ray is not None):
         raise ValueError(f'{algo.upper()} trains with uniform or prioritized (per) replay in this process; LaBER and Ray collectors are for the DQN')
     env = ifnone(env, a.env)
     d = atari_defaults(env) if algo == 'dqn' and is_atari(env) else a.defaults(env)  # the settings chosen for `env`; those given here take their place
-    steps = ifnone(steps, d.pop('steps'))
+    steps, sized = ifnone(steps, d.pop('steps')), replay_size is not None
     replay_size = ifnone(replay_size, d.get('replay', {}).get('max_sz', a.replay_size) if algo == 'dqn' else
                          min(d.get('replay', {}).get('max_sz', a.replay_size), steps))  # a memory larger than the run never fills
     lr = ifnone(lr, d.get('optim', {}).get('lr', a.lr))
     given = dict(learner or {}) | ({} if ray is None else dict(ray=ray))
     kwargs = {k: d[k] | v if isinstance(v, dict) and isinstance(d.get(k), dict) else v for k, v in (d | given).items()}
+    if algo == 'der' and not sized: replay_size = max(replay_size, kwargs.get('warmup', DER_SETTINGS['warmup']))  # room for the warm-up
     if steps < 10: raise ValueError(f'steps must be at least 10, got {steps}')
     check_positive(checkpoint_every, 'checkpoint_every', none_ok=True)
     settings = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), steps=steps, seed=seed, replay_size=replay_size, lr=lr, replay=replay,
-                    checkpoint_every=checkpoint_every, learner=kwargs)
-    with torch_threads(1):  # a small network trains fastest on one thread; the caller's setting comes back afterwards
+                    checkpoint_every=checkpoint_every, learner=kwargs,
+                    **({} if eval_episodes is None else dict(eval_episodes=eval_episodes)))
+    with torch_threads(_threads(algo)):  # a small network trains fastest on one thread; the caller's setting comes back afterwards
         learn, run = _learner(settings), None
         if checkpoint_every is not None:
             try: text = json.dumps(settings, indent=2)
@@ -127,12 +134,20 @@ def resume_train(run:str|Path, # A run folder that `run_train` wrote with `check
     except ValueError as e: raise CheckpointError(f"{run/'run.json'} is not valid JSON ({e})") from None
     missing = [k for k in keys if k not in settings] if isinstance(settings, dict) else list(keys)
     if missing: raise CheckpointError(f"{run/'run.json'} lacks the settings {missing}")
-    with torch_threads(1): return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
+    with torch_threads(_threads(settings.get('algo', 'dqn'))):
+        return _fit_and_report(_learner(settings), settings, run, run.parent, quiet, resume=True)
+
+def _threads(algo:str) -> int|None:
+    "Torch's CPU threads for a run of `algo`: one for the small networks, the caller's (`OMP_NUM_THREADS`) for DER's CNN"
+    return None if algo == 'der' else 1
 
 # %% ../nbs/89_runs.ipynb #3483a9d1
 def _learner(s:dict):
     "The learner of run settings `s`: `dqn_learner`'s (`sac_learner`'s, `td3_learner`'s for `algo`), or `dqn_ray_learner`'s when the settings name collectors (`ray`)"
     kw = dict(s['learner'])
+    if s.get('algo') == 'der':  # DER's settings are flat: `DERSettings` by name
+        return der_learner(s['env'], steps_per_epoch=s['steps'] // 10, seed=s['seed'],
+                           **(kw | dict(replay=s['replay'], max_sz=s['replay_size'], lr=s['lr'])))
     replay = dict(kw.pop('replay', {}), kind=s['replay'], max_sz=s['replay_size'])
     optim = dict(kw.pop('optim', {}), lr=s['lr'])
     if 'ray' in kw:  # collectors and replay shards on Ray: the module that joins the DQN and the fleet
@@ -163,15 +178,19 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     "Fit `learn` for the run of settings `s`, checkpointing into folder `run` if there is one; evaluate it and write the report"
     cbs = [] if run is None else [CheckpointCallback(run/'checkpoint', every=s['checkpoint_every'], resume=resume)]
     algo = s.get('algo', 'dqn')
-    fit = learn.fit_flat_cos if algo == 'dqn' else learn.fit  # SAC and TD3 at a constant learning rate, as rl-baselines3-zoo trains them
+    fit = learn.fit_flat_cos if algo == 'dqn' else learn.fit  # SAC, TD3 and DER at a constant learning rate, as rl-baselines3-zoo and Dopamine train them
+    timer = MemoryTimer() if algo == 'der' else None  # the memory's share of the time, kept by the checkpoints
+    cbs += [timer] if timer else []
     start = time.perf_counter()
     if quiet:
         with learn.no_bar(), learn.no_logging(): fit(10, s['lr'], cbs=cbs)
     else: fit(10, s['lr'], cbs=cbs)
-    wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if cbs else 0.)  # with the training before a resume
+    wall = time.perf_counter() - start + (cbs[0].resumed_elapsed if run is not None else 0.)  # with the training before a resume
     env, seed = s['env'], s['seed']
-    if is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=5, seed=seed + 10_000, max_steps=4_500, stack_size=STACK)
-    else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=20, seed=seed + 10_000)
+    n_eval = s.get('eval_episodes')
+    if algo == 'der': returns = evaluate_der(learn.model, env, n_episodes=ifnone(n_eval, 30), seed=seed + 10_000, eps=learn.der.eps_eval)
+    elif is_atari(env): returns = evaluate(learn.model, atari_env(env, None), n_episodes=ifnone(n_eval, 5), seed=seed + 10_000, max_steps=4_500, stack_size=STACK)
+    else: returns = (evaluate if algo == 'dqn' else evaluate_actor)(learn.model, env, n_episodes=ifnone(n_eval, 20), seed=seed + 10_000)
     stats, mem = learn.dls.train.dataset.stats(), learn.experience_replay.memory
     metrics = dict(env=env, **({} if algo == 'dqn' else dict(algo=algo)), seed=seed, replay=s['replay'], eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)),
                    eval_returns=returns, env_steps=stats.env_steps, episodes=stats.episodes, wall_s=round(wall, 1),
@@ -180,9 +199,12 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     epochs = _epoch_table(learn.recorder)
     if 'valid_return' in epochs[0]:  # the greedy episodes after each epoch: the validation's mean return
         metrics['valid_returns'] = [r[epochs[0].index('valid_return') + 1] for r in epochs[1]]
-    if algo != 'dqn':  # the last epoch's smoothed losses of the critics (the recorder's train_loss) and of the actor
+    if algo in ('sac', 'td3'):  # the last epoch's smoothed losses of the critics (the recorder's train_loss) and of the actor
         last = dict(zip(epochs[0], epochs[1][-1][1:] if epochs[1] else []))
         metrics.update({k: None if last.get(c) is None else float(last[c]) for k, c in (('critic_loss', 'train_loss'), ('actor_loss', 'actor_loss'))})
+    if algo == 'der':  # the raw full-game returns of training, with the agent step each game ended at: the learning curve
+        metrics.update(eval_episodes=len(returns), train_returns=game_returns(learn),
+                       memory_s=round(timer.memory_s, 3))  # the memory's adds, samples and priority updates
     fleet = 'ray' in s['learner']  # collectors and replay shards on Ray
     if fleet: metrics.update(_fleet_report(learn))
     run = run or _new_run_dir(out, f'{algo}-{env}-seed{seed}')
@@ -190,7 +212,7 @@ def _fit_and_report(learn, s:dict, run:Path|None, out:Path, quiet:bool, resume:b
     (run/'metrics.json').write_text(json.dumps(metrics, indent=2))
     figs = ([plot_returns(stats.returns)] if len(stats.returns) else []) + ([plot_losses(learn.recorder)] if learn.recorder.losses else [])  # a short run may end no episode and train no batch
     if not fleet and not is_atari(env): figs += [plot_replay_stats(mem, 'td_error', max_frames=100)]  # a sharded memory has no local columns to plot, a frame memory no stored transitions
-    if s['replay'] != 'uniform' and not fleet: figs += [plot_priorities(mem), plot_sample_counts(mem)]
+    if s['replay'] != 'uniform' and not fleet and not is_atari(env): figs += [plot_priorities(mem), plot_sample_counts(mem)]  # a frame memory keeps its priorities in its sampler
     (run/'report.html').write_text(_report(metrics, figs, s, epochs))
     return dict(metrics, report=str(run/'report.html'))
 
