@@ -1,4 +1,7 @@
-"Everything a notebook needs: `from fastrl_replay.all import *`"
+"Everything a notebook needs: `from fastrl_replay.all import *`, with NumPy, torch and `nn` as fastai's `all` gives"
+import numpy as np, torch
+from torch import nn
+import torch.nn.functional as F
 from .core import *
 from .tensor_batch import *
 from .errors import *
