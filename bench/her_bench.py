@@ -14,11 +14,12 @@ included).
     python bench/her_bench.py --seeds 0 1 2 --steps 6000 --out bench/stored/15_her.json
     python bench/her_bench.py --quick            # 1 seed, 600 steps, 8 bits
     python bench/her_bench.py --learners --seeds 0 1 2 3 4 --out bench/stored/15_her.json  # our DQN, SAC, TD3
+    python bench/her_bench.py --versus --seeds 0 1 2 3 4 --out bench/stored/15_her.json  # SB3's agents against ours
 """
 import argparse, json, os, resource, statistics, sys, time
 from pathlib import Path
 from machine import machine_record  # first: the load average as the run starts
-import numpy as np, torch
+import gymnasium as gym, numpy as np, torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import DictReplayBuffer as SB3Dict
@@ -117,7 +118,6 @@ LEARNERS = 'dqn', 'sac', 'td3'  # our own learners, trained with `replay=dict(he
 
 def learner_run(algo:str, her:bool, seed:int, steps:int, n_bits:int) -> dict:
     "Our `dqn_learner` on bit flipping, or `sac_learner`/`td3_learner` on PointGoal-v0, with or without HER"
-    import gymnasium as gym
     from fastrl_replay.agents.dqn import dqn_learner
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
@@ -193,6 +193,191 @@ def learners_main(a):
         res = json.loads(a.out.read_text()) if a.out.exists() else {}
         a.out.write_text(json.dumps(res | dict(learners=section), indent=1) + '\n')
 
+
+class SuccessLog(gym.Wrapper):
+    "Records `info['is_success']` at the end of each episode: the training success of either side, counted alike"
+    def __init__(self, env:gym.Env): super().__init__(env); self.successes = []
+    def step(self, action):
+        o, r, te, tr, info = self.env.step(action)
+        if te or tr: self.successes.append(bool(info['is_success']))
+        return o, r, te, tr, info
+
+# The settings given to both sides: DQN as in the first section, SAC as the `--learners` mode
+VS_DQN = dict(n_bits=15, hidden=(64, 64), lr=2e-3, bs=32, warmup=20, target_every=100, eps_end=0.02,
+              eps_fraction=0.1, gamma=0.99, max_grad_norm=10., buffer=100_000, n_sampled_goal=4)
+VS_SAC = dict(hidden=(64, 64), lr=1e-3, bs=128, warmup=500, gamma=0.95, tau=0.005, buffer=100_000, n_sampled_goal=4)
+
+def vs_task(algo:str, n_bits:int) -> gym.Env:
+    "The task both sides train on: SB3's `BitFlippingEnv` (DQN), our `PointGoal-v0` (SAC), logging successes"
+    from fastrl_replay.envs.goal import POINT_GOAL
+    return SuccessLog(BitFlippingEnv(n_bits=n_bits, continuous=False) if algo == 'dqn' else gym.make(POINT_GOAL))
+
+def sb3_model(algo:str, env:gym.Env, seed:int, steps:int):
+    "SB3's DQN or SAC with SB3's `HerReplayBuffer` on `env`, the settings `VS_DQN` / `VS_SAC` give"
+    from stable_baselines3 import SAC
+    s = VS_DQN if algo == 'dqn' else VS_SAC
+    her = dict(replay_buffer_class=SB3Her, replay_buffer_kwargs=dict(n_sampled_goal=s['n_sampled_goal'],
+                                                                      goal_selection_strategy='future'))
+    common = dict(policy_kwargs=dict(net_arch=list(s['hidden'])), learning_rate=s['lr'], batch_size=s['bs'],
+                  learning_starts=s['warmup'], gamma=s['gamma'], buffer_size=s['buffer'], train_freq=1,
+                  gradient_steps=1, seed=seed, device='cpu', stats_window_size=50, **her)
+    venv = DummyVecEnv([lambda: env])
+    if algo == 'sac': return SAC('MultiInputPolicy', venv, tau=s['tau'], ent_coef='auto', **common)
+    return DQN('MultiInputPolicy', venv, target_update_interval=s['target_every'], exploration_initial_eps=1.,
+               exploration_final_eps=s['eps_end'], exploration_fraction=s['eps_fraction'],
+               max_grad_norm=s['max_grad_norm'], **common)
+
+def our_learner(algo:str, env:gym.Env, seed:int, steps:int):
+    "Our `dqn_learner` or `sac_learner` with hindsight replay on `env`, the settings `VS_DQN` / `VS_SAC` give"
+    from fastrl_replay.agents.dqn import dqn_learner
+    from fastrl_replay.agents.sac import sac_learner
+    s = VS_DQN if algo == 'dqn' else VS_SAC
+    replay = dict(bs=s['bs'], warmup_sz=s['warmup'], max_sz=s['buffer'],
+                  her=dict(strategy='future', n_sampled_goal=s['n_sampled_goal']))
+    common = dict(seed=seed, steps_per_epoch=steps, gamma=s['gamma'], n_steps=1, valid=dict(n_episodes=0),
+                  replay=replay)
+    if algo == 'sac':
+        return sac_learner(env, optim=dict(lr=s['lr'], train_every=1, grad_steps=1),
+                           net=dict(hidden=s['hidden'], tau=s['tau']), entropy=dict(coef='auto', init=1.), **common)
+    return dqn_learner(env, optim=dict(lr=s['lr'], train_every=1, grad_steps=1, max_grad_norm=s['max_grad_norm']),
+                       net=dict(hidden=s['hidden'], double=False, target_sync=s['target_every']),
+                       explore=dict(eps_start=1., eps_end=s['eps_end'], eps_steps=int(s['eps_fraction'] * steps)),
+                       **common)
+
+def greedy_act(side:str, algo:str, model):
+    "The side's greedy action for one observation"
+    from fastrl_replay.agents.nets import obs_batch
+    if side == 'sb3': return lambda o: model.predict(o, deterministic=True)[0]
+    m = model.model
+    if algo == 'dqn': return lambda o: int(m(obs_batch(o)).argmax())
+    return lambda o: m.scale.to_env(m.actor(obs_batch(o))).reshape(-1).numpy()
+
+def versus_run(side:str, algo:str, seed:int, steps:int) -> dict:
+    "One side's training run: training and greedy success, environment steps per second (wall clock and CPU)"
+    torch.set_num_threads(1)
+    env = vs_task(algo, VS_DQN['n_bits'])
+    model = (sb3_model if side == 'sb3' else our_learner)(algo, env, seed, steps)
+    w, c = time.perf_counter(), cpu_s()
+    if side == 'sb3': model.learn(total_timesteps=steps)
+    else:
+        with model.no_bar(), model.no_logging(): model.fit(1)
+    w, c = time.perf_counter() - w, cpu_s() - c
+    act, ev, ok = greedy_act(side, algo, model), vs_task(algo, VS_DQN['n_bits']), 0
+    ev.reset(seed=10_000 + seed)
+    for _ in range(50):
+        o, _ = ev.reset(); done = False
+        while not done:
+            with torch.inference_mode(): o, r, te, tr, info = ev.step(act(o))
+            done = te or tr
+        ok += bool(info['is_success'])
+    return dict(side=side, algo=algo, seed=seed, steps=steps, train_success=float(np.mean(env.successes[-50:])),
+                train_episodes=len(env.successes), greedy_success=ok / 50, steps_per_s_wall=steps / w,
+                steps_per_s_cpu=steps / c, wall_s=w, cpu_s=c)
+
+VS_NAMES = dict(dqn=("DQN, 15-bit flipping (SB3's `BitFlippingEnv`)", "SB3's `DQN`", '`dqn_learner`'),
+                sac=('SAC, `PointGoal-v0`', "SB3's `SAC`", '`sac_learner`'))
+VERSUS_HEAD = "\n\n### Learner against learner: SB3's DQN and SAC with SB3's HER against our learners"
+
+def versus_section(a, runs:list) -> dict:
+    "The section of the versus runs: per seed and side, success and speed; the ratio ours/SB3 per seed; its text"
+    rows = ['| task | seed | side | training success (last 50 episodes) | greedy success (50 episodes) | '
+            'steps/s, wall | steps/s, CPU | ours/SB3, wall | ours/SB3, CPU |',
+            '|---|---:|---|---:|---:|---:|---:|---:|---:|']
+    summary = {}
+    for algo in dict.fromkeys(r['algo'] for r in runs):
+        task, sb3_name, our_name = VS_NAMES[algo]
+        pairs = [(r, o) for r in runs for o in runs if r['algo'] == o['algo'] == algo and r['seed'] == o['seed']
+                 and r['side'] == 'sb3' and o['side'] == 'ours']
+        for s, o in pairs:
+            rw, rc = o['steps_per_s_wall'] / s['steps_per_s_wall'], o['steps_per_s_cpu'] / s['steps_per_s_cpu']
+            o |= dict(ratio_wall=rw, ratio_cpu=rc)
+            for r, name, ratio in ((s, sb3_name, ('', '')), (o, our_name, (f'{rw:.2f}x', f'{rc:.2f}x'))):
+                rows.append(f"| {task} | {r['seed']} | {name} | {r['train_success']:.2f} | {r['greedy_success']:.2f} | "
+                            f"{r['steps_per_s_wall']:.0f} | {r['steps_per_s_cpu']:.0f} | {ratio[0]} | {ratio[1]} |")
+        for side in ('sb3', 'ours'):
+            rs = [r for r in runs if r['algo'] == algo and r['side'] == side]
+            summary[f'{algo}_{side}'] = {k: statistics.mean(r[k] for r in rs)
+                                         for k in ('train_success', 'greedy_success')}
+            summary[f'{algo}_{side}'] |= {f'{k}_median': statistics.median(r[k] for r in rs)
+                                          for k in ('steps_per_s_wall', 'steps_per_s_cpu')}
+        for t in ('wall', 'cpu'):
+            summary[f'{algo}_ratio_{t}_median'] = statistics.median(o[f'ratio_{t}'] for _, o in pairs)
+    means = ['| task | side | training success, mean | greedy success, mean | steps/s wall, median | '
+             'steps/s CPU, median | ours/SB3 wall, median | ours/SB3 CPU, median |',
+             '|---|---|---:|---:|---:|---:|---:|---:|']
+    for algo in dict.fromkeys(r['algo'] for r in runs):
+        for side, name in (('sb3', VS_NAMES[algo][1]), ('ours', VS_NAMES[algo][2])):
+            m, ours = summary[f'{algo}_{side}'], side == 'ours'
+            ratios = ((f"{summary[f'{algo}_ratio_wall_median']:.2f}x", f"{summary[f'{algo}_ratio_cpu_median']:.2f}x")
+                      if ours else ('', ''))
+            means.append(f"| {VS_NAMES[algo][0]} | {name} | {m['train_success']:.2f} | {m['greedy_success']:.2f} | "
+                         f"{m['steps_per_s_wall_median']:.0f} | {m['steps_per_s_cpu_median']:.0f} | {ratios[0]} | "
+                         f"{ratios[1]} |")
+    d, c = VS_DQN, VS_SAC
+    command = (f"python bench/her_bench.py --versus --seeds {' '.join(map(str, a.seeds))} --sac-seeds "
+               f"{' '.join(map(str, a.sac_seeds))} --dqn-steps {a.dqn_steps} --ac-steps {a.ac_steps} "
+               '--out bench/stored/15_her.json')
+    machine = machine_record('stable-baselines3', torch_threads=1)
+    text = (f"Measured {time.strftime('%Y-%m-%d')} with `{command}` (1-minute load average "
+            f"{machine['load']['start']:g} → {machine['load']['end']:g}: the machine shared with other jobs, so "
+            "compare the CPU figures). Each side trains its own agent with its own hindsight replay on the same task, "
+            "runs interleaved seed by seed (SB3, then ours), torch on one thread; success counted alike on both sides "
+            "(the task's `is_success` at each episode's end), greedy success over 50 episodes of a task seeded "
+            "10,000 + seed; "
+            "steps/s: environment steps per second of the training call (`learn` / `fit`), wall clock and process "
+            f"CPU time.\n\nDQN on 15-bit flipping (SB3's `BitFlippingEnv`, fixed all-ones goal, episodes of 15 steps, "
+            f"reward -1 a step and 0 at the goal) for both, {a.dqn_steps:,} steps, seeds "
+            f"{', '.join(map(str, a.seeds))}: ({', '.join(map(str, d['hidden']))}) MLP on the three keys side by "
+            f"side, Adam {d['lr']:g}, batches of {d['bs']}, a gradient step per step, {d['warmup']} warm-up steps "
+            f"acted at random, a hard target copy every {d['target_every']} steps, epsilon 1 → {d['eps_end']} over "
+            f"the first {d['eps_fraction']:.0%} of the steps, gamma {d['gamma']}, one-step returns, Huber loss, "
+            f"gradients clipped to norm {d['max_grad_norm']:g}, no double DQN (SB3 has none: `net=dict("
+            f"double=False)` for ours), 'future' goals, {d['n_sampled_goal']} relabelled per stored (4/5 of each "
+            f"batch). SAC on `PointGoal-v0` for both, {a.ac_steps:,} steps, seeds {', '.join(map(str, a.sac_seeds))}: "
+            f"({', '.join(map(str, c['hidden']))}) networks, Adam {c['lr']:g}, batches of {c['bs']}, {c['warmup']} "
+            f"warm-up steps at random, tau {c['tau']}, gamma {c['gamma']}, a gradient step per step, entropy "
+            f"coefficient tuned from 1 toward minus the action dimensions, 'future' goals, {c['n_sampled_goal']} "
+            f"relabelled per stored.\n\nNot matched: {VS_UNMATCHED}\n\n" + '\n'.join(means) + '\n\nPer seed:\n\n'
+            + '\n'.join(rows))
+    return dict(title="SB3's DQN and SAC with SB3's HER against our learners with ours", date=time.strftime('%Y-%m-%d'),
+                text=text, runs=runs, summary=summary, settings=dict(seeds=a.seeds, sac_seeds=a.sac_seeds,
+                dqn_steps=a.dqn_steps, ac_steps=a.ac_steps, dqn=VS_DQN, sac=VS_SAC), command=command,
+                machine=machine)
+
+VS_UNMATCHED = (
+    "SB3 counts its target update interval in environment steps from the first one, ours in gradient steps (the "
+    "copies fall 20 steps apart); SB3 relabels from whole episodes only, ours also from the episode under way; "
+    "SB3's DQN and SAC act at random for their warm-up steps and ours until the memory holds as many; ours "
+    "steps a vector of one environment (gymnasium's, resetting in the same step), SB3 its `DummyVecEnv`; the "
+    "networks' initial weights differ (each library's own initialisation and seeding); SAC: SB3 clips the "
+    "actor's log-std to [-20, 2], ours as its nets do, and SB3 has three Adam optimizers where ours has one "
+    "over all parameters (the same per-parameter updates).")
+
+def with_versus(res:dict, section:dict|None) -> dict:
+    "`res` with `section` as its `versus` (if given), its text and machines ending with the versus section's"
+    section = section or res.get('versus')
+    if section is None: return res
+    machines = res.get('machine') if isinstance(res.get('machine'), list) else [res.get('machine')]
+    return res | dict(versus=section, text=res.get('text', '').split(VERSUS_HEAD)[0] + VERSUS_HEAD + '\n\n'
+                      + section['text'], machine=[machines[0], section['machine']])
+
+def versus_main(a):
+    "SB3's DQN and SAC with SB3's HER against ours, interleaved seed by seed; add the `versus` section to `a.out`"
+    for algo in ('dqn', 'sac'):  # untimed: the imports and compilations of each side's first run
+        for side in ('sb3', 'ours'): versus_run(side, algo, 0, 600)
+    runs = []
+    for s in dict.fromkeys(a.seeds + a.sac_seeds):
+        for algo in ('dqn', 'sac'):
+            if s not in (a.seeds if algo == 'dqn' else a.sac_seeds): continue
+            for side in ('sb3', 'ours'):
+                runs.append(versus_run(side, algo, s, a.dqn_steps if algo == 'dqn' else a.ac_steps))
+                print(json.dumps(runs[-1]), flush=True)
+    section = versus_section(a, runs)
+    print(section['text'])
+    if a.out:  # the other sections as they are now
+        res = json.loads(a.out.read_text()) if a.out.exists() else {}
+        a.out.write_text(json.dumps(with_versus(res, section), indent=1) + '\n')
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
@@ -206,8 +391,11 @@ def main():
     p.add_argument('--algos', nargs='+', default=list(LEARNERS))
     p.add_argument('--dqn-steps', type=int, default=6000)
     p.add_argument('--ac-steps', type=int, default=3000)
+    p.add_argument('--versus', action='store_true', help="SB3's DQN and SAC with SB3's HER against our learners")
+    p.add_argument('--sac-seeds', type=int, nargs='+', default=[0, 1, 2])
     a = p.parse_args()
     if a.learners: return learners_main(a)
+    if a.versus: return versus_main(a)
     if a.quick: a.seeds, a.steps, a.n_bits, a.capacity = [0], 600, 8, 2000
     runs = []
     for s in a.seeds:
@@ -228,6 +416,9 @@ def main():
                summary=summary, machine=machine_record('stable-baselines3', torch_threads=1))
     res |= page(res['settings'], runs, summary, mem)
     print(json.dumps(dict(summary=summary, bytes_per_transition=mem), indent=1))
-    if a.out: a.out.write_text(json.dumps(res, indent=1) + '\n')
+    if a.out:  # with the sections of the other modes as they are now
+        old = json.loads(a.out.read_text()) if a.out.exists() else {}
+        res = with_versus(res | {k: old[k] for k in ('learners', 'versus') if k in old}, None)
+        a.out.write_text(json.dumps(res, indent=1) + '\n')
 
 if __name__ == '__main__': main()

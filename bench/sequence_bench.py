@@ -26,8 +26,18 @@ bench/results/sequence_bench.json with the machine's record.
 Learning runs (`--learn r2d2` or `--learn dqn`): the recurrent DQN of `r2d2_learner` and the feed-forward DQN of
 `dqn_learner`, each with its defaults, on `CartPoleNoVelocity-v1` (CartPole observed without velocities) for `--steps`
 environment steps per seed, one torch thread; after each epoch of 10,000 steps, 10 greedy episodes, and at the end 20
-(from seed 10,000 + seed). One JSON line per seed goes to bench/results/sequence_learning.jsonl; `--stored` builds
-bench/stored/14_sequence.json from both results files.
+(from seed 10,000 + seed). One JSON line per seed goes to bench/results/sequence_learning.jsonl.
+
+Over a frame storage (`--frames`): 100,000 steps of 84x84 uint8 frames (bench/atari_bench.py's recorded Pong frames
+from /tmp/atari_frames/ if there, else uniform random bytes as bench/frames_bench.py makes them), stacks of 4, 3-step
+returns, 4 environments interleaved row by row, episodes also cut at random lengths of 10 to 1,000 steps. On each tier
+(`FrameStorage`, `CompressedFrameStorage`), uniform and prioritized, on the same steps in one process: slice memories
+(32 slices of 10 steps; 8 of 40 after 20 of burn-in, stride 20, padded) and transition memories (`frame_replay`, 320
+transitions a sample: as many learning steps). For each: bytes per stored step (held: the storage's `nbytes` and every
+array of its sampler; the walk over `state_dict()` of the runs' `memory_bytes_per_transition`; the process's resident
+growth while it was built and filled), adds one step at a time (1,000 to each memory in turn), and sample and sample +
+update times, medians over interleaved rounds; written to bench/results/sequence_frames.json. `--stored` builds
+bench/stored/14_sequence.json from the three results files (a missing one leaves its section as the page had it).
 
 Run from the repository root:
 
@@ -35,9 +45,10 @@ Run from the repository root:
     .venv/bin/python bench/sequence_bench.py --quick
     .venv/bin/python bench/sequence_bench.py --setting r2d2 --no-peers
     nice .venv/bin/python bench/sequence_bench.py --learn r2d2 --seeds 0 1 --steps 100000   # minutes to hours a seed
+    nice .venv/bin/python bench/sequence_bench.py --frames     # about 2 minutes, 5 GB of RAM
     .venv/bin/python bench/sequence_bench.py --stored
 """
-import argparse, gc, json, logging, statistics, time, warnings
+import argparse, ctypes, gc, json, logging, statistics, time, warnings
 from pathlib import Path
 
 from machine import machine_record  # first: the load average as the run starts
@@ -223,11 +234,221 @@ def learn_run(algo:str, seed:int, steps:int, config:str='default', progress:Path
                 cpu_s=round(time.process_time() - c0, 1), machine=machine_record(torch_threads=1))
 
 
+FRAMES_OUT = OUT.parent/'sequence_frames.json'
+try: _LIBC = ctypes.CDLL('libc.so.6')  # glibc's malloc_trim: freed heap pages given back before each reading of RSS
+except OSError: _LIBC = None
+ATARI_FRAMES = Path('/tmp/atari_frames')  # bench/atari_bench.py's recorded frames, if it has run on this machine
+FRAMES = dict(steps=100_000, stack=4, n_steps=3, gamma=0.99, envs=4, game='Pong', chunk=1_000, rounds=10, calls=10,
+              prefill=50)
+KINDS = {  # the memories over one tier's storage: bs, the sampler's settings (None: transitions)
+    'transitions': dict(bs=320, slices=None),
+    'slices 32x10': dict(bs=32, slices=dict(seq_len=10)),
+    'slices 8x(20+40)': dict(bs=8, slices=dict(seq_len=40, burn_in=20, stride=20, end='pad')),
+}
+
+def frame_steps(f:dict, seed:int=0) -> tuple[np.ndarray, list, str]:
+    "The stored steps in row order, `f['envs']` environments interleaved: frames, (action, reward, end, env), source"
+    n, E = f['steps'], f['envs']
+    rng = np.random.default_rng(seed)
+    obs_file, meta = ATARI_FRAMES/f"{f['game']}_obs.npy", ATARI_FRAMES/f"{f['game']}_meta.npz"
+    if obs_file.exists() and meta.exists() and len(np.load(obs_file, mmap_mode='r')) >= n:
+        src, m = np.array(np.load(obs_file, mmap_mode='r')[:n]), np.load(meta)
+        act, rew, end = m['action'][:n], m['reward'][:n], m['terminated'][:n] | m['truncated'][:n]
+        source = (f"real {f['game']} frames recorded by bench/atari_bench.py (a random policy, AtariPreprocessing "
+                  f"84x84 grayscale, frame skip 4), each environment a quarter of the recording")
+    else:
+        src = rng.integers(0, 256, size=(n, 84, 84), dtype=np.uint8)
+        act, rew, end = rng.integers(0, 6, n), rng.standard_normal(n).astype(np.float32), np.zeros(n, bool)
+        source = 'synthetic frames of uniform random bytes (as bench/frames_bench.py makes them; incompressible)'
+    per = n // E
+    for e in range(E):  # each environment's episodes also end at random lengths, 10 to 1,000 steps
+        cuts = np.cumsum(rng.integers(10, 1001, per // 10 + 1))
+        end[e * per + cuts[cuts <= per] - 1] = True
+    order = np.arange(per * E).reshape(E, per).T.reshape(-1)  # row t * E + e: environment e's step t
+    steps = [(int(act[i]), float(rew[i]), bool(end[i]), int(i // per)) for i in order]
+    return src[order], steps, source
+
+def build_memory(tier:str, kind:str, prioritized:bool, f:dict, max_sz:int|None=None):
+    "A memory of `kind` over a new storage of `tier` ('plain' or 'compressed') holding `max_sz` steps"
+    from fastrl_replay.atari import frame_replay
+    from fastrl_replay.memory.frames import FrameStorage, CompressedFrameStorage
+    from fastrl_replay.memory.sequence import (SequenceReplay, PrioritizedSequenceReplay, SequenceSampler,
+                                               PrioritizedSequenceSampler)
+    k, M, s = KINDS[kind], max_sz or f['steps'], SETTINGS['r2d2']
+    if k['slices'] is None:
+        return frame_replay('per' if prioritized else 'uniform', bs=k['bs'], max_sz=M, warmup_sz=1,
+                            stack_size=f['stack'], n_steps=f['n_steps'], gamma=f['gamma'],
+                            compress=tier == 'compressed', seed=0)
+    st = (CompressedFrameStorage if tier == 'compressed' else FrameStorage)((84, 84), M, stack_size=f['stack'],
+                                                                            n_steps=f['n_steps'], gamma=f['gamma'])
+    if prioritized:
+        sampler = PrioritizedSequenceSampler(**k['slices'], eta=s['eta'], alpha=s['alpha'], beta=s['beta'], seed=0)
+        return PrioritizedSequenceReplay.from_parts(st, sampler, bs=k['bs'], warmup_sz=1)
+    return SequenceReplay.from_parts(st, SequenceSampler(**k['slices'], seed=0), bs=k['bs'], warmup_sz=1)
+
+def add_steps(mem, frames, steps, lo:int, hi:int):
+    "Steps `lo` to `hi`, one at a time, as `FrameReplay.add` writes a step: the storage's row, then the sampler's"
+    st, sp, lock = mem.storage, mem.sampler, mem.lock
+    for i in range(lo, hi):
+        a, r, end, e = steps[i]
+        with lock:
+            row = st.add_step(frames[i], a, r, end, env_id=e)
+            sp.added(row, 1)
+
+def rss_anon() -> int:
+    "The process's anonymous resident memory, bytes, after the C heap's free pages are given back (`malloc_trim`)"
+    if _LIBC is not None: _LIBC.malloc_trim(0)
+    for line in open('/proc/self/status'):
+        if line.startswith('RssAnon:'): return int(line.split()[1]) * 1024
+    return 0
+
+def held_bytes(mem) -> int:
+    "Bytes the memory holds: the storage's (`nbytes`) and every array, tensor and bytes of its sampler, each once"
+    seen, total = set(), mem.storage.nbytes()
+    def walk(v):
+        nonlocal total
+        if isinstance(v, torch.Tensor): ptr, n = v.untyped_storage().data_ptr(), v.untyped_storage().nbytes()
+        elif isinstance(v, np.ndarray):
+            while isinstance(v.base, np.ndarray): v = v.base
+            ptr, n = v.__array_interface__['data'][0], v.nbytes
+        elif isinstance(v, bytes): ptr, n = id(v), len(v)
+        elif isinstance(v, dict):
+            for x in v.values(): walk(x)
+            return
+        elif isinstance(v, (list, tuple)):
+            for x in v: walk(x)
+            return
+        elif type(v).__module__.startswith('fastrl_replay') and hasattr(v, '__dict__'):  # a sum tree
+            for x in vars(v).values(): walk(x)
+            return
+        else: return
+        if ptr not in seen: seen.add(ptr); total += n
+    walk({k: v for k, v in vars(mem.sampler).items() if k not in ('storage', 'generator')})
+    return total
+
+def frames_measure(f:dict) -> dict:
+    "Every memory over both tiers on the same steps: bytes per stored step, adds, sample and sample + update times"
+    from fastrl_replay.runs import _bytes_per_transition
+    frames, steps, source = frame_steps(f)
+    names = [(t, k, p) for t in ('plain', 'compressed') for k in KINDS for p in (False, True)]
+    label = lambda t, k, p: f"{t} {k} {'prioritized' if p else 'uniform'}"
+    for t, k, p in names:  # compiled kernels loaded, first calls made, before any reading
+        m = build_memory(t, k, p, f, 4_000)
+        add_steps(m, frames, steps, 0, 4_000)
+        b, rows = m.sample()
+        if p: m.update_td(torch.rand(rows.shape[0], *(() if rows.ndim == 1 else (m.seq_len,))), rows)
+        del m, b, rows
+    gc.collect()
+    mems, res = {}, {}
+    for t, k, p in names:
+        r0 = rss_anon()
+        mems[label(t, k, p)] = build_memory(t, k, p, f)
+        res[label(t, k, p)] = dict(rss=rss_anon() - r0, add_s=0.)
+    n, C, L = f['steps'], f['chunk'], list(mems)
+    for j, lo in enumerate(range(0, n, C)):  # a chunk of steps to each memory in turn, the order rotating
+        for name in L[j % len(L):] + L[:j % len(L)]:
+            r0, t0 = rss_anon(), time.perf_counter()
+            add_steps(mems[name], frames, steps, lo, min(lo + C, n))
+            res[name]['add_s'] += time.perf_counter() - t0
+            res[name]['rss'] += rss_anon() - r0
+    del frames
+    gc.collect()
+    for name, m in mems.items():
+        r = res[name]
+        r.update(stored=len(m), adds_per_s=n / r.pop('add_s'), bytes_state_dict=_bytes_per_transition(m),
+                 bytes_held=held_bytes(m) / len(m), bytes_rss=r.pop('rss') / len(m))
+        if 'slices' in name: r['n_anchors'] = int(m.n_valid)
+    rng = np.random.default_rng(1)
+    tds = {name: [torch.from_numpy(rng.random((m.bs, *(() if 'transitions' in name else (m.seq_len,))), np.float32))
+                  for _ in range(16)] for name, m in mems.items()}
+    def update(name, i):
+        m = mems[name]
+        _, rows = m.sample()
+        m.update_td(tds[name][i % 16], rows)
+    ops = [(name, 'sample_ms', lambda i, m=m: m.sample()) for name, m in mems.items()]
+    ops += [(name, 'sample_update_ms', lambda i, name=name: update(name, i)) for name, m in mems.items()
+            if 'prioritized' in name]
+    for name in mems:
+        if 'prioritized' in name:
+            for i in range(f['prefill']): update(name, i)
+    ts = {(name, op): [] for name, op, _ in ops}
+    for rnd in range(f['rounds']):
+        for name, op, fn in ops[rnd % len(ops):] + ops[:rnd % len(ops)]:
+            for i in range(3 if rnd == 0 else 0): fn(i)
+            for i in range(f['calls']):
+                t0 = time.perf_counter(); fn(i); ts[(name, op)].append(time.perf_counter() - t0)
+    for (name, op), xs in ts.items(): res[name][op] = 1e3 * statistics.median(xs)
+    for name, r in res.items():
+        print(f"  {name:<42} {r['bytes_held']:8.1f} B/step held ({r['bytes_state_dict']:8.1f} state_dict, "
+              f"{r['bytes_rss']:8.1f} RSS)  {r['adds_per_s']:8,.0f} adds/s  sample {r['sample_ms']:7.3f} ms"
+              + (f"  sample+update {r['sample_update_ms']:7.3f} ms" if 'sample_update_ms' in r else ''), flush=True)
+    return dict(source=source, results=res)
+
+def frames_run(args):
+    "Time `frames_measure` and write its results with the machine's record"
+    f = dict(FRAMES, **({'steps': args.frames_steps} if args.frames_steps else {}))
+    t0 = time.perf_counter()
+    r = frames_measure(f)
+    report = dict(settings=f, kinds=KINDS, torch_threads=1, **r, machine=machine_record(torch_threads=1),
+                  seconds=time.perf_counter() - t0)
+    FRAMES_OUT.parent.mkdir(parents=True, exist_ok=True)
+    FRAMES_OUT.write_text(json.dumps(report, indent=1))
+    print(f'total {report["seconds"]:.0f}s; results written to {FRAMES_OUT}')
+
+def _frames_text(fr:dict) -> str:
+    "The frame-storage results as the page's markdown: bytes per stored step, slices against transitions, and times"
+    f, r = fr['settings'], fr['results']
+    def ratio(tier, order, key):
+        return r[f'{tier} slices 32x10 {order}'][key] / r[f'{tier} transitions {order}'][key]
+    per_tier = []
+    for tier, cls in (('plain', 'FrameStorage'), ('compressed', 'CompressedFrameStorage')):
+        b = lambda k, o: r[f'{tier} {k} {o}']['bytes_held']
+        per_tier.append(f"{cls}: slices {b('slices 32x10', 'uniform'):,.1f} (uniform) and "
+                        f"{b('slices 32x10', 'prioritized'):,.1f} (prioritized), transitions "
+                        f"{b('transitions', 'uniform'):,.1f} and {b('transitions', 'prioritized'):,.1f}: "
+                        f"{ratio(tier, 'uniform', 'bytes_held'):.3f}x and "
+                        f"{ratio(tier, 'prioritized', 'bytes_held'):.3f}x")
+    rows = ['| storage | memory | sampling | bytes/step held | state_dict | RSS growth | adds/s | sample (ms) | '
+            'sample + update (ms) |', '|---|---|---|---:|---:|---:|---:|---:|---:|']
+    for name, v in r.items():
+        tier, rest = name.split(' ', 1)
+        kind, order = rest.rsplit(' ', 1)
+        su = f"{v['sample_update_ms']:.2f}" if 'sample_update_ms' in v else '–'
+        rows.append(f"| {tier} | {kind} | {order} | {v['bytes_held']:,.1f} | {v['bytes_state_dict']:,.1f} | "
+                    f"{v['bytes_rss']:,.1f} | {v['adds_per_s']:,.0f} | {v['sample_ms']:.2f} | {su} |")
+    extra = {t: r[f'{t} slices 32x10 uniform']['bytes_held'] - r[f'{t} transitions uniform']['bytes_held']
+             for t in ('plain', 'compressed')}
+    load = fr['machine']['load']
+    times = '; '.join(f"{tier}: {ratio(tier, 'uniform', 'sample_ms'):.2f}x uniform, "
+                      f"{ratio(tier, 'prioritized', 'sample_update_ms'):.2f}x prioritized with the update"
+                      for tier in ('plain', 'compressed'))
+    return (f"Over a frame storage (`--frames`): {f['steps']:,} stored steps of {fr['source']}; 84x84 uint8 frames, "
+            f"stacks of {f['stack']}, {f['n_steps']}-step returns, {f['envs']} environments interleaved row by row, "
+            f"episodes also cut at random lengths of 10 to 1,000 steps. On each storage, on the same steps: slice "
+            f"memories (`SequenceReplay`, `PrioritizedSequenceReplay` over the storage: 32 slices of 10 steps, and "
+            f"8 of 40 after 20 of burn-in, stride 20, padded at episode ends) and transition memories "
+            f"(`frame_replay`, 320 transitions a sample: as many learning steps). Steps are added one at a time "
+            f"(`add_step`, then the sampler's `added`), {f['chunk']:,} to each memory in turn; the times are medians "
+            f"of {f['rounds'] * f['calls']} calls in {f['rounds']} interleaved rounds (after {f['prefill']} sample + "
+            f"update calls for the prioritized ones), one torch thread; load average {load['start']} at the start, "
+            f"{load['end']} at the end. Each memory is filled once from empty: the plain tier's adds include the first "
+            f"writes to its frame array's pages.\n\n"
+            f"Bytes per stored step held (the storage's `nbytes` and every array of its sampler), slices against "
+            f"transitions: " + '; '.join(per_tier) + f". A slice memory holds {extra['plain']:.1f} bytes a step "
+            f"more than a uniform transition memory ({extra['compressed']:.1f} on the compressed tier): its sampler's "
+            f"sum tree over anchors, kept when uniform too, and its per-row steps in episodes, weights and flags. "
+            f"The walk over `state_dict()` (the runs' "
+            f"`memory_bytes_per_transition`) leaves out the slice sampler's per-row anchor arrays (rebuilt on load); "
+            f"the resident growth is the process's, per memory while it was built and filled. Sample time, 32 slices "
+            f"of 10 against 320 transitions: {times}; the 8 padded slices of 20 + 40 gather 480 steps and zero "
+            f"their padded steps.\n\n" + '\n'.join(rows))
+
+
 STORED = OUT.parent.parent/'stored'/'14_sequence.json'
 
 def _speed_text(b:dict) -> str:
     "The timing results as the page's markdown"
-    r, s = b['results'], b['settings']
+    r = b['results']
     rows = ['| setting | library | sample (ms) | sample + update (ms) |', '|---|---|---:|---:|']
     for name, libs in r.items():
         for lib, v in libs.items():
@@ -248,15 +469,19 @@ def _speed_text(b:dict) -> str:
     return '\n\n'.join(lines)
 
 def stored_page():
-    "bench/stored/14_sequence.json from the timings and the learning runs (the last of each agent, schedule and seed)"
-    bench = json.loads(OUT.read_text())
+    "bench/stored/14_sequence.json from the timings, the learning runs (the last of each agent, schedule and seed) and "
+    "the frame-storage timings; a results file missing here leaves the page's section from it as it was"
+    old = json.loads(STORED.read_text()) if STORED.exists() else {}
+    if OUT.exists(): bench = json.loads(OUT.read_text())
+    else: bench = dict(results=old['speed'], run=old['speed_run'], machine=old['speed_machine'])
     runs = {}
-    for line in LEARN_OUT.read_text().splitlines():
+    for line in LEARN_OUT.read_text().splitlines() if LEARN_OUT.exists() else []:
         if line.strip():
             r = json.loads(line)
             r.setdefault('schedule', 'constant')
             runs[(r['algo'], r['schedule'], r['seed'])] = r
-    runs = [runs[k] for k in sorted(runs)]
+    runs = [runs[k] for k in sorted(runs)] if LEARN_OUT.exists() else old['learning']['runs']
+    frames = json.loads(FRAMES_OUT.read_text()) if FRAMES_OUT.exists() else old.get('frames')
     def summary(a, sch):
         rs = [r for r in runs if (r['algo'], r['schedule']) == (a, sch)]
         if not rs: return None
@@ -279,18 +504,20 @@ def stored_page():
             "priorities, ours R2D2's mix. Issue #2669 reported 4.8 ms for `SliceSampler` on its author's machine.\n\n"
             'Learning on `CartPoleNoVelocity-v1` (CartPole observed without velocities): the recurrent DQN of '
             '`r2d2_learner` and the feed-forward DQN of `dqn_learner`, each with its defaults, greedy episodes after '
-            'each epoch of 10,000 steps and at the end.\n\n- ' + '\n- '.join(lines))
-    machines = [bench['machine']] + [r['machine'] for r in runs]
+            'each epoch of 10,000 steps and at the end.\n\n- ' + '\n- '.join(lines)
+            + ('\n\n' + _frames_text(frames) if frames else ''))
+    machines = [bench['machine']] + [r['machine'] for r in runs] + ([frames['machine']] if frames else [])
     uniq = list({json.dumps({k: v for k, v in m.items() if k not in ('load', 'started', 'ended')}, sort_keys=True): m
                  for m in machines}.values())
     page = dict(title='Sequence replay: slices against TorchRL, and a recurrent DQN on CartPole without velocities',
                 date=time.strftime('%Y-%m-%d'), machine=uniq[0] if len(uniq) == 1 else uniq,
                 conditions='2-core machine shared with other jobs (each record gives the load at its start and end); '
-                           'learning runs niced, two at a time',
+                           'learning runs niced, two at a time; --frames niced',
                 command='python bench/sequence_bench.py; python bench/sequence_bench.py --learn r2d2 [--schedule '
                         'flat_cos]; python bench/sequence_bench.py --learn dqn [--schedule flat_cos]; '
-                        'python bench/sequence_bench.py --stored',
-                text=text, speed=bench['results'], learning=dict(runs=runs))
+                        'python bench/sequence_bench.py --frames; python bench/sequence_bench.py --stored',
+                text=text, speed=bench['results'], speed_run=bench['run'], speed_machine=bench['machine'],
+                learning=dict(runs=runs), **({'frames': frames} if frames else {}))
     STORED.write_text(json.dumps(page, indent=1, ensure_ascii=False) + '\n')
     print(text)
     print(f'written to {STORED}')
@@ -308,12 +535,15 @@ def main():
     p.add_argument('--learn-out', type=Path, default=LEARN_OUT, help='the JSON-lines file the learning runs go to')
     p.add_argument('--progress', type=Path, help='a JSON-lines file that gets each evaluation as it is made')
     p.add_argument('--stored', action='store_true', help='build bench/stored/14_sequence.json from the results files')
+    p.add_argument('--frames', action='store_true', help='frame storage: slices against transitions')
+    p.add_argument('--frames-steps', type=int, help=f"stored steps for --frames (default {FRAMES['steps']:,})")
     p.add_argument('--setting', choices=list(SETTINGS), nargs='+', default=list(SETTINGS))
     p.add_argument('--no-peers', dest='peers', action='store_false', help='time ours only')
     p.add_argument('--out', type=Path, default=OUT)
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.stored: return stored_page()
+    if args.frames: return frames_run(args)
     if args.learn:
         for seed in args.seeds:
             r = learn_run(args.learn, seed, args.steps, args.config, args.progress, args.schedule)
