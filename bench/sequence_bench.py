@@ -416,8 +416,9 @@ def _frames_text(fr:dict) -> str:
         su = f"{v['sample_update_ms']:.2f}" if 'sample_update_ms' in v else '–'
         rows.append(f"| {tier} | {kind} | {order} | {v['bytes_held']:,.1f} | {v['bytes_state_dict']:,.1f} | "
                     f"{v['bytes_rss']:,.1f} | {v['adds_per_s']:,.0f} | {v['sample_ms']:.2f} | {su} |")
-    extra = {t: r[f'{t} slices 32x10 uniform']['bytes_held'] - r[f'{t} transitions uniform']['bytes_held']
-             for t in ('plain', 'compressed')}
+    extra = {(t, o): r[f'{t} slices 32x10 {o}']['bytes_held'] - r[f'{t} transitions {o}']['bytes_held']
+             for t in ('plain', 'compressed') for o in ('uniform', 'prioritized')}
+    more = lambda x: f"{abs(x):.1f} bytes a step {'more' if x > 0 else 'less'}"
     load = fr['machine']['load']
     times = '; '.join(f"{tier}: {ratio(tier, 'uniform', 'sample_ms'):.2f}x uniform, "
                       f"{ratio(tier, 'prioritized', 'sample_update_ms'):.2f}x prioritized with the update"
@@ -434,9 +435,13 @@ def _frames_text(fr:dict) -> str:
             f"{load['end']} at the end. Each memory is filled once from empty: the plain tier's adds include the first "
             f"writes to its frame array's pages.\n\n"
             f"Bytes per stored step held (the storage's `nbytes` and every array of its sampler), slices against "
-            f"transitions: " + '; '.join(per_tier) + f". A slice memory holds {extra['plain']:.1f} bytes a step "
-            f"more than a uniform transition memory ({extra['compressed']:.1f} on the compressed tier): its sampler's "
-            f"sum tree over anchors, kept when uniform too, and its per-row steps in episodes, weights and flags. "
+            f"transitions: " + '; '.join(per_tier) + f". A uniform slice memory holds "
+            f"{more(extra['plain', 'uniform'])} than a uniform transition memory ({extra['compressed', 'uniform']:+.1f} on the compressed tier): its "
+            f"sampler keeps each row's step in its episode (int32), whether the row anchors a slice and whether the "
+            f"storage can build it (a byte each), and a count of anchors per block of 64 rows, from which an anchor is "
+            f"drawn uniformly without weights. A prioritized slice memory holds {more(extra['plain', 'prioritized'])} "
+            f"than a prioritized transition memory ({extra['compressed', 'prioritized']:+.1f} on the compressed "
+            f"tier): both keep a sum tree and float64 priorities, the slice sampler also the per-row steps and flags. "
             f"The walk over `state_dict()` (the runs' "
             f"`memory_bytes_per_transition`) leaves out the slice sampler's per-row anchor arrays (rebuilt on load); "
             f"the resident growth is the process's, per memory while it was built and filled. Sample time, 32 slices "

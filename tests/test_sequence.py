@@ -321,3 +321,19 @@ def test_n_step_rows_of_the_data_loop_make_slices():
     b, idxs = m.sample()
     assert (b['episode_id'] == b['episode_id'][:, :1]).all() and (b['step'][..., 0].diff(dim=1) == 1).all()
     assert torch.equal(b['reward'], m.memory['reward'][idxs])  # the n-step rewards, as stored
+
+@pytest.mark.parametrize('seed', range(4))
+def test_uniform_draw_maps_each_index_to_one_anchor(seed):
+    "A uniform draw's index u picks the u-th anchor in row order: every anchor once, exactly uniform, none else"
+    from fastrl_replay.memory.sequence import _nb_nth_anchor
+    rng = np.random.default_rng(seed)
+    m = SequenceReplay(bs=32, max_sz=300, warmup_sz=1, seq_len=3, burn_in=1, stride=2, seed=seed)
+    for _ in range(4):
+        m + batch(0, (rng.random(int(rng.integers(50, 200))) < 0.05).tolist())
+        s = m.sampler
+        anchors = np.flatnonzero(s.valid)
+        assert s.n_valid == len(anchors) and s._counts.sum() == len(anchors)
+        got = np.empty(len(anchors), np.int64)
+        _nb_nth_anchor(s._valid, s._counts, np.arange(len(anchors)), got)
+        np.testing.assert_array_equal(got, anchors)
+        assert np.isin(m.sampler.draw(64), anchors).all()

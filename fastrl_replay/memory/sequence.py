@@ -117,6 +117,37 @@ def _nb_refresh(valid, base, leaves, max_p, cand, ok, fresh, rows):
             k += 1
     return k, delta
 
+_BLOCK = 64  # rows per block of a uniform sampler's anchor counts
+
+@numba.njit(cache=True, nogil=True)
+def _nb_flags(valid, counts, cand, ok):
+    "Anchors `cand` now `ok` or not: their flags and their blocks' counts; the change in the number of anchors"
+    delta = 0
+    for j in range(cand.shape[0]):
+        s = cand[j]
+        if ok[j] != valid[s]:
+            d = 1 if ok[j] else -1
+            valid[s], delta = ok[j], delta + d
+            counts[s // _BLOCK] += d
+    return delta
+
+@numba.njit(cache=True, nogil=True)
+def _nb_nth_anchor(valid, counts, u, out):
+    "The row of the `u[j]`-th anchor in row order, for each j: its block by the running counts, then the row in it"
+    csum = np.zeros(counts.shape[0] + 1, np.int64)
+    for b in range(counts.shape[0]): csum[b + 1] = csum[b] + counts[b]
+    for j in range(u.shape[0]):
+        lo, hi = 0, counts.shape[0] - 1  # the last block whose running count is <= u[j]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if csum[mid] <= u[j]: lo = mid
+            else: hi = mid - 1
+        k, r = u[j] - csum[lo], lo * _BLOCK
+        while k > 0 or not valid[r]:
+            if valid[r]: k -= 1
+            r += 1
+        out[j] = r
+
 @numba.njit(cache=True, nogil=True)
 def _nb_slices(anchors, w, ring, burn_in, seq_len, rows, mask, first):
     "Each anchor's slice: its steps' rows (-1: padding), the mask of its episode's stored steps, its first stored row"
@@ -160,24 +191,23 @@ def _nb_slice_td(rows, td, fresh, burn_in, td_col, eta, n_stale):
     return mix
 
 @numba.njit(cache=True, nogil=True)
-def _nb_reach(cand, prv, nxt, lo, back, fwd, seen, out):
-    "Over frames: rows `cand` and the stored steps up to `back` before and `fwd` after each in its episode, each once"
+def _nb_reach(cand, prv, nxt, lo, back, fwd, out):
+    "Over frames: rows `cand` and the stored steps up to `back` before and `fwd` after each in its episode (repeats)"
     M, k = prv.shape[0], 0
     for j in range(cand.shape[0]):
         r = cand[j]
-        if not seen[r]: seen[r] = True; out[k] = r; k += 1
+        out[k] = r; k += 1
         for _ in range(back):
             p = prv[r]
             if p < lo: break  # -1 (the episode's first step) or overwritten
             r = p % M
-            if not seen[r]: seen[r] = True; out[k] = r; k += 1
+            out[k] = r; k += 1
         r = cand[j]
         for _ in range(fwd):
             x = nxt[r]
             if x < 0: break
             r = x % M
-            if not seen[r]: seen[r] = True; out[k] = r; k += 1
-    for j in range(k): seen[out[j]] = False
+            out[k] = r; k += 1
     return k
 
 @numba.njit(cache=True, nogil=True)
@@ -240,7 +270,7 @@ class SequenceSampler(Sampler):
     def draws_on(self, storage) -> torch.device: return torch.device('cpu')
 
     def attach(self, storage):
-        "Check that `storage` is a ring of rows on the CPU or a frame storage, with room for a slice; make the tree"
+        "Check that `storage` is a ring of rows on the CPU or a frame storage, with room for a slice; keep anchors"
         M, L = storage.max_sz, self.length
         if L > M:
             raise ExperienceReplayException(f'a slice of burn_in + seq_len = {L} steps does not fit a memory of '
@@ -257,15 +287,19 @@ class SequenceSampler(Sampler):
                                             f'got a {type(storage).__name__} on {storage.device} with writer {w}')
         Sampler.attach(self, storage)
         self.links = links
-        self._tree = SumTree(M)  # each anchor's weight: 1 (uniform) or its slice's priority; 0 where no slice starts
-        self._ep_step = np.zeros(M, np.int64)  # each row's step in its episode, counted as the rows were written
-        self._valid, self._base = np.zeros(M, np.bool_), np.zeros(M)  # whether a row anchors a slice; its weight
+        self._ep_step = np.zeros(M, np.int32)  # each row's step in its episode, counted as the rows were written
+        self._valid = np.zeros(M, np.bool_)  # whether a row anchors a slice
         self._n_valid, self.prev_key = 0, 0  # anchors; the episode flag or id of the last row written
         self._dirty = 0  # rows written since the anchors were last brought up to date (a ring's newest)
         if links:  # which rows the storage can build; each environment's last step counted: its serial, its step
             self.built, self.env_step = np.zeros(M, np.bool_), {}
-            self._fresh, self._seen = np.zeros(M, np.bool_), np.zeros(M, np.bool_)  # written since; a pass's marks
+            self._fresh_from = 0  # the first serial written since the anchors were brought up to date
             storage.watch(reach=self.burn_in if self.end == 'stop' else 0)  # rows to look at again after a write
+        self._keep_weights(M)
+
+    def _keep_weights(self, M:int):
+        "The anchors' draw state: the number of anchors in each block of rows (a uniform draw needs no weights)"
+        self._counts = np.zeros(-(-M // _BLOCK), np.int32)
 
     # what the anchors say is brought up to date with the rows written (`refresh`) before it is read
     @property
@@ -278,12 +312,8 @@ class SequenceSampler(Sampler):
         self.refresh(); return self._n_valid
     @property
     def base(self) -> np.ndarray:
-        "Each anchor's weight: 1 or its slice's priority (0 for rows that anchor no slice)"
-        self.refresh(); return self._base
-    @property
-    def tree(self) -> SumTree:
-        "The sum tree of the anchors' weights"
-        self.refresh(); return self._tree
+        "Each anchor's weight, float64: 1 (0 for rows that anchor no slice), made on each call"
+        return self.valid.astype(np.float64)
     @property
     def ep_step(self) -> np.ndarray:
         "Each row's step in its episode"
@@ -348,7 +378,6 @@ class SequenceSampler(Sampler):
             # a step follows its environment's last step counted; one whose previous step an add dropped starts a count
             k = last[e][1] + 1 if p >= 0 and e in last and last[e][0] == p else 0
             self._ep_step[r], last[e] = k, (s, k)
-            self._fresh[r] = True
         self._dirty += n
         if st.n_changed > 8192: self.refresh()  # a long run of adds without a sample keeps the record short
 
@@ -356,17 +385,16 @@ class SequenceSampler(Sampler):
         "Steps before and after a changed step whose anchors' slices may hold it"
         return (0, 0) if self.end == 'pad' else (self.seq_len - 1, self.burn_in)
 
-    def _new_priority(self) -> float: return 1.
-
     def refresh(self):
         "Bring the anchors up to date with the rows written since: those near them enter (new ones anew) or leave"
         if not self._dirty: return
         cand, ok, fresh = self._refresh_links() if self.links else self._refresh_ring()
         self._dirty = 0
-        rows, leaves = np.empty(len(cand), np.int64), np.empty(len(cand))
-        k, d = _nb_refresh(self._valid, self._base, leaves, self._new_priority(), cand, ok, fresh, rows)
-        self._n_valid += d
-        if k: self._tree.set(rows[:k], leaves[:k], check=False)
+        self._n_valid += self._enter(cand, ok, fresh)
+
+    def _enter(self, cand:np.ndarray, ok:np.ndarray, fresh:np.ndarray) -> int:
+        "Anchors `cand` now `ok` or not (`fresh`: just written), counted in their blocks; the change in anchors"
+        return _nb_flags(self._valid, self._counts, cand, ok)
 
     def _refresh_ring(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         "Over a ring: the anchors whose slices may hold the newest rows, whether each starts one now"
@@ -390,21 +418,23 @@ class SequenceSampler(Sampler):
         rows = st.changed()  # the new rows, the steps they complete, the steps after those overwritten
         self.built[rows] = st.valid(rows)
         back, fwd = self._reach()
-        near = np.empty(min(len(rows) * (1 + back + fwd), st.max_sz), np.int64)
+        near = np.empty(len(rows) * (1 + back + fwd), np.int64)
         k = _nb_reach(rows, np.asarray(st.prev), np.asarray(st.next), max(st.add_count - st.max_sz, 0), back, fwd,
-                      self._seen, near)
-        cand, ok = near[:k], np.empty(k, np.bool_)
+                      near)
+        cand = np.unique(near[:k])
+        ok = np.empty(len(cand), np.bool_)
         _nb_links_ok(cand, self._walk(), self.burn_in, self.seq_len, self.stride, self.end == 'pad', ok)
-        fresh = self._fresh[cand]
-        self._fresh[cand] = False
+        A, M = st.add_count, st.max_sz
+        fresh = A - 1 - (A - 1 - cand) % M >= self._fresh_from  # the serials each row holds, written since
+        self._fresh_from = A
         return cand, ok, fresh
 
     def _rebuild(self, new:bool=False):
-        "Every anchor from the rows' steps; the tree from the anchors' weights (`new`: each valid anchor enters anew)"
+        "Every anchor from the rows' steps, then the draw state (`new`: each valid anchor enters anew)"
         st, pad, valid = self.storage, self.end == 'pad', self._valid
         if self.links:
             self.built[:] = st.valid(np.arange(st.max_sz))
-            st.changed(); self._fresh[:] = False
+            st.changed(); self._fresh_from = st.add_count
             _nb_links_ok_all(self._walk(), st.add_count, self.burn_in, self.seq_len, self.stride, pad, valid)
         else:
             oldest, size = self._window()
@@ -413,18 +443,26 @@ class SequenceSampler(Sampler):
             valid[:] = False
             valid[(oldest + np.arange(size)) % st.max_sz] = ok
         self._dirty, self._n_valid = 0, int(valid.sum())
-        if new: self._base[valid] = self._new_priority()
-        self._base[~valid] = 0.
-        self._tree.set(np.arange(len(valid)), self._base, check=False)
+        self._reweigh(new)
+
+    def _reweigh(self, new:bool):
+        "The anchors' counts per block of rows, from the flags"
+        self._counts[:] = np.bincount(np.flatnonzero(self._valid) // _BLOCK, minlength=len(self._counts))
+
+    def _no_anchor(self):
+        "Raise `NoValidTransitions` when no stored row starts a slice"
+        if self._n_valid: return
+        within = ' within one episode' if self.end == 'stop' else ''
+        raise NoValidTransitions(f'none of the {len(self.storage)} stored rows starts a slice of {self.length} '
+                                 f'steps{within} yet')
 
     def draw(self, n:int) -> np.ndarray:
-        "`n` anchors, each drawn in proportion to its weight"
-        self.refresh()
-        if self._n_valid == 0:
-            within = ' within one episode' if self.end == 'stop' else ''
-            raise NoValidTransitions(f'none of the {len(self.storage)} stored rows starts a slice of {self.length} '
-                                     f'steps{within} yet')
-        return self._tree.sample(n, self.generator, check=False).numpy()
+        "`n` anchors drawn uniformly, with replacement, from the rows that start a slice"
+        self.refresh(); self._no_anchor()
+        u = torch.randint(self._n_valid, (n,), generator=self.generator).numpy()
+        out = np.empty(n, np.int64)
+        _nb_nth_anchor(self._valid, self._counts, u, out)
+        return out
 
     def slices(self, anchors:np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         "Each anchor's slice: its rows `(n, burn_in + seq_len)` (-1 for padding), their mask, its first stored row"
@@ -447,13 +485,12 @@ class SequenceSampler(Sampler):
         st, m = self.storage, torch.from_numpy(mask)
         got = st.gather(torch.from_numpy(np.where(mask, rows, first[:, None]).reshape(-1)))
         heads = st.gather(torch.from_numpy(first)) if self.state_keys else {}
-        padded = not mask.all()
+        pad = None if mask.all() else torch.from_numpy(np.flatnonzero(~mask.reshape(-1)))  # padded steps, flat
         out = {}
         for k, v in got.items():
             if k in self.state_keys: out[k] = heads[k]; continue
-            v = v.reshape(bs, L, *v.shape[1:])
-            if padded: v[~m] = 0
-            out[k] = v
+            if pad is not None: v.index_fill_(0, pad.to(v.device), 0)
+            out[k] = v.reshape(bs, L, *v.shape[1:])
         if missing := [k for k in self.state_keys if k not in got]:
             raise ExperienceReplayException(f'state_keys {missing} are not columns of the memory: it has {sorted(got)}')
         out['mask'] = m
@@ -512,15 +549,15 @@ class SequenceSampler(Sampler):
         "The generator, the rows' TD errors, write generations and hand-out marks, and each row's step in its episode"
         self.refresh()
         if not self.links:
-            return dict(Sampler.state_dict(self), ep_step=self._ep_step.copy(), prev_key=int(self.prev_key))
+            return dict(Sampler.state_dict(self), ep_step=self._ep_step.astype(np.int64), prev_key=int(self.prev_key))
         st, M = self.storage, self.storage.max_sz  # over frames: the steps follow from the links but at a few heads
         n, lo = len(st), max(st.add_count - M, 0)
         prev = st.prev[:n]
         cut = np.flatnonzero((prev >= 0) & (prev < lo))  # stored steps whose previous step is overwritten
         serials = st.add_count - 1 - (st.add_count - 1 - cut) % M
         envs = np.array([(e, *v) for e, v in sorted(self.env_step.items())], np.int64).reshape(-1, 3)
-        return dict(Sampler.state_dict(self), heads=np.stack([serials, self._ep_step[cut]], 1), env_steps=envs,
-                    prev_key=0)
+        return dict(Sampler.state_dict(self), heads=np.stack([serials, self._ep_step[cut].astype(np.int64)], 1),
+                    env_steps=envs, prev_key=0)
 
     def check_state(self, state:dict):
         "Raise unless `state` fits this sampler; change nothing"
@@ -528,10 +565,11 @@ class SequenceSampler(Sampler):
         if self.links: return _check_columns(state, heads=2, env_steps=3)
         M, ep, k = self.storage.max_sz, state.get('ep_step'), state.get('prev_key')
         ep = ep.numpy() if isinstance(ep, torch.Tensor) else ep
-        if not isinstance(ep, np.ndarray) or ep.shape != (M,) or ep.dtype != np.int64 or (ep < 0).any():
+        if (not isinstance(ep, np.ndarray) or ep.shape != (M,) or ep.dtype != np.int64 or (ep < 0).any()
+                or (ep > _STEP_MAX).any()):
             got = f'{ep.shape} {ep.dtype}' if isinstance(ep, np.ndarray) else type(ep).__name__
             raise ExperienceReplayException(f'the state holds episode steps of {got}; this sampler keeps ({M},) '
-                                            'int64 >= 0')
+                                            f'int64 from 0 to {_STEP_MAX}')
         if not is_int(k): raise ExperienceReplayException(f'the state holds prev_key={k!r}, not an int')
 
     def load_state_dict(self, state:dict):
@@ -552,7 +590,7 @@ class SequenceSampler(Sampler):
                        heads[:, 1].copy())
         self.env_step = {int(e): (int(s), int(k)) for e, s, k in envs}
 
-    def _load_weights(self, state:dict): self._base[:] = 1.
+    def _load_weights(self, state:dict): pass
 
     def copy_rows(self, src:SequenceSampler, rows:torch.Tensor):
         "Take over `src`'s TD errors and episode steps of its rows `rows`, now rows 0, 1, ...; every slice enters anew"
@@ -562,13 +600,14 @@ class SequenceSampler(Sampler):
         self._rebuild(new=True)
 
 _NO_LINKS, _NO_ROWS = np.empty(0, np.int64), np.empty(0, np.bool_)  # what a ring passes for the links
+_STEP_MAX = np.iinfo(np.int32).max  # the largest step in an episode the int32 steps hold
 
 def _check_columns(state:dict, **widths):
-    "Raise unless each key of `widths` in `state` is a (k, width) int64 array of values >= 0"
+    "Raise unless each key of `widths` in `state` is a (k, width) int64 array of values >= 0, steps (last) in int32"
     for k, w in widths.items():
         v = state.get(k)
         if not (isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == w and v.dtype == np.int64
-                and (v >= 0).all()):
+                and (v >= 0).all() and (v[:, -1] <= _STEP_MAX).all()):
             got = f'{v.shape} {v.dtype}' if isinstance(v, np.ndarray) else type(v).__name__
             raise ExperienceReplayException(f'the state holds {k} of {got}; over frames this sampler keeps (k, {w}) '
                                             'int64 >= 0')
@@ -611,6 +650,32 @@ class PrioritizedSequenceSampler(SequenceSampler):
         super().attach(storage)
         self.max_priority, self.n_samples = 1., 0  # new slices enter at the largest priority so far; samples drawn
 
+    def _keep_weights(self, M:int):
+        "The anchors' draw state: each anchor's priority (0 where no slice starts) and their sum tree"
+        self._tree, self._base = SumTree(M), np.zeros(M)
+
+    @property
+    def base(self) -> np.ndarray:
+        "Each anchor's priority (0 for rows that anchor no slice)"
+        self.refresh(); return self._base
+    @property
+    def tree(self) -> SumTree:
+        "The sum tree of the anchors' priorities"
+        self.refresh(); return self._tree
+
+    def _enter(self, cand:np.ndarray, ok:np.ndarray, fresh:np.ndarray) -> int:
+        "Anchors `cand` now `ok` or not: those entering (or `fresh`) at the largest priority, those leaving at 0"
+        rows, leaves = np.empty(len(cand), np.int64), np.empty(len(cand))
+        k, d = _nb_refresh(self._valid, self._base, leaves, self.max_priority, cand, ok, fresh, rows)
+        if k: self._tree.set(rows[:k], leaves[:k], check=False)
+        return d
+
+    def _reweigh(self, new:bool):
+        "The priorities from the flags (`new`: each anchor at the largest so far) and the tree from them"
+        if new: self._base[self._valid] = self.max_priority
+        self._base[~self._valid] = 0.
+        self._tree.set(np.arange(len(self._valid)), self._base, check=False)
+
     @property
     def current_beta(self) -> float:
         "The importance-sampling exponent the next `sample` uses"
@@ -621,12 +686,11 @@ class PrioritizedSequenceSampler(SequenceSampler):
         self.refresh()
         return self._tree.total, self._tree.min
 
-    def _new_priority(self) -> float: return self.max_priority
     def _eta(self) -> float: return self.eta
 
     def draw(self, n:int) -> np.ndarray:
-        self.refresh()
-        if self._n_valid == 0: return super().draw(n)
+        "`n` anchors, each drawn in proportion to its slice's priority"
+        self.refresh(); self._no_anchor()
         draw = self._tree.stratified_sample if self.stratified else self._tree.sample
         return draw(n, self.generator, check=False).numpy()
 
