@@ -12,6 +12,7 @@ from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.runs import run_train, resume_train
+from run_helpers import StopAt
 
 BUILD = dict(sac=sac_learner, td3=td3_learner)
 SMALL = dict(replay=dict(warmup_sz=64, bs=32), net=dict(hidden=(32, 32)))
@@ -104,14 +105,6 @@ def test_the_actor_steps_after_the_critics(algo, at):
     for k, w in m.state_dict().items(): assert torch.equal(r.after[k], w), k
     moved = [k for k in r.after if k.startswith('actor.') and not torch.equal(r.after[k], before[k])]
     assert bool(moved) == (algo == 'sac' or at % 2 == 0)
-
-
-class StopAt(Callback):
-    "Stop the fit, as a crash would, once the loop has taken `steps` environment steps"
-    order = 80
-    def __init__(self, steps): self.steps = steps
-    def after_batch(self):
-        if self.dls.train.dataset.stats().env_steps >= self.steps: raise CancelFitException()
 
 
 @pytest.mark.parametrize('algo,kind', [('sac', 'uniform'), ('sac', 'per'), ('td3', 'uniform')])

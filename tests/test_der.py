@@ -8,6 +8,7 @@ from fastrl_replay.agents.der import (categorical_projection, NoisyLinear, Rainb
                                       der_settings, der_learner, der_env, evaluate_der, game_returns)
 from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.cli import main
+from run_helpers import same
 
 # Dopamine's labs/atari_100k/configs/DER.gin, with the library's names
 DER_GIN = dict(gamma=0.99, n_steps=10, warmup=1_600, train_every=1, bs=32, target_sync=2_000, eps_end=0.01,
@@ -174,19 +175,6 @@ class _StopAfterSave(Callback):
     def __init__(self, ck): self.ck = ck
     def after_batch(self):
         if self.ck.last is not None: raise CancelFitException()
-
-def same(a, b, path='state'):
-    "Assert that two trees of checkpoint data are equal, tensors and arrays bit for bit"
-    assert type(a) is type(b), (path, type(a), type(b))
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a: same(a[k], b[k], f'{path}.{k}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)): same(x, y, f'{path}[{i}]')
-    elif isinstance(a, torch.Tensor): assert a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, np.ndarray): assert a.dtype == b.dtype and np.array_equal(a, b), path
-    else: assert a == b or (a != a and b != b), (path, a, b)
 
 def test_runs_are_exact_and_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     make = lambda: der_learner(steps_per_epoch=60, seed=0, **TINY)  # 180 steps, 120 updates

@@ -10,6 +10,7 @@ from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.envs.goal import BitFlipEnv, BIT_FLIP, POINT_GOAL
 from fastrl_replay.errors import ExperienceReplayException
 from fastrl_replay.memory.her import HindsightReplay, relabelled_count
+from run_helpers import StopAt
 
 HER = dict(strategy='future', n_sampled_goal=4)
 BIT_DQN = dict(optim=dict(lr=1e-3, train_every=1), net=dict(target_sync=500), gamma=0.95, valid=dict(n_episodes=0))
@@ -123,14 +124,6 @@ def test_hindsight_settings_refused():
     ready = gym.make_vec(BIT_FLIP, 2, vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
     learn = dqn_learner(ready, replay=dict(her=HER, warmup_sz=16), valid=dict(n_episodes=0), steps_per_epoch=40)
     assert fit(learn).experience_replay.memory.sampler.n_envs == 2
-
-
-class StopAt(Callback):
-    "Stop the fit, as a crash would, once the loop has taken `steps` environment steps"
-    order = 80
-    def __init__(self, steps): self.steps = steps
-    def after_batch(self):
-        if self.dls.train.dataset.stats().env_steps >= self.steps: raise CancelFitException()
 
 
 def same_run(a, b):

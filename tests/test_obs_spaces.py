@@ -13,6 +13,7 @@ from fastrl_replay.envs.toy import SIDE_GAME
 from fastrl_replay.errors import ExperienceReplayException
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.persist import load_memory
+from run_helpers import StopAt
 
 SMALL = dict(replay=dict(warmup_sz=100, bs=32), net=dict(hidden=(32,)), seed=0)
 DICT_COLUMNS = {'flip': ((), torch.int64), 'image': ((1, 5, 5), torch.uint8), 'noise': ((3,), torch.float32)}
@@ -209,14 +210,6 @@ def test_episode_validation_plays_and_scores_dicts():
     for cb in [cb for cb in learn.cbs if isinstance(cb, NoValidation)]: learn.remove_cb(cb)  # a ready env: none by default
     with learn.no_bar(): learn.fit(1)
     assert learn.episode_validation.valid_return is not None
-
-
-class StopAt(Callback):
-    "Stop the fit, as a crash would, once the loop has taken `steps` environment steps"
-    order = 80
-    def __init__(self, steps): self.steps = steps
-    def after_batch(self):
-        if self.dls.train.dataset.stats().env_steps >= self.steps: raise CancelFitException()
 
 
 def test_a_stopped_dict_run_resumes_from_its_checkpoint(tmp_path):

@@ -11,6 +11,7 @@ from fastrl_replay.memory.persist import load_memory
 from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.callback import ExperienceReplayCallback
 from fastrl_replay.cli import main
+from run_helpers import same
 
 EXE = Path(sys.executable).parent/'fastrl-replay'
 ENV = dict(os.environ, OMP_NUM_THREADS='1')
@@ -30,20 +31,6 @@ main(sys.argv[1:])
 def cli(*args, kill_after_save=False):
     cmd = [sys.executable, '-c', KILL_AFTER_SAVE] if kill_after_save else [str(EXE)]
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=300, env=ENV)
-
-
-def same(a, b, path='state'):
-    "Assert that two trees of checkpoint data are equal, tensors and arrays bit for bit"
-    assert type(a) is type(b), (path, type(a), type(b))
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a: same(a[k], b[k], f'{path}.{k}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)): same(x, y, f'{path}[{i}]')
-    elif isinstance(a, torch.Tensor): assert a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, np.ndarray): assert a.dtype == b.dtype and np.array_equal(a, b), path
-    else: assert a == b or (a != a and b != b), (path, a, b)  # NaN: a loss before any trained batch
 
 
 WALL = ('wall_s', 'env_steps_per_s')
