@@ -14,6 +14,7 @@ from fastrl_replay.memory.experience_replay import ExperienceReplay
 from fastrl_replay.memory.persist import load_memory, load_into, MANIFEST, SEAL
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
 from fastrl_replay.test_utils import synth_transitions
+from run_helpers import bytes_of, same as same_run
 
 DATA = Path(__file__).parent/'data'
 
@@ -355,27 +356,6 @@ def numbers_in(v, prefix=()):
 def at(v, path):
     for k in path: v = v[k]
     return v
-
-
-def bytes_of(a) -> bytes:
-    "The bytes of a tensor or an array, so that equal NaNs compare equal"
-    t = torch.as_tensor(a).detach().cpu()
-    if t.dtype != torch.bool: t = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-    return t.numpy().tobytes()
-
-
-def same_run(a, b, path='state'):
-    "Assert two run states are equal, tensors and arrays bit for bit"
-    assert type(a) is type(b), (path, type(a), type(b))
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a: same_run(a[k], b[k], f'{path}.{k}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)): same_run(x, y, f'{path}[{i}]')
-    elif isinstance(a, (torch.Tensor, np.ndarray)):  # bit for bit, NaN included
-        assert type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and bytes_of(a) == bytes_of(b), path
-    else: assert a == b or (a != a and b != b), (path, a, b)
 
 
 @settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
