@@ -16,6 +16,7 @@ from .memory.laber import *
 from .memory.frames import *
 from .memory.circular import *
 from .memory.persist import *
+from .memory.direct_io import *
 from .memory.continual import *
 from .memory.sequence import *
 from .memory.her import *

@@ -345,7 +345,7 @@ def rows_entry(root):
 @pytest.fixture(params=['plain', 'direct'])
 def io(request):
     "Large arrays written through the page cache (the default) or past it (`set_direct_io(True)`)"
-    from fastrl_replay.memory.persist import set_direct_io
+    from fastrl_replay.memory.direct_io import set_direct_io
     before = set_direct_io(request.param == 'direct')
     yield request.param
     set_direct_io(before)
@@ -376,7 +376,7 @@ def refuse_direct_io(monkeypatch, when:str='open'):
 
 def test_the_files_are_the_same_bytes_whichever_way_they_were_written(tmp_path, monkeypatch):
     "Plain or direct, durable or not, or direct refused by the file system: the same files, byte for byte; NumPy reads each"
-    from fastrl_replay.memory.persist import set_direct_io
+    from fastrl_replay.memory.direct_io import set_direct_io
     m = big_memory()
     ways = {'plain': (False, True), 'plain, no flush': (False, False), 'direct': (True, True), 'direct, no flush': (True, False)}
     try:
@@ -404,7 +404,7 @@ def test_the_files_are_the_same_bytes_whichever_way_they_were_written(tmp_path, 
 def test_direct_io_writes_large_arrays_past_the_page_cache_where_it_can(tmp_path, monkeypatch):
     if not direct_io_works(tmp_path): pytest.skip('the file system refuses direct I/O')
     m = big_memory()
-    set_direct_io = type(m).save.__globals__['set_direct_io']  # the module whose save this memory runs
+    set_direct_io = type(m).save.__globals__['direct_io_on'].__globals__['set_direct_io']  # the backend this memory's save runs
     opened, real_open = [], os.open
     monkeypatch.setattr(os, 'open', lambda p, flags, *a, **k: opened.append(bool(flags & os.O_DIRECT)) or real_open(p, flags, *a, **k))
     try:

@@ -16,11 +16,11 @@ from fastcore.basics import patch
 from ..errors import ExperienceReplayException, CheckpointError, dtype_name, is_int
 from .checks import NP_DTYPES
 from .alloc import page_aligned_zeros, use_huge_pages
+from .direct_io import PAGE, DIRECT_MIN, direct_io_on, write_direct, write_all
 from .core import Replay, Storage, Sampler, kind_name, KINDS, find_kind
 
 # %% auto #0
-__all__ = ['register_kind', 'set_direct_io', 'atomic_dir', 'last_complete', 'write_tree', 'write_memory', 'load_memory',
-           'load_into']
+__all__ = ['register_kind', 'atomic_dir', 'last_complete', 'write_tree', 'write_memory', 'load_memory', 'load_into']
 
 # %% ../../nbs/06f_memory.persist.ipynb #473d1470
 FORMAT, VERSION, MANIFEST = 'fastrl_replay.memory', 3, 'manifest.json'
@@ -101,7 +101,6 @@ def _scalar(x, arrays:list, where:str, path:str, bad:str) -> np.generic:
 # %% ../../nbs/06f_memory.persist.ipynb #d85ff92d
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 PIECE = 1 << 22  # bytes written or read, and checksummed, at a time: a piece stays in the CPU's cache between the two
-PAGE, DIRECT_MIN = 4096, 1 << 20  # an array from 1 MB keeps its values at byte `PAGE` of its file, for direct I/O
 
 def _host(a) -> tuple[np.ndarray, str]:
     "A NumPy view of `a` (a CPU copy of a tensor elsewhere) and the dtype name to restore"
@@ -134,19 +133,14 @@ def _npy_header(a:np.ndarray) -> bytes:
     body = h[10:-1].ljust(PAGE - 11) + b'\n'  # the magic, the version and the header's length take 10 bytes
     return h[:8] + len(body).to_bytes(2, 'little') + body
 
-def _write_all(fd:int, data):
-    "Write all of `data` to the file open at `fd` (one `os.write` may take only part of it)"
-    data = memoryview(data)
-    while data: data = data[os.write(fd, data):]
-
 def _write_file(path:Path, head:bytes, pieces) -> int:
     "Write `head`, then each of `pieces`, to the new file `path`; the CRC-32 of the pieces"
     fd, crc = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0), 0o644), 0
     try:
-        _write_all(fd, head)
+        write_all(fd, head)
         for p in pieces:
             crc = crc32(p, crc)
-            _write_all(fd, p)
+            write_all(fd, p)
     finally: os.close(fd)
     return crc
 
@@ -159,7 +153,7 @@ def write_array(a, # A tensor or NumPy array, of any layout, on any device
     entry = dict(file=f'arrays/{i}.npy', lib='torch' if isinstance(a, torch.Tensor) else 'numpy', dtype=dtype,
                  shape=list(n.shape), nbytes=int(n.nbytes))
     f, head = root/entry['file'], _npy_header(n)
-    crc = _write_direct(f, head, n) if _IO['direct'] and n.nbytes >= DIRECT_MIN else None
+    crc = write_direct(f, head, n, PIECE) if direct_io_on(n.nbytes) else None
     entry['crc32'] = _write_file(f, head, _c_pieces(n)) if crc is None else crc
     return entry
 
@@ -173,39 +167,6 @@ def _fsync(path:Path, durable:bool=True):
     fd = os.open(path, flags)
     try: os.fsync(fd)
     finally: os.close(fd)
-
-# %% ../../nbs/06f_memory.persist.ipynb #45d4da45
-_IO = dict(direct=False)
-
-def set_direct_io(on:bool=True # Write large arrays past the page cache (False: through it, the default)
-                 ) -> bool:
-    "Choose how saves write arrays of `DIRECT_MIN` bytes or more, from now on; the previous choice"
-    prev, _IO['direct'] = _IO['direct'], bool(on)
-    return prev
-
-def _write_direct(path:Path, head:bytes, a:np.ndarray) -> int|None:
-    "Write `head` (a page) and `a` to the new file `path` past the page cache; the CRC-32 of `a`, or None if it cannot"
-    if not (hasattr(os, 'O_DIRECT') and a.flags.c_contiguous and a.ctypes.data % PAGE == 0): return None
-    data, page, crc = _bytes(a), page_aligned_zeros((PAGE,), huge=False), 0
-    page[:], body = np.frombuffer(head, np.uint8), len(data) // PAGE * PAGE
-    try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT, 0o644)
-    except OSError as e:
-        if e.errno == errno.EINVAL: return None  # a file system without direct I/O
-        raise
-    try:
-        _write_all(fd, page)
-        for s in range(0, body, PIECE):
-            crc = crc32(data[s:min(s + PIECE, body)], crc)
-            _write_all(fd, data[s:min(s + PIECE, body)])
-    except OSError as e:
-        if e.errno != errno.EINVAL: raise
-        body = -1  # refused: written again through the cache
-    finally: os.close(fd)
-    if body < 0: path.unlink(); return None
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the last partial page, through the cache
-    try: _write_all(fd, data[body:])
-    finally: os.close(fd)
-    return crc32(data[body:], crc)
 
 # %% ../../nbs/06f_memory.persist.ipynb #d99e2017
 def open_inside(root:int, rel, where:str) -> int:
