@@ -3,9 +3,10 @@
 The record holds the CPU (model, vendor, family, the vector instruction sets it has), the logical cores and how many of
 them this process may run on, the memory, the versions of Python, torch, NumPy, numba, fastai, this library and each
 peer the benchmark names (by distribution name), torch's CPU capability (the kernels it dispatches to) and threads, the
-CPU numba compiles for, the thread variables set in the environment, and the 1-minute load average when this module was
-imported (the run's start: a benchmark imports it first) and when the record is made (the run's end). The CPU comes from
-Linux's /proc/cpuinfo, then `lscpu` for what it lacks (the model name on Arm), then `platform`.
+CPU numba compiles for, the thread, allocator and instruction-set variables set in the environment (`bench/avx2.sh`
+sets the last), and the 1-minute load average when this module was imported (the run's start: a benchmark imports it
+first) and when the record is made (the run's end). The CPU comes from Linux's /proc/cpuinfo, then `lscpu` for what it
+lacks (the model name on Arm), then `platform`.
 
     python bench/machine.py                                    # this machine's record now, as JSON
     python bench/machine.py --into bench/stored/X.json R.json  # X.json's `machine`: the records in results R.json
@@ -18,7 +19,9 @@ LOAD_AT_START, STARTED = os.getloadavg()[0], time.strftime('%Y-%m-%d %H:%M:%S UT
 CORE = ('torch', 'numpy', 'numba', 'fastai', 'fastrl_replay')
 VECTOR = re.compile(r'(sse\d(_\d)?|sse|ssse3|avx.*|fma4?|f16c|amx.*|asimd.*|neon|sve.*|sme\d*)$')  # x86's, Arm's flags
 AMD_FAMILIES = {'23': 'Zen, Zen+ or Zen 2', '25': 'Zen 3 or Zen 4', '26': 'Zen 5'}  # families 17h, 19h and 1Ah
-THREAD_VARS = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'NUMBA_NUM_THREADS', 'NUMBA_CACHE_DIR', 'ATEN_CPU_CAPABILITY')
+SETTING_VARS = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'NUMBA_NUM_THREADS', 'NUMBA_CACHE_DIR', 'MALLOC_MMAP_THRESHOLD_',
+                'ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS', 'NPY_DISABLE_CPU_FEATURES',
+                'NUMBA_CPU_NAME')  # threads, allocator, and the instruction sets the libraries may use
 
 def fields(lines: list) -> dict:
     "`key: value` lines as a dict, the keys in lower case"
@@ -56,7 +59,8 @@ def version(dist: str):
     except metadata.PackageNotFoundError: return None
 
 def numba_target():
-    "The CPU numba compiles for (LLVM's name for this host's, e.g. 'znver5'), None without llvmlite"
+    "The CPU numba compiles for: `NUMBA_CPU_NAME` if set, else LLVM's name for this host's ('znver5'); None without"
+    if os.environ.get('NUMBA_CPU_NAME'): return os.environ['NUMBA_CPU_NAME']
     try: from llvmlite import binding
     except ImportError: return None
     return binding.get_host_cpu_name()
@@ -75,7 +79,7 @@ def machine_record(*peers: str, # Distribution names of the peers whose versions
     return dict(cpu=cpu(), logical_cores=os.cpu_count(), usable_cores=usable, memory_gib=memory_gib(),
                 system=platform.platform(), python=platform.python_version(),
                 versions={d: version(d) for d in dict.fromkeys((*CORE, *peers))}, torch=torch_settings(torch_threads),
-                numba_target=numba_target(), environment={k: os.environ[k] for k in THREAD_VARS if k in os.environ},
+                numba_target=numba_target(), environment={k: os.environ[k] for k in SETTING_VARS if k in os.environ},
                 load=dict(start=round(LOAD_AT_START, 2), end=round(os.getloadavg()[0], 2)), started=STARTED,
                 ended=time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))
 
