@@ -7,7 +7,7 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/memory.persist.html.md"""
 # %% ../../nbs/06f_memory.persist.ipynb #98c2ee37
 from __future__ import annotations
 import errno, io, json, math, os, re, shutil, stat, uuid
-try: from isal.isal_zlib import crc32  # ISA-L: the same CRC-32 as zlib's, several times faster
+try: from isal.isal_zlib import crc32  # ISA-L's CRC-32: the same values as zlib's
 except ImportError: from zlib import crc32
 from collections.abc import Callable
 from pathlib import Path
