@@ -107,6 +107,16 @@ def frames_text(f: dict) -> str:
             + f"\n\nOurs against the best peer: memory {r['memory_vs_best_peer']:.3f}x (lower is better), adds "
               f"{ratio(r['adds_vs_best_peer'])}, sampling {ratio(r['sample_speed_vs_best_peer'])} (higher is better).")
 
+def atari_text(a: dict) -> str:
+    "The compressed frame memory on real frames against the peers' compressed and uncompressed image memories"
+    from atari_bench import table as atari_table
+    return (f"`bench/atari_bench.py --quick`: {fmt(a['steps'])} random-policy steps of Pong through "
+            f"`AtariPreprocessing` (84x84 grayscale, frame skip 4), fed to each memory in a fresh process one step per call, "
+            f"{a['threads']} torch thread. Ours gets single frames and stacks 4 at sample time; the peers get each "
+            f"transition's stacked observations. Bytes per transition in RAM are the growth of the process's anonymous "
+            f"resident memory over the adds, or the arrays' `nbytes` where marked (the uncompressed SB3 and TorchRL "
+            f"buffers, timed on fewer transitions).\n\n" + atari_table(a['rows']))
+
 def agents_text(d: dict, speed: list) -> str:
     "Environment steps per second of the DQN, and CPU time per step of SAC and TD3, against SB3's"
     s, m = d['settings'], d['median']
@@ -134,9 +144,11 @@ def main(results: Path, conditions: str):
     f = R('first_use_bench.json')
     page('17_first_use', 'First use of a memory in a new process',
          'bench/avx2.sh python bench/first_use_bench.py --quick', first_use_text(f), [f], conditions)
-    fr = R('frames_bench.json')
-    page('18_frame_memory', 'Frame memory against cpprb, Tianshou and SB3',
-         'bench/avx2.sh python bench/frames_bench.py --quick', frames_text(fr), [fr], conditions)
+    fr, at = R('frames_bench.json'), R('atari_run/t1_Pong.json')
+    page('18_frame_memory', 'Frame memory against cpprb, Tianshou, SB3 and TorchRL',
+         'bench/avx2.sh python bench/frames_bench.py --quick; bench/avx2.sh python bench/atari_bench.py --quick '
+         '--out bench/results/atari_run/t1_Pong.json', frames_text(fr) + '\n\n' + atari_text(at), [fr, at],
+         conditions)
     d, speed = R('dqn_bench.json'), read_results(results/'speed.jsonl')
     page('19_agent_speed', 'Agent speed against SB3: DQN, SAC and TD3',
          'bench/avx2.sh python bench/dqn_bench.py --quick; bench/avx2.sh python bench/continuous_bench.py --speed '
