@@ -111,11 +111,11 @@ def atari_text(a: dict) -> str:
     "The compressed frame memory on real frames against the peers' compressed and uncompressed image memories"
     from atari_bench import table as atari_table
     return (f"`bench/atari_bench.py --quick`: {fmt(a['steps'])} random-policy steps of Pong through "
-            f"`AtariPreprocessing` (84x84 grayscale, frame skip 4), fed to each memory in a fresh process one step per "
-            f"call, {a['threads']} torch thread. Ours gets single frames and stacks 4 at sample time; the peers get each "
-            f"transition's stacked observations. Bytes per transition in RAM are the growth of the process's anonymous "
-            f"resident memory over the adds, or the arrays' `nbytes` where marked (the uncompressed SB3 and TorchRL "
-            f"buffers, timed on fewer transitions).\n\n" + atari_table(a['rows']))
+            f"`AtariPreprocessing` (84x84 grayscale, frame skip 4), fed to each memory in a fresh process one step "
+            f"per call, {a['threads']} torch thread. Ours gets single frames and stacks 4 at sample time; the peers "
+            f"get each transition's stacked observations. Bytes per transition in RAM are the growth of the process's "
+            f"anonymous resident memory over the adds, or the arrays' `nbytes` where marked (the uncompressed SB3 and "
+            f"TorchRL buffers, timed on fewer transitions).\n\n" + atari_table(a['rows']))
 
 def agents_text(d: dict, speed: list) -> str:
     "Environment steps per second of the DQN, and CPU time per step of SAC and TD3, against SB3's"
