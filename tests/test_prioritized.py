@@ -261,3 +261,40 @@ def test_a_tree_device_this_machine_lacks_is_refused_when_made():
         SumTree(8, device=absent)
     mem = PrioritizedExperienceReplay(bs=2, max_sz=8, warmup_sz=2, tree_device=None)
     assert mem.sampler.tree_device == torch.device('cpu')
+
+
+@pytest.mark.parametrize('stratified', [True, False])
+@pytest.mark.parametrize('weight_norm', ['memory', 'batch', None])
+def test_compiled_passes_match_the_tree_called_step_by_step(stratified, weight_norm):
+    "The one-kernel add, sample and update equal a `SumTree` driven call by call, as the rules say: bit for bit"
+    C, alpha, eps, beta = 50, 0.6, 1e-6, 0.4
+    m = per(bs=16, max_sz=C, warmup_sz=1, alpha=alpha, beta=beta, beta_steps=0, eps=eps, stratified=stratified,
+            weight_norm=weight_norm, seed=3)
+    ref, g, rng = SumTree(C), torch.Generator(), torch.Generator().manual_seed(0)
+    g.set_state(m.generator.get_state())
+    s = dict(maxp=1., ptr=0, n=0, stale=0, counts=np.zeros(C, np.int64), td=np.zeros(C, np.float32))
+    def add(k, start):
+        m + synth_transitions(k, start=start)
+        ref.fill(s['ptr'], k, s['maxp'])
+        rows = (s['ptr'] + np.arange(k)) % C
+        s['counts'][rows], s['td'][rows], s['ptr'], s['n'] = 0, 0., (s['ptr'] + k) % C, min(s['n'] + k, C)
+    for step in range(60):
+        add(int(torch.randint(1, 23, (1,), generator=rng)), 1000 * step)
+        b, idxs = m.sample()
+        want = (ref.stratified_sample if stratified else ref.sample)(16, g)
+        assert torch.equal(idxs, want)
+        np.add.at(s['counts'], want.numpy(), 1)
+        assert torch.equal(b['weight'][:, 0], ref.weights(want, beta, weight_norm, n_rows=s['n']))
+        if step % 4 == 1: add(9, 1000 * step + 500)  # some sampled rows are overwritten before their update: stale
+        fresh = m.sampler.fresh(idxs)
+        td = torch.randn(16, generator=rng) * 10 ** float(torch.randint(-3, 3, (1,), generator=rng))
+        m.update_td(td, idxs)
+        rows, tds, s['stale'] = idxs[fresh].tolist(), td[fresh].tolist(), s['stale'] + int((~fresh).sum())
+        pri = [(abs(x) + eps) ** alpha for x in tds]
+        ref.set(np.array(rows, np.int64), np.array(pri))
+        for r, x in zip(rows, tds): s['td'][r] = x
+        s['maxp'] = max([s['maxp']] + pri)
+        assert torch.equal(m.tree.sum_tree, ref.sum_tree) and torch.equal(m.tree.min_tree, ref.min_tree)
+        assert m.max_priority == s['maxp'] and m.n_stale == s['stale']
+        assert np.array_equal(m.sample_counts.numpy(), s['counts'])
+        assert np.array_equal(m.sampler.td_errors.numpy(), s['td'])

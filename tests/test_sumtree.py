@@ -332,3 +332,73 @@ def test_weights_of_a_tiny_smallest_priority_do_not_overflow(norm):
         warnings.simplefilter('error')
         w = per_weights(p, 0.4, norm, p_min=1e-300)
     np.testing.assert_allclose(w, [1e-310 ** 0.4, 1e-300 ** 0.4, 1.0], rtol=1e-12)
+
+# --- the compiled kernels against plain loops written here --------------------------------------------------------
+
+def plain_tree(leaves, size):
+    "Both trees of `leaves` built bottom up, every node from its two children"
+    sums, mins = np.zeros(2 * size), np.full(2 * size, math.inf)
+    sums[size:size + len(leaves)] = leaves
+    mins[size:size + len(leaves)] = np.where(leaves > 0, leaves, math.inf)
+    for k in range(size - 1, 0, -1): sums[k], mins[k] = sums[2 * k] + sums[2 * k + 1], min(mins[2 * k], mins[2 * k + 1])
+    return sums, mins
+
+def assert_trees_are(t, sums, mins):
+    "Both trees of `t`, nodes 1 on, hold exactly the bits of `sums` and `mins`"
+    for a, b in ((t.sum_tree.numpy(), sums), (t.min_tree.numpy(), mins)):
+        assert np.array_equal(a[1:].view(np.int64), b[1:].view(np.int64))
+
+def test_fill_matches_a_tree_built_from_its_leaves():
+    "Every run of leaves, wrapping or not, over leaves already holding arbitrary floats, for capacities 1 to 13"
+    rng = np.random.default_rng(0)
+    for cap in range(1, 14):
+        for start in range(cap):
+            for n in range(cap + 1):
+                t = SumTree(cap)
+                before = rng.random(cap) * 10. ** rng.integers(-3, 4, cap) * (rng.random(cap) < 0.7)
+                t.set(np.arange(cap), before)
+                value = float(rng.choice([0., 0.3, 1e-200, 7.5]))
+                t.fill(start, n, value)
+                leaves = before.copy()
+                leaves[(start + np.arange(n)) % cap] = value
+                assert_trees_are(t, *plain_tree(leaves, t.size))
+
+def walk_per_leaf(sums, mins, size, idxs, vals):
+    "The plain `set`: write the leaves in order, then walk up from each written leaf, one path at a time"
+    for i, v in zip(idxs, vals): sums[i + size], mins[i + size] = v, v if v > 0 else math.inf
+    for i in idxs:
+        k = (i + size) >> 1
+        while k:
+            sums[k], mins[k] = sums[2 * k] + sums[2 * k + 1], min(mins[2 * k], mins[2 * k + 1])
+            k >>= 1
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 70), st.lists(st.tuples(st.integers(0, 10**6), ANY_FLOATS), min_size=1, max_size=40),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_set_matches_per_leaf_walks(cap, writes, in_order, seed):
+    "In order (a parent walked once) or not, `set` leaves both trees as plain walks up from each leaf do, bit for bit"
+    idxs = np.array([i % cap for i, _ in writes], np.int64)
+    vals = np.array([v for _, v in writes])
+    if in_order: idxs = np.sort(idxs)
+    t = SumTree(cap)
+    start = np.random.default_rng(seed).random(cap) * (np.random.default_rng(seed + 1).random(cap) < 0.6)
+    t.set(np.arange(cap), start)
+    sums, mins = t.sum_tree.numpy().copy(), t.min_tree.numpy().copy()
+    t.set(idxs, vals, check=False)
+    walk_per_leaf(sums, mins, t.size, idxs, vals)
+    assert_trees_are(t, sums, mins)
+
+@pytest.mark.parametrize('norm', ['memory', 'batch', None])
+def test_leaf_weights_match_per_weights(norm):
+    "The compiled weights of drawn leaves are `per_weights` of their values, as float32, bit for bit, for any beta"
+    from fastrl_replay.memory.sumtree import per_weights, leaf_weights
+    rng = np.random.default_rng(1)
+    t = SumTree(1000).set(np.arange(1000), rng.random(1000) ** 4 * 1e3 + 1e-9)
+    idxs = t.stratified_sample(512, torch.Generator().manual_seed(0)).numpy()
+    p, codes = t.sum_tree.numpy()[idxs + t.size], {'memory': 0, 'batch': 1, None: 2}
+    for beta in (0., 0.4, 0.5, 1., 2., 1, 3, 0.123456789):
+        out = np.empty(len(idxs), np.float32)
+        leaf_weights(t.host_sums, t.size, idxs, float(beta), codes[norm], t.host_mins[1], 1000., t.host_sums[1], out)
+        want = per_weights(p, beta, norm, p_min=t.host_mins[1], n_rows=1000, total=t.host_sums[1]).astype(np.float32)
+        assert np.array_equal(out.view(np.int32), want.view(np.int32)), beta
+        assert np.array_equal(out, t.weights(idxs, beta, norm, n_rows=1000).numpy())

@@ -18,7 +18,8 @@ from .checks import as_idxs, last_wins, td_rows, check_kind, priority_tensor
 from .kernels import td_arrays, put_in_order, fresh_rows
 from .core import Sampler, forward_attrs, Replay, STALE, as_generations, _NO_GENERATIONS
 from .experience_replay import ExperienceReplay, ColumnStorage, SamplerReplay
-from .sumtree import SumTree, WEIGHT_NORMS, check_leaves
+from .sumtree import (SumTree, WEIGHT_NORMS, check_leaves, draw_leaves, fill_leaves,
+                                          leaf_weights, update_parents)
 
 # %% auto #0
 __all__ = ['PrioritizedSampler', 'annealed_beta', 'PrioritizedExperienceReplay']
@@ -32,6 +33,22 @@ def _nb_stamp(idxs, handed, counts):
         counts[idxs[j]] += 1
 
 @numba.njit(cache=True, nogil=True)
+def _nb_sample(sums, mins, size, depth, u, stratified, handed, counts, beta, norm, n_rows, idxs, w):
+    "Into `idxs`: the rows of uniform draws `u` (`draw_leaves`), stamped (`_nb_stamp`); into `w`, unless empty, weights"
+    draw_leaves(sums, size, depth, handed.shape[0], u, stratified, idxs)
+    _nb_stamp(idxs, handed, counts)
+    if w.shape[0]: leaf_weights(sums, size, idxs, beta, norm, mins[1], n_rows, sums[1], w[:, 0])
+
+@numba.njit(cache=True, nogil=True)
+def _nb_added(sums, mins, size, depth, start, n, top, counts):
+    "New rows `start` to `start + n` (wrapping): leaves at the largest priority so far, `top[0]`, and no draws yet"
+    C = counts.shape[0]
+    fill_leaves(sums, mins, size, depth, C, start, n, top[0])
+    end = min(start + n, C)
+    counts[start:end] = 0
+    counts[:start + n - end] = 0
+
+@numba.njit(cache=True, nogil=True)
 def _nb_priorities(td_col, write_col, handed, written, generations, idxs, td, eps, alpha, fresh, pri):
     "Into `pri`: (|td| + eps) ** alpha; into `fresh`: whether the row still holds what was handed out (`fresh_rows`; its TD error written if `write_col`); return (stale count, largest fresh priority)"
     stale, top = fresh_rows(idxs, handed, 2, written, generations, fresh), 0.  # 2: STALE
@@ -42,6 +59,22 @@ def _nb_priorities(td_col, write_col, handed, written, generations, idxs, td, ep
             if write_col: td_col[i] = td[j]
             top = max(top, pri[j])
     return stale, top
+
+@numba.njit(cache=True, nogil=True)
+def _nb_update(td_col, handed, written, generations, idxs, td, eps, alpha, sums, mins, size, depth, top):
+    "`_nb_priorities` and `set_leaves` in one pass: fresh rows take TD error and priority; return the stale count"
+    n = idxs.shape[0]
+    fresh, nodes = np.empty(n, np.bool_), np.empty(n, np.int64)
+    stale, m, best = fresh_rows(idxs, handed, 2, written, generations, fresh), 0, top[0]  # 2: STALE
+    for j in range(n):
+        if not fresh[j]: continue  # a stale row keeps its TD error and priority
+        i, p = idxs[j], (abs(np.float64(td[j])) + eps) ** alpha
+        td_col[i] = td[j]
+        sums[i + size], mins[i + size] = p, p if p > 0 else np.inf
+        nodes[m], m, best = i + size, m + 1, max(best, p)
+    update_parents(sums, mins, depth, nodes, m)
+    top[0] = best
+    return stale
 
 # %% ../../nbs/06c_memory.prioritized.ipynb #0ca7bb28
 class PrioritizedSampler(Sampler):
@@ -91,7 +124,9 @@ class PrioritizedSampler(Sampler):
         self._max_priority = torch.ones((), dtype=torch.float64, device=dev)  # new rows enter at this priority
         self.n_samples = 0  # samples drawn
         self.sample_counts = torch.zeros(C, dtype=torch.int64, device=dev)  # draws of each row since it was written
-        if self._host: self._counts_np, self._maxp_np = self.sample_counts.numpy(), self._max_priority.numpy()  # NumPy views, for the compiled loops
+        if self._host:
+            self._counts_np, self._maxp_np = self.sample_counts.numpy(), self._max_priority.numpy()  # views
+            self._top_np = self._maxp_np.reshape(1)  # the largest priority again, as an array a compiled loop writes
         self._gated = not storage.always_valid  # the tree holds a row's priority only while the row is valid
         if self._gated:
             if not self._host:
@@ -124,10 +159,8 @@ class PrioritizedSampler(Sampler):
             self._counts_np[rows], self.base_priority[rows] = 0, self._maxp_np
             if self.storage.n_changed > 8192: self._flush()  # a long run of adds without a sample keeps the record short
         elif self._host:
-            self.tree.fill(start, n, float(self._maxp_np))
-            end = start + n
-            if end <= C: self._counts_np[start:end] = 0
-            else: self._counts_np[start:] = 0; self._counts_np[:end - C] = 0
+            t = self.tree
+            _nb_added(t.host_sums, t.host_mins, t.size, t.depth, start, n, self._top_np, self._counts_np)
         else:
             rows = torch.arange(start, start + n, device=self.tree_device).remainder_(C)
             self.tree.set(rows, self._max_priority.expand(n), check=False)
@@ -142,17 +175,30 @@ class PrioritizedSampler(Sampler):
 
     def draw(self, n:int) -> torch.Tensor:
         "`n` rows drawn in proportion to their priority, on `tree_device`, marked as handed out (so a late update to a row overwritten since is told apart)"
+        return self._draw(n, weighted=False)[0]
+
+    def _draw(self, n:int, weighted:bool) -> tuple[torch.Tensor, torch.Tensor|None]:
+        "`draw`; on the compiled path also the rows' importance weights, (n, 1) float32, from one pass if `weighted`"
         t = self.tree
         if self._gated:
             self._flush()
             st = self.storage
             if not t.total > 0 and not st.valid(np.arange(len(st))).any():
                 raise NoValidTransitions(f'none of the {len(st)} stored rows is a valid transition yet')
+        if self._host:
+            try: u = t._masses(n, self.generator, check=True)
+            except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
+            idxs, w = np.empty(len(u), np.int64), np.empty((len(u) if weighted else 0, 1), np.float32)
+            n_rows = self._n_rows() if weighted and self.weight_norm is None else 0
+            _nb_sample(t.host_sums, t.host_mins, t.size, t.depth, u.numpy(), self.stratified, self._handed_np,
+                       self._counts_np, float(self.current_beta), WEIGHT_NORMS.index(self.weight_norm), float(n_rows),
+                       idxs, w)
+            return torch.from_numpy(idxs), torch.from_numpy(w) if weighted else None
         draw = t.stratified_sample if self.stratified else t.sample
-        try: idxs = draw(n, self.generator, check=self._host)  # a tree on a GPU: no host synchronization
+        try: idxs = draw(n, self.generator, check=False)  # a tree on a GPU: no host synchronization
         except ValueError as e: raise ExperienceReplayException(f'every row has priority 0: {e}') from None
         self.stamp(idxs)
-        return idxs
+        return idxs, None
 
     def stamp(self, idxs:torch.Tensor):
         "Rows `idxs` are handed out (`Sampler.stamp`), and drawn once more each"
@@ -163,14 +209,12 @@ class PrioritizedSampler(Sampler):
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
         "Draw `bs` rows in proportion to their priority: a `BD` of them with a `weight` column, and their storage indices"
-        st, t = self.storage, self.tree
-        idxs = self.draw(bs)
+        st = self.storage
+        idxs, w = self._draw(bs, weighted=True)
         rows = idxs if idxs.device == st.device else idxs.to(st.device, non_blocking=True)  # from the tree to the storage
         batch = st.gather(rows)
-        if self._host:
-            w = t.weights(idxs.numpy(), self.current_beta, self.weight_norm, self._n_rows() if self.weight_norm is None else None)[:, None]
-            batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
-        else: batch['weight'] = self.weights(idxs)
+        if w is None: batch['weight'] = self.weights(idxs)
+        else: batch['weight'] = w if st.batch_device.type == 'cpu' else w.to(st.batch_device, non_blocking=True)
         self.n_samples += 1
         return batch, rows
 
@@ -202,7 +246,13 @@ class PrioritizedSampler(Sampler):
         i, td = arrays
         g = _NO_GENERATIONS if generations is None else as_generations(generations, len(i), 'cpu').numpy()
         if not len(i): return
-        col, fresh, pri = self._td_host, np.empty(len(i), dtype=np.bool_), np.empty(len(i))
+        col = self._td_host
+        if col is not None and not self._gated:  # TD errors and tree on the host: one compiled pass
+            stale = _nb_update(col, self._handed_np, self._written_np, g, i, td, self.eps, self.alpha, t.host_sums,
+                               t.host_mins, t.size, t.depth, self._top_np)
+            if stale: self._stale_np += stale
+            return
+        fresh, pri = np.empty(len(i), dtype=np.bool_), np.empty(len(i))
         stale, top = _nb_priorities(col if col is not None else np.empty(0, td.dtype), col is not None,
                                     self._handed_np, self._written_np, g, i, td, self.eps, self.alpha, fresh, pri)
         rows, pri = (i[fresh], pri[fresh]) if stale else (i, pri)  # a stale row keeps its priority

@@ -36,6 +36,20 @@ def _host(x) -> np.ndarray:
 
 # %% ../../nbs/06b_memory.sumtree.ipynb #59434aea
 @numba.njit(cache=True, nogil=True)
+def update_parents(sums, mins, depth, nodes, n):
+    "Recompute the ancestors of the first `n` of `nodes` from their children, a level at a time (overwrites `nodes`)"
+    for _ in range(depth):
+        m, last = 0, -1
+        for j in range(n):
+            k = nodes[j] >> 1
+            if k == last: continue  # a parent shared with the node before: done already (all of them, when in order)
+            a, b = mins[2 * k], mins[2 * k + 1]
+            sums[k] = sums[2 * k] + sums[2 * k + 1]
+            mins[k] = a if a < b else b
+            nodes[m], last, m = k, k, m + 1
+        n = m
+
+@numba.njit(cache=True, nogil=True)
 def set_leaves(sums, mins, size, depth, idxs, vals):
     "Set leaves `idxs` to `vals` (in order: the last of repeats wins) and update their ancestors in both trees"
     n = idxs.shape[0]
@@ -44,21 +58,27 @@ def set_leaves(sums, mins, size, depth, idxs, vals):
         k = idxs[j] + size
         sums[k] = vals[j]
         mins[k] = vals[j] if vals[j] > 0 else np.inf
-        nodes[j] = k >> 1
+        nodes[j] = k
+    update_parents(sums, mins, depth, nodes, n)
+
+@numba.njit(cache=True, nogil=True)
+def _nb_span(sums, mins, depth, lo, hi):
+    "Recompute the ancestors of the run of nodes `lo` to `hi` (inclusive) from their children, a level at a time"
     for _ in range(depth):
-        for j in range(n):
-            k = nodes[j]
+        lo, hi = lo >> 1, hi >> 1
+        for k in range(lo, hi + 1):
             a, b = mins[2 * k], mins[2 * k + 1]
             sums[k] = sums[2 * k] + sums[2 * k + 1]
             mins[k] = a if a < b else b
-            nodes[j] = k >> 1
 
 @numba.njit(cache=True, nogil=True)
-def _nb_fill(sums, mins, size, depth, capacity, start, n, value):
-    "Set leaves `start` to `start + n` (wrapping at `capacity`) to `value`"
-    rows = np.empty(n, np.int64)
-    for j in range(n): rows[j] = (start + j) % capacity
-    set_leaves(sums, mins, size, depth, rows, np.full(n, value))
+def fill_leaves(sums, mins, size, depth, capacity, start, n, value):
+    "Set leaves `start` to `start + n` (wrapping at `capacity`) to `value`, then each of their ancestors once"
+    low, end, wrap = value if value > 0 else np.inf, min(start + n, capacity), max(start + n - capacity, 0)
+    for k in range(start + size, end + size): sums[k], mins[k] = value, low
+    for k in range(size, wrap + size): sums[k], mins[k] = value, low
+    if end > start: _nb_span(sums, mins, depth, start + size, end - 1 + size)
+    if wrap: _nb_span(sums, mins, depth, size, wrap - 1 + size)  # recomputes the ancestors the two runs share
 
 @numba.njit(cache=True, nogil=True)
 def _nb_find(sums, size, depth, capacity, qs, out):
@@ -75,12 +95,34 @@ def _nb_find(sums, size, depth, capacity, qs, out):
     for j in range(n): out[j] = min(nodes[j] - size, capacity - 1)
 
 @numba.njit(cache=True, nogil=True)
-def _nb_draw(sums, size, depth, capacity, u, stratified, out):
+def draw_leaves(sums, size, depth, capacity, u, stratified, out):
     "Leaves for uniform draws `u` in [0, 1): masses `u * total`, or `(j + u_j) * total / n` when `stratified`"
     n, total = u.shape[0], sums[1]
     qs = np.empty(n)
     for j in range(n): qs[j] = (j + u[j]) * (total / n) if stratified else u[j] * total
     _nb_find(sums, size, depth, capacity, qs, out)
+
+@numba.njit(cache=True, nogil=True)
+def _nb_power(x, e):
+    "`x ** e` as NumPy raises a float64 array to a scalar: exact shortcuts for `e` in -1, 0, 0.5, 1 and 2, else `pow`"
+    if e == -1.: return 1. / x
+    if e == 0.: return 1.
+    if e == 0.5: return np.sqrt(x)
+    if e == 1.: return x
+    if e == 2.: return x * x
+    return x ** e
+
+@numba.njit(cache=True, nogil=True)
+def leaf_weights(sums, size, idxs, beta, norm, p_min, n_rows, total, out):
+    "Into `out`: `per_weights` of leaves `idxs`, normalized by `p_min` (`norm` 0), the batch's smallest (1) or not (2)"
+    n = idxs.shape[0]
+    if norm == 1:
+        p_min = np.inf
+        for j in range(n): p_min = min(p_min, sums[idxs[j] + size])
+    scale = n_rows / total
+    for j in range(n):
+        p = sums[idxs[j] + size]
+        out[j] = _nb_power(p_min / p, beta) if norm < 2 else _nb_power(p * scale, -beta)
 
 @numba.njit(cache=True, nogil=True)
 def _nb_bad_index(idxs, capacity):
@@ -123,12 +165,12 @@ class SumTree:
     @property
     def total(self) -> float:
         "The sum of all leaves (the root of `sum_tree`; read on the host)"
-        return float(self.sum_tree[1])
+        return float(self.host_sums[1] if self.backend == 'numba' else self.sum_tree[1])
 
     @property
     def min(self) -> float:
         "The smallest positive leaf: the smallest value that can be drawn; `inf` while every leaf is 0"
-        return float(self.min_tree[1])
+        return float(self.host_mins[1] if self.backend == 'numba' else self.min_tree[1])
 
     @property
     def total_tensor(self) -> torch.Tensor:
@@ -232,7 +274,7 @@ class SumTree:
         if self.backend == 'numba':
             v = float(value)
             if not 0 <= v < math.inf: raise ValueError(f'values must be finite and >= 0, got {[v]}')
-            _nb_fill(self.host_sums, self.host_mins, self.size, self.depth, self.capacity, int(start), int(n), v)
+            fill_leaves(self.host_sums, self.host_mins, self.size, self.depth, self.capacity, int(start), int(n), v)
             return self
         rows = torch.arange(start, start + n, device=self.device).remainder_(self.capacity)
         v = value.to(self.device, torch.float64) if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64, device=self.device)
@@ -288,7 +330,7 @@ class SumTree:
         "The leaves for uniform draws `u`, independent or one per slice"
         if self.backend == 'numba':
             out = np.empty(len(u), dtype=np.int64)
-            _nb_draw(self.host_sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
+            draw_leaves(self.host_sums, self.size, self.depth, self.capacity, u.numpy(), stratified, out)
             return torch.from_numpy(out)
         if not stratified: return self._find(u.mul_(self.sum_tree[1]))
         k = torch.arange(len(u), dtype=torch.float64, device=self.device)
