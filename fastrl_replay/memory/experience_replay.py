@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from collections import namedtuple
 from pathlib import Path
+from operator import attrgetter, itemgetter
 import copy, inspect, math, os, shutil, struct
 import numpy as np, torch
 from ..core import BD, ROW_INDEX
@@ -216,11 +217,12 @@ class ColumnStorage(Storage):
         self._rows, self._cols = block, cols
         self._derive()
 
-    _row_gathers = _values = None  # until allocated (`_derive`)
+    _row_gathers = _values = _copies = None  # until allocated (`_derive`)
     _nests = False
     def _derive(self):
-        "What follows from the columns and their arrays: a row's bytes and type, the plans of gathers and one-row adds"
-        self._row_gathers = self._values = None
+        "What follows from the columns and their arrays: a row's bytes and type, the plans of gathers and of adds"
+        self._row_gathers = self._values = self._copies = None
+        self._layout = -1, ()  # a batch's rows, and the dtype and shape of each of its columns `_put_rows` takes
         self._nests = False
         cols, R = self._cols, self._rows
         if cols is None: return
@@ -234,7 +236,7 @@ class ColumnStorage(Storage):
         self._keys = frozenset(c.key for c in cols)
         self._row_plan = [(c.key, _as_is(c), c.np_dtype, c.shape, c) for c in cols]  # what `add_row` checks
         self._row_dsts, self._all_host = [c.np if c.host else c.data for c in cols], all(c.host for c in cols)
-        if self.writer is None: self._values = _value_plan(cols, R)
+        if self.writer is None: self._values, self._copies = _value_plan(cols, R), _copy_plan(cols, R)
 
     def __getstate__(self) -> dict:
         "What a copy or a pickle keeps: the arrays, once each, without the views a copy derives from its own arrays"
@@ -283,6 +285,7 @@ class ColumnStorage(Storage):
     def add(self, batch) -> tuple[int, int]:
         "Check `batch` whole and write it at the pointer; the first row written and the number of rows written"
         if self._values is not None and (p := self._put_values(batch)) >= 0: return p, 1
+        if self._copies is not None and (res := self._put_rows(batch)) is not None: return res
         if self.writer is not None: return self._add_by_writer(batch)
         b = batch_of(batch)
         if self._nests or self._cols is None: b = flat_columns(b)
@@ -296,28 +299,49 @@ class ColumnStorage(Storage):
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
 
     def _put_values(self, b) -> int:
-        "Write `b` if it is one row of tensors or arrays of exactly the columns' dtypes (`_value_plan`); its row, or -1"
+        "Write `b` if it is one row of tensors or arrays in the columns' dtypes and shapes; its row, or -1"
         specs, row, block, width = self._values
         vals = []
         try:
             if len(b) != len(specs): return -1
-            for k, dtype, np_dtype, n, size in specs:
+            for k, dtype, np_dtype, shape, ndim, single in specs:
                 v = b[k]
-                if type(v) is torch.Tensor: exact = v.dtype is dtype and v.numel() == size
-                else: exact = type(v) is np.ndarray and v.dtype is np_dtype and v.size == size
-                if not exact: return -1
-                x = v.tolist()  # the values, read through negated and conjugate views and autograd
-                if len(x) != 1: return -1
-                if n < 0: vals.append(x[0])
-                elif len(x[0]) == n: vals += x[0]
-                else: return -1
-            data = row.pack(*vals)  # refuses values of other shapes, before anything is written
+                t = type(v)
+                if t is not _Tensor and t is not np.ndarray or v.dtype is not (dtype if t is _Tensor else np_dtype):
+                    return -1
+                # the values, read through negated and conjugate views and autograd
+                if single:  # `item` takes one value only: with the number of dimensions, that is the shape
+                    if v.ndim != ndim: return -1
+                    vals.append(v.item())
+                elif v.shape != shape: return -1
+                else: vals += v.tolist()[0]
+            data = row.pack(*vals)
         except Exception: return -1  # not such a row: the checked paths say what is wrong with it
         p = 0 if self.pointer == self.max_sz else self.pointer
         block[p * width:p * width + len(data)] = data
         self.pointer = p + 1
         if self._len < self.max_sz: self._len += 1
         return p
+
+    def _put_rows(self, b) -> tuple[int, int]|None:
+        "Write `b` if it is rows of CPU tensors or arrays in the columns' dtypes and shapes that fit; (row, n) or None"
+        get, dsts = self._copies
+        try:
+            vs = get(b)
+            if len(b) != len(dsts): return None
+            # tensors as arrays, no copies (refused: autograd, negated views, other devices, a mix with arrays)
+            if type(vs[0]) is _Tensor: vs = tuple(map(_Tensor.numpy, vs))
+            found = tuple(map(_dtype_shape, vs))  # NumPy dtypes: an array's, never a tensor's
+            n = found[0][1][0]
+            if self._layout[0] != n: self._layout = n, tuple((c.np_dtype, (n, *c.shape)) for c in self._cols)
+            if found != self._layout[1]: return None
+            srcs = [v if rec is None else v.view(rec) for v, (_, rec) in zip(vs, dsts)]
+        except Exception: return None  # not such a batch: the checked path says what is wrong with it
+        p = 0 if self.pointer == self.max_sz else self.pointer
+        if not 0 < n <= self.max_sz - p: return None
+        for (dst, _), src in zip(dsts, srcs): dst[p:p + n] = src
+        self.pointer, self._len = p + n, min(self._len + n, self.max_sz)
+        return p, n
 
     def advance(self, n:int=1) -> tuple[int, int]:
         "Count `n` rows from the pointer as written, their values put in each `column(k)`; the first row and `n`"
@@ -594,7 +618,7 @@ def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
 
 def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
 
-_DERIVED = ('_row_type', '_row_gathers', '_values', '_row_plan', '_row_dsts')  # what `_derive` makes from the arrays
+_DERIVED = ('_row_type', '_row_gathers', '_values', '_copies', '_layout', '_row_plan', '_row_dsts')  # `_derive`'s
 
 def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"
@@ -643,9 +667,25 @@ def _value_plan(cols:list[_Col], rows:np.ndarray|None) -> tuple|None:
     if [c.offset for c in cols] != [sum(_nbytes(b) for b in cols[:i]) for i in range(len(cols))]:
         return None  # a gap between two columns, which `struct` would write over
     row = struct.Struct('=' + ''.join(f'{math.prod(c.shape)}{_CODES[c.np_dtype]}' for c in cols))
-    specs = [(c.key, c.dtype, c.np_dtype, c.shape[0] if c.shape else -1, math.prod(c.shape))  # -1: a single value
+    specs = [(c.key, c.dtype, c.np_dtype, (1, *c.shape), len(c.shape) + 1, math.prod(c.shape) == 1)  # True: one value
              for c in cols]
     return specs, row, memoryview(rows).cast('B'), rows.strides[0]
+
+_dtype_shape = attrgetter('dtype', 'shape')
+_Tensor = torch.Tensor  # looked up once, for the checks of each value
+
+def _copy_plan(cols:list[_Col], rows:np.ndarray|None) -> tuple|None:
+    "How `+` copies a batch into block `rows`: the getter of its columns, and each column's target and record dtype"
+    if rows is None or not rows.flags.writeable: return None
+    keys = [c.key for c in cols]
+    get = itemgetter(*keys) if len(keys) > 1 else lambda b, k=keys[0]: (b[k],)
+    dsts = []
+    for c in cols:
+        if len(c.shape) == 1 and c.shape[0] > 1:  # a row's values as one record: one copy a row, not one a value
+            rec = np.dtype((np.void, _nbytes(c)))
+            dsts.append((np.ndarray((len(rows), 1), rec, rows, c.offset, (rows.strides[0], rec.itemsize)), rec))
+        else: dsts.append((c.np, None))
+    return get, dsts
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #026d366e
 def _many_rows(b:Mapping, col) -> bool:
