@@ -8,15 +8,17 @@ environment, torch on one thread. Runs are interleaved seed by seed ('sb3', 'our
 `DictReplayBuffer`, no relabelling) so the load of a shared machine falls on all alike. Each run reports the success
 rate of its last 50 training episodes, the success rate of 50 greedy episodes after training, and the environment
 steps per second of `learn` (wall clock and process CPU time). The memory cost is counted apart: the bytes of the arrays
-a full `HerReplayBuffer` / `DictReplayBuffer` of `capacity` transitions holds, per transition (SB3's info dicts
-included).
+a full `HerReplayBuffer` / `DictReplayBuffer` of `capacity` transitions holds, per transition (each array's memory
+once, info dicts included), and those of the memories our `dqn_learner` makes for the same task, with and without HER.
 
     python bench/her_bench.py --seeds 0 1 2 --steps 6000 --out bench/stored/15_her.json
     python bench/her_bench.py --quick            # 1 seed, 600 steps, 8 bits
     python bench/her_bench.py --learners --seeds 0 1 2 3 4 --out bench/stored/15_her.json  # our DQN, SAC, TD3
     python bench/her_bench.py --versus --seeds 0 1 2 3 4 --out bench/stored/15_her.json  # SB3's agents against ours
+    python bench/her_bench.py --bytes-only --out bench/stored/15_her.json  # the bytes per transition alone
 """
 import argparse, json, os, resource, statistics, sys, time
+from types import SimpleNamespace
 from pathlib import Path
 from machine import machine_record  # first: the load average as the run starts
 import gymnasium as gym, numpy as np, torch
@@ -58,33 +60,83 @@ def run(lib:str, seed:int, steps:int, n_bits:int) -> dict:
     return dict(lib=lib, seed=seed, steps=steps, n_bits=n_bits, train_success=float(np.mean(model.ep_success_buffer)),
                 greedy_success=ok / 50, steps_per_s_wall=steps / w, steps_per_s_cpu=steps / c, wall_s=w)
 
-def _nbytes(obj) -> int:
-    "Bytes of the arrays and tensors an object's attributes hold (one level into dicts), each once"
-    seen, total = set(), 0
-    vals = [v for v in vars(obj).values()]
-    vals += [x for v in list(vals) if isinstance(v, dict) for x in v.values()]
-    for v in vals:
-        base = v.base if isinstance(v, np.ndarray) and v.base is not None else v
-        if id(base) in seen: continue
-        seen.add(id(base))
-        if isinstance(v, np.ndarray):
-            total += base.nbytes if isinstance(base, np.ndarray) else v.nbytes
-            if v.dtype == object: total += sum(sys.getsizeof(x) for x in v.ravel())  # SB3's info dicts
-        elif isinstance(v, torch.Tensor): total += v.untyped_storage().nbytes()
-    return total
+def _arrays(d) -> list:
+    "The arrays and tensors in nested dicts, lists and tuples `d`"
+    if isinstance(d, (np.ndarray, torch.Tensor)): return [d]
+    vals = d.values() if isinstance(d, dict) else d if isinstance(d, (list, tuple)) else ()
+    return [a for v in vals for a in _arrays(v)]
+
+def _nbytes(*objs) -> int:
+    "Bytes of the arrays and tensors the attributes of `objs` hold (one level into dicts), memory shared counted once"
+    spans, extra = [], 0  # (address, bytes) of each array's memory; the Python objects of object arrays
+    for obj in objs:
+        vals = list(vars(obj).values())
+        for v in vals + [x for v in vals if isinstance(v, dict) for x in v.values()]:
+            if isinstance(v, torch.Tensor): spans.append((v.untyped_storage().data_ptr(), v.untyped_storage().nbytes()))
+            elif isinstance(v, np.ndarray):
+                root = v
+                while isinstance(root.base, np.ndarray): root = root.base
+                spans.append((root.__array_interface__['data'][0], root.nbytes))
+                if v.dtype == object: extra += sum(sys.getsizeof(x) for x in v.ravel())  # SB3's info dicts
+    total, end = 0, 0
+    for start, n in sorted(spans):  # their union: a NumPy view of a tensor's memory counts once
+        total += max(start + n - max(start, end), 0)
+        end = max(end, start + n)
+    return total + extra
+
+def core_bytes(memory, *more) -> int:
+    "Bytes of a core memory's arrays (its storage's state's, its sampler's and a base sampler's), and of `more`"
+    sp = memory.sampler
+    rows = SimpleNamespace(**{str(i): a for i, a in enumerate(_arrays(memory.storage.state_dict()))})
+    return _nbytes(rows, sp, *([sp.base] if 'base' in vars(sp) else []), *more)
 
 def bytes_per_transition(cls, capacity:int, n_bits:int) -> float:
-    "Bytes per transition of a full buffer of `capacity` bit-flipping transitions: its arrays (ours: the core's)"
+    "Bytes per transition of a full buffer of `capacity` bit-flipping transitions: its arrays, info dicts included"
     venv = DummyVecEnv([env_fn(n_bits)])
     kw = dict(env=venv) if cls in (SB3Her, OurHer) else {}
     rb = cls(capacity, venv.observation_space, venv.action_space, device='cpu', **kw)
     if not hasattr(rb, 'replay'): return _nbytes(rb) / capacity
-    st, sp = rb.replay.storage, rb.replay.sampler
-    rows = st._rows.nbytes if st._rows is not None else sum(st.column(k).untyped_storage().nbytes() for k in st.keys)
-    return (rows + _nbytes(sp) + (_nbytes(sp.base) if hasattr(sp, 'base') else 0)) / capacity
+    return core_bytes(rb.replay, SimpleNamespace(infos=getattr(rb, 'infos', None))) / capacity
+
+def learner_bytes(her:bool, capacity:int, n_bits:int) -> float:
+    "Bytes per transition of the memory our `dqn_learner` makes for bit flipping (`BitFlip-v0`), with or without HER"
+    from fastrl_replay.agents.dqn import dqn_learner
+    from fastrl_replay.envs.goal import BIT_FLIP
+    relabel = dict(strategy='future', n_sampled_goal=4) if her else None
+    learn = dqn_learner(gym.make(BIT_FLIP, n_bits=n_bits), n_steps=1 if her else None, steps_per_epoch=100,
+                        replay=dict(max_sz=capacity, her=relabel), valid=dict(n_episodes=0))
+    memory = learn.experience_replay.memory
+    memory + learn.dls.train.dataset.batch(1)  # a column storage allocates its columns with the first batch
+    return core_bytes(memory) / memory.max_sz
+
+MEMORIES = (('sb3_her', SB3Her), ('ours_her', OurHer), ('sb3_dict', SB3Dict), ('ours_dict', OurDict))
+
+def memory_bytes(capacity:int, n_bits:int) -> dict:
+    "Bytes per transition of each buffer of `MEMORIES`, and of our learner's memories without and with HER"
+    mem = {name: bytes_per_transition(cls, capacity, n_bits) for name, cls in MEMORIES}
+    return mem | {f'ours_learner_{k}': learner_bytes(k == 'her', capacity, n_bits) for k in ('dict', 'her')}
 
 NAMES = dict(sb3="SB3's `HerReplayBuffer`", ours='ours (`fastrl_replay.compat.sb3.HerReplayBuffer`)',
              none="none (SB3's `DictReplayBuffer`, no relabelling)")
+
+def bytes_text(capacity:int, n_bits:int, mem:dict) -> str:
+    "The paragraph of the page that gives the bytes per transition of each memory"
+    b = {k: f'{v:.0f}' for k, v in mem.items()}
+    text = (f"Bytes per transition: the arrays of a full memory of {capacity:,} transitions of {n_bits}-bit flipping "
+            f"(a Dict observation of {3 * n_bits} bytes), each array counted once (`--bytes-only` measures them "
+            f"alone). SB3's `DictReplayBuffer` {b['sb3_dict']}: each observation twice, the action (int64), and the "
+            f"reward, done and timeout as float32. Ours {b['ours_dict']}: the same observations, action and reward, "
+            "done and timeout as int8 flags, side by side in one block of rows, and nothing per row in its sampler "
+            f"(SB3's buffers take no TD errors back). SB3's `HerReplayBuffer` {b['sb3_her']}: its `DictReplayBuffer`'s "
+            f"arrays, two int64 episode arrays and an info dict per transition; ours {b['ours_her']}: the columns of "
+            "ours without HER and three int64 of episode bookkeeping per row, info dicts only with `copy_info_dict`.")
+    if 'ours_learner_dict' in mem:
+        text += (f" Our own `dqn_learner` stores what its data loop gives each transition: {b['ours_learner_dict']} "
+                 f"without HER (three-step transitions: both observations, the action, reward and discount, three end "
+                 "flags, the episode, step and environment ids as int64, and per row the sampler's TD error, hand-out "
+                 f"mark and int32 write generation), {b['ours_learner_her']} with HER (the same and the episode "
+                 "bookkeeping).")
+    return text
 
 def page(settings:dict, runs:list, summary:dict, mem:dict) -> dict:
     "The title, date, command and text (markdown) of the result on the benchmarks page"
@@ -106,8 +158,7 @@ def page(settings:dict, runs:list, summary:dict, mem:dict) -> dict:
         text += (f"\n\nOurs over SB3's speed: {summary['speed_ratio_ours_over_sb3_cpu']:.2f}x in CPU time, "
                  f"{summary['speed_ratio_ours_over_sb3_wall']:.2f}x in wall-clock, all of it DQN and environment as "
                  'well as the buffer.')
-    text += (f"\n\nBytes per transition: the arrays of a full buffer of {a['capacity']:,} transitions; without HER, "
-             f"SB3's `DictReplayBuffer` {mem['sb3_dict']:.0f}, ours {mem['ours_dict']:.0f}.")
+    text += '\n\n' + bytes_text(a['capacity'], a['n_bits'], mem)
     return dict(title="Hindsight replay on bit flipping: SB3's DQN with SB3's HerReplayBuffer and with ours",
                 date=time.strftime('%Y-%m-%d'), text=text,
                 command=f"python bench/her_bench.py --seeds {' '.join(map(str, a['seeds']))} --steps {a['steps']} "
@@ -378,6 +429,17 @@ def versus_main(a):
         res = json.loads(a.out.read_text()) if a.out.exists() else {}
         a.out.write_text(json.dumps(with_versus(res, section), indent=1) + '\n')
 
+def bytes_main(a):
+    "Measure only the bytes per transition; store them in `a.out` with its page text remade from its stored runs"
+    res = json.loads(a.out.read_text()) if a.out and a.out.exists() else {}
+    s = res.get('settings', {})
+    mem = memory_bytes(s.get('capacity', a.capacity), s.get('n_bits', a.n_bits))  # the stored text's settings
+    print(json.dumps(mem, indent=1))
+    if not a.out: return
+    res['bytes_per_transition'] = mem
+    if 'runs' in res: res = with_versus(res | dict(text=page(s, res['runs'], res['summary'], mem)['text']), None)
+    a.out.write_text(json.dumps(res, indent=1) + '\n')
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
@@ -393,7 +455,10 @@ def main():
     p.add_argument('--ac-steps', type=int, default=3000)
     p.add_argument('--versus', action='store_true', help="SB3's DQN and SAC with SB3's HER against our learners")
     p.add_argument('--sac-seeds', type=int, nargs='+', default=[0, 1, 2])
+    p.add_argument('--bytes-only', action='store_true',
+                   help="only the bytes per transition, into --out and its text (at its stored capacity and bits)")
     a = p.parse_args()
+    if a.bytes_only: return bytes_main(a)
     if a.learners: return learners_main(a)
     if a.versus: return versus_main(a)
     if a.quick: a.seeds, a.steps, a.n_bits, a.capacity = [0], 600, 8, 2000
@@ -401,8 +466,7 @@ def main():
     for s in a.seeds:
         for lib in a.libs:
             runs.append(run(lib, s, a.steps, a.n_bits)); print(json.dumps(runs[-1]), flush=True)
-    mem = {name: bytes_per_transition(cls, a.capacity, a.n_bits)
-           for name, cls in (('sb3_her', SB3Her), ('ours_her', OurHer), ('sb3_dict', SB3Dict), ('ours_dict', OurDict))}
+    mem = memory_bytes(a.capacity, a.n_bits)
     by = lambda lib, k: [r[k] for r in runs if r['lib'] == lib]
     summary = {lib: dict(train_success=statistics.mean(by(lib, 'train_success')),
                          greedy_success=statistics.mean(by(lib, 'greedy_success')),

@@ -150,13 +150,15 @@ def test_cpprb_uniform_sample_stamps_the_rows_it_draws():
     assert drawn == [4, 5, 0]
     assert r.replay.sampler.handed.tolist() == [OUT if i in drawn else NEW for i in range(6)]
 
-def test_sb3_uniform_sample_stamps_the_rows_it_draws():
+def test_sb3_uniform_sampler_keeps_nothing_per_row():
+    "SB3's buffers take no TD errors back: the uniform adapter's sampler keeps no marks, generations nor TD errors"
     buf = SB3Buffer(6, spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2), device='cpu', seed=0)
     for t in range(6): buf.add(np.array([[t]], np.float32), np.array([[t + 1]], np.float32), np.array([0]), np.array([0.]), np.array([False]), [{}])
-    assert buf.replay.sampler.handed.tolist() == [NEW] * 6
     drawn = buf.sample(3).observations[:, 0].long().tolist()  # row i holds observation i
     assert drawn == [4, 5, 0]
-    assert buf.replay.sampler.handed.tolist() == [OUT if i in drawn else NEW for i in range(6)]
+    s = buf.replay.sampler
+    assert not s.per_row and not any(hasattr(s, k) for k in ('handed', 'written', '_td'))
+    with pytest.raises(ExperienceReplayException, match='keeps no TD errors'): buf.replay.update_td([1.], [4])
 
 def test_sb3_prioritized_update_td_with_generations():
     buf = SB3Prioritized(4, spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2), device='cpu', seed=0)
@@ -234,3 +236,43 @@ def test_local_ray_replay_passes_generations():
         assert sum(s.memory.sampler.n_stale for s in r.shards) == 8
         assert [s.memory.td_errors.tolist() for s in r.shards] == [[5. if i in rows[shard == j].tolist() else 0. for i in range(4)] for j in range(2)]
     finally: r.close()
+
+import warnings
+INT32 = torch.iinfo(torch.int32)
+
+@pytest.mark.parametrize('kind', MEMORIES)
+@pytest.mark.parametrize('n', [1, 3])  # one row (its own path) and a compiled run of rows
+def test_generations_are_int32_that_wrap_and_still_tell_a_late_update(kind, n):
+    m = MEMORIES[kind]() + synth_transitions(4)
+    assert m.sampler.written.dtype == torch.int32
+    m.sampler.written[:] = INT32.max  # slots written 2 ** 31 - 1 times: the next write wraps to the smallest int32
+    _, i, g = m.sample(generations=True)
+    assert set(g.tolist()) == {INT32.max}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # NumPy's note that the one-row path's int32 wrapped
+        m + synth_transitions(n, start=4)
+    assert m.sampler.written.tolist() == [INT32.min] * n + [INT32.max] * (4 - n)
+    m.update_td(torch.ones(8), i, g)  # rows written since were handed out at INT32.max: dropped; the others kept
+    assert m.sampler.n_stale == sum(r < n for r in i.tolist())
+    assert m.td_errors.tolist() == [0.] * n + [1. if r in i.tolist() else 0. for r in range(n, 4)]
+
+def test_an_older_state_s_int64_generations_load_wrapped_and_bad_ones_are_refused():
+    m = ExperienceReplay(bs=2, max_sz=4, warmup_sz=1, seed=0) + synth_transitions(4)
+    state = m.state_dict()
+    old = {**state, 'sampler': {**state['sampler'], 'written': torch.tensor([1, 2 ** 31 + 5, 2 ** 40, 0])}}
+    twin = ExperienceReplay(bs=2, max_sz=4, warmup_sz=1, seed=0)
+    twin.load_state_dict(old)
+    assert twin.sampler.written.dtype == torch.int32 and twin.sampler.written.tolist() == [1, INT32.min + 5, 0, 0]
+    before = twin.sampler.written.clone()
+    for bad in (torch.tensor([1, 2, 3, -1]), torch.tensor([1., 2., 3., 4.]), np.array([1, 2, 3, 4], np.uint32),
+                torch.tensor([1, 2, 3], dtype=torch.int32)):
+        with pytest.raises(ExperienceReplayException, match='write generations'):
+            twin.load_state_dict({**state, 'sampler': {**state['sampler'], 'written': bad}})
+        assert torch.equal(twin.sampler.written, before)
+
+def test_the_tensor_path_counts_generations_up_with_the_same_wrap():
+    "Samplers whose marks live on an accelerator count with tensors: the same int32 wrap as the host's compiled pass"
+    from fastrl_replay.memory.core import _next_generation
+    g = torch.tensor([INT32.max, INT32.min, -1, 0, 41], dtype=torch.int32)
+    assert _next_generation(g).tolist() == [INT32.min, INT32.min + 1, 0, 1, 42]
+    assert _next_generation(g).dtype == torch.int32

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.her.her_replay_buffer import HerReplayBuffer as SB3HerReplayBuffer
 from stable_baselines3.her.goal_selection_strategy import KEY_TO_GOAL_STRATEGY
 from stable_baselines3.common.vec_env import VecNormalize
-from ..errors import ExperienceReplayException, is_int, check_positive
+from ..errors import ExperienceReplayException, is_int, check_positive, new_generator, dtype_name
 from ..memory.checks import as_idxs, TORCH_DTYPES, host_array
 from ..memory.core import Replay, Sampler
 from ..memory.experience_replay import ColumnStorage
@@ -39,6 +39,7 @@ __all__ = ['SlotSampler', 'ReplayBuffer', 'PrioritizedReplayBufferSamples', 'Pri
 # %% ../../nbs/13b_compat.sb3.ipynb #a34302ba
 class SlotSampler(NumpySampler):
     "SB3's draws: a slot of `n_envs` rows, then one of its environments, each with NumPy's `randint`; with `skip_pointer`, never the slot about to be overwritten"
+    per_row = False  # SB3's buffers take no TD errors back: no TD errors, hand-out marks nor generations per row
     def __init__(self,
                  n_envs:int=1, # Rows per slot: one per environment
                  skip_pointer:bool=False, # In a full storage, never draw the slot the next add overwrites (SB3's `optimize_memory_usage`)
@@ -64,9 +65,52 @@ class SlotSampler(NumpySampler):
 
     def draw(self, n:int) -> torch.Tensor:
         s = self.slots(n)
-        idxs = torch.from_numpy((s * self.n_envs + self.envs(len(s))).astype(np.int64, copy=False))
-        self.stamp(idxs)
-        return idxs
+        return torch.from_numpy((s * self.n_envs + self.envs(len(s))).astype(np.int64, copy=False))
+
+    def attach(self, storage):
+        "Use `storage`: the generator every sampler has, and nothing per row"
+        self.generator = new_generator(self.generator, self.seed, self.draws_on(storage))
+        self.storage = storage
+        storage.reserve(self.reserved)
+
+    def added(self, start:int, n:int): "Rows were written: nothing is kept per row"
+    def stamp(self, idxs): "Rows were handed out: nothing is kept per row"
+    def stamp_all(self): "Nothing is kept per row"
+    def copy_rows(self, src, rows): "Nothing is kept per row to take over"
+    n_stale = 0  # no update is skipped: none is taken
+
+    @property
+    def td_errors(self) -> torch.Tensor:
+        "No TD errors are kept: zeros, one per row"
+        return torch.zeros(self.storage.max_sz, dtype=torch.float32, device=self.storage.device)
+
+    def _keeps_none(self, *args, **kwargs):
+        raise ExperienceReplayException("a SlotSampler keeps no TD errors nor write generations: SB3's buffers take "
+                                        'none back (`PrioritizedReplayBuffer` does)')
+    take_td = update_td = generations = fresh = fresh_host = _keeps_none
+
+    def state_dict(self) -> dict:
+        "The generators' states: nothing per row"
+        return {'kind': type(self).__name__, 'generator': self.generator.get_state(),
+                'numpy': None if self._rs is None else self._rs.get_state()}
+
+    def check_state(self, state:dict):
+        "Raise unless `state` loads here: an older one's per-row arrays are dropped, its TD errors only if all 0"
+        Sampler.check_state(self, {**state, **dict.fromkeys(('td', 'handed', 'written', 'written_at', 'sampled_at'))})
+        if not _no_td(state.get('td')):
+            raise ExperienceReplayException("the state holds TD errors, which a SlotSampler does not keep: SB3's "
+                                            'buffers take none back')
+
+    def load_state_dict(self, state:dict):
+        self.check_state(state)
+        self.generator.set_state(state['generator'])
+        if self._rs is not None and state.get('numpy') is not None: self._rs.set_state(tuple(state['numpy']))
+
+def _no_td(td) -> bool:
+    "Whether `td`, the TD errors an older sampler state kept, is none or all zeros (a float tensor or array)"
+    if td is None: return True
+    if isinstance(td, np.ndarray) and td.dtype.kind == 'f': td = torch.from_numpy(td)
+    return isinstance(td, torch.Tensor) and td.is_floating_point() and not bool(td.any())
 
 register_kind(SlotSampler)  # checkpoints may name it
 
@@ -386,10 +430,10 @@ class DictReplayBuffer(SB3DictReplayBuffer):
         self.replay = self._new_replay()
 
     def _columns(self) -> dict:
-        "The columns of one transition: `(shape, dtype)` by flat name"
-        f32 = ((), np.dtype(np.float32))
+        "The columns of one transition: `(shape, dtype)` by flat name; `done` and `timeout` are int8 flags"
+        f32, flag = ((), np.dtype(np.float32)), ((), np.dtype(np.int8))
         return {**{f'{o}.{k}': v for o in ('state', 'next_state') for k, v in self._keys.items()},
-                'action': self._act, 'reward': f32, 'done': f32, 'timeout': f32}
+                'action': self._act, 'reward': f32, 'done': flag, 'timeout': flag}
 
     def _new_memory(self, storage:ColumnStorage) -> Replay:
         return Replay(storage, SlotSampler(self.n_envs), bs=1, warmup_sz=0)
@@ -427,10 +471,11 @@ class DictReplayBuffer(SB3DictReplayBuffer):
         n = self.n_envs
         t = [i.get('TimeLimit.truncated', False) for i in infos] if self.handle_timeout_termination else [False] * n
         try: rest = dict(action=np.asarray(action).reshape(n, *self._act[0]),
-                         reward=np.asarray(reward, np.float32).reshape(n), done=np.asarray(done, np.float32).reshape(n),
-                         timeout=np.asarray(t, np.float32).reshape(n))
+                         reward=np.asarray(reward, np.float32).reshape(n), done=np.asarray(done).reshape(n),
+                         timeout=np.asarray(t).reshape(n))
         except (ValueError, TypeError) as e:
             raise ExperienceReplayException(f'add: one value per environment ({n}): {e}') from None
+        rest['done'], rest['timeout'] = _flags('done', rest['done']), _flags('infos', rest['timeout'])
         return dict(state=self._obs('obs', obs), next_state=self._obs('next_obs', next_obs), **rest)
 
     def add(self,
@@ -452,7 +497,7 @@ class DictReplayBuffer(SB3DictReplayBuffer):
         t = lambda x: self.to_torch(x)
         return DictReplayBufferSamples(observations={k: t(v) for k, v in o.items()}, actions=t(b['action'].numpy()),
                                        next_observations={k: t(v) for k, v in no.items()},
-                                       dones=t((b['done'] * (1 - b['timeout'])).numpy().reshape(-1, 1)),
+                                       dones=t((b['done'] * (1 - b['timeout'])).float().numpy().reshape(-1, 1)),
                                        rewards=t(self._normalize_reward(b['reward'].numpy().reshape(-1, 1), env)))
 
     def sample(self, batch_size:int, env:VecNormalize|None=None) -> DictReplayBufferSamples:
@@ -479,8 +524,28 @@ class DictReplayBuffer(SB3DictReplayBuffer):
         state = d.pop('replay_state')
         self.__dict__.update(d)
         self.replay = self._new_replay()
-        self.replay.load_state_dict(state)
+        self.replay.load_state_dict(_flag_state(state, self.replay.max_sz))
         self._take_views(self.replay)  # loading allocates the columns anew
+
+def _flags(name:str, a:np.ndarray) -> np.ndarray:
+    "Flags `a` (bools, or numbers 0 and 1) as the int8 of the `done` and `timeout` columns; raise otherwise"
+    if a.dtype != np.bool_ and (a.dtype.kind not in 'iuf' or ((a != 0) & (a != 1)).any()):
+        raise ExperienceReplayException(f'{name}: expected a flag per environment, 0 or 1 (or bools), got {a.tolist()}')
+    return a.astype(np.int8)
+
+def _flag_state(state:dict, max_sz:int) -> dict:
+    "A pickled core memory's `state`; an older adapter's (float32 `done` and `timeout`) with those columns as flags"
+    st = state.get('storage') if isinstance(state, Mapping) else None
+    spec = st.get('columns') if isinstance(st, Mapping) else None
+    if not isinstance(spec, Mapping) or not all(isinstance(spec.get(k), Mapping) and spec[k].get('dtype') == 'float32'
+                                                for k in ('done', 'timeout')): return state
+    old = ColumnStorage(max_sz)
+    old.load_state_dict(st)  # checked whole
+    cols = {k: old.column(k) for k in old.keys}
+    for k in ('done', 'timeout'): cols[k] = torch.from_numpy(_flags(f'the pickled {k!r} column', cols[k].numpy()))
+    spec = {k: dict(shape=tuple(v.shape[1:]), dtype=dtype_name(v.dtype), data=v) for k, v in cols.items()}
+    storage = dict(kind=st['kind'], max_sz=max_sz, pointer=st['pointer'], len=st['len'], columns=spec)
+    return {**state, 'storage': storage}
 
 # %% ../../nbs/13b_compat.sb3.ipynb #606186d6
 class HerReplayBuffer(DictReplayBuffer, SB3HerReplayBuffer):
@@ -504,7 +569,9 @@ class HerReplayBuffer(DictReplayBuffer, SB3HerReplayBuffer):
         self._strategy = str(s).lower()
         super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
                          handle_timeout_termination)
-        self.infos = np.array([[{} for _ in range(self.n_envs)] for _ in range(self.buffer_size)])  # SB3's
+        # SB3's info dicts, kept only to be copied for `compute_reward`
+        self.infos = (np.array([[{} for _ in range(self.n_envs)] for _ in range(self.buffer_size)]) if copy_info_dict
+                      else None)
 
     def add(self, obs, next_obs, action, reward, done, infos):
         "Add one step of each environment (`DictReplayBuffer.add`), and its info dicts with `copy_info_dict`"

@@ -176,6 +176,7 @@ class Sampler:
     reserved = {}  # columns `sample` adds to a batch, with why
     prioritized = False  # draws by priority, with importance weights
     shardable = True  # can run in a replay shard in another process (False when it calls back into the learner)
+    per_row = True  # keeps TD errors, hand-out marks and write generations per row (False: none, takes no TD errors)
     def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
     def __init__(self,
                  generator:torch.Generator|None=None, # Random generator, on the device the sampler draws on
@@ -199,8 +200,8 @@ class Sampler:
         dev = self.generator.device  # the marks live where the draws are made
         self.handed = torch.zeros(storage.max_sz, dtype=torch.int8, device=dev)  # each row's NEW, OUT or STALE
         self._n_stale = torch.zeros((), dtype=torch.int64, device=dev)
-        self.written = torch.zeros(storage.max_sz, dtype=torch.int64,
-                                   device=dev)  # each row's write generation: how many times its slot was written
+        # each row's write generation: the writes to its slot, counted in int32 with wraparound (only equality is asked)
+        self.written = torch.zeros(storage.max_sz, dtype=torch.int32, device=dev)
         self._handed_np, self._stale_np = (self.handed.numpy(), self._n_stale.numpy()) if dev.type == 'cpu' else (None,
                                                                                                                   None)
         self._written_np = self.written.numpy() if dev.type == 'cpu' else None
@@ -225,7 +226,7 @@ class Sampler:
         else:
             w, m = self.written, len(td)
             for a, b in ((start, min(end, m)), (0, max(end - m, 0))):
-                if b > a: td[a:b] = 0; w[a:b] += 1; _overwritten(marks[a:b])
+                if b > a: td[a:b] = 0; w[a:b] = _next_generation(w[a:b]); _overwritten(marks[a:b])
 
     def stamp(self, idxs:torch.Tensor):
         "Mark rows `idxs` (on the generator's device) handed out: updates count until overwritten; `draw` calls it"
@@ -344,14 +345,12 @@ class Sampler:
                                                 f'this sampler keeps ({len(self.handed)},) {str(want)[6:]}')
             if k == 'handed' and not bool(((torch.as_tensor(a) >= NEW) & (torch.as_tensor(a) <= STALE)).all()):
                 raise ExperienceReplayException(f'the state holds hand-out marks outside {NEW}..{STALE}')
-        w = state.get('written')  # a checkpoint from before write generations has none: they start at 0
-        if w is not None and (not isinstance(w,
-                                             (torch.Tensor, np.ndarray)) or tuple(w.shape) != tuple(self.written.shape)
-                              or torch.as_tensor(w).dtype != torch.int64 or bool((torch.as_tensor(w) < 0).any())):
+        w = state.get('written')  # none before write generations (they start at 0); int64 >= 0 before they were int32
+        if w is not None and not _generations_fit(w, len(self.written)):
             raise ExperienceReplayException('the state holds write generations of shape '
                                             f'{tuple(getattr(w, "shape", ()))} '
                                             f'{getattr(w, "dtype", type(w).__name__)}, this sampler keeps '
-                                            f'({len(self.written)},) int64 >= 0')
+                                            f'({len(self.written)},) int32 (int64 >= 0 in older states)')
     def load_state_dict(self, state:dict):
         self.check_state(state)
         self.generator.set_state(state['generator'])
@@ -364,8 +363,23 @@ class Sampler:
         self.handed.copy_(handed_marks(state, len(self.handed)))
         w = state.get('written')
         if w is None: self.written.zero_()
-        else: self.written.copy_(torch.as_tensor(w))
+        else: self.written.copy_(_as_int32(torch.as_tensor(w)))  # an older state's int64 counts, wrapped
         self._n_stale.fill_(int(state.get('n_stale', 0)))
+
+def _as_int32(g:torch.Tensor) -> torch.Tensor:
+    "Write generations `g` as int32, wrapped as the counts wrap (an older state's int64 ones, modulo 2 ** 32)"
+    return g if g.dtype == torch.int32 else ((g.long() + 2 ** 31) % 2 ** 32 - 2 ** 31).to(torch.int32)
+
+def _next_generation(g:torch.Tensor) -> torch.Tensor:
+    "Write generations `g` (int32) each counted up once, wrapping past the largest int32 to the smallest"
+    return _as_int32(g.long() + 1)
+
+def _generations_fit(w, n:int) -> bool:
+    "Whether `w` holds `n` write generations: int32, or the int64 >= 0 of an older state"
+    if not isinstance(w, (torch.Tensor, np.ndarray)) or tuple(w.shape) != (n,): return False
+    w = torch.as_tensor(w) if isinstance(w, torch.Tensor) or w.dtype.kind in 'iu' else None
+    if w is None or w.dtype not in (torch.int32, torch.int64): return False
+    return w.dtype == torch.int32 or not bool((w < 0).any())
 
 _NEVER = torch.iinfo(torch.int64).max  # the hand-out time of a row never handed out, in states that kept clocks
 
@@ -423,6 +437,10 @@ class ReplayMemory(Protocol):
     def load_state_dict(self, state:dict): "Restore what `state_dict` returned"
 
 # %% ../../nbs/06_memory.core.ipynb #1db017b4
+def _no_per_row(sampler:Sampler, instead:str) -> ExperienceReplayException:
+    "The error for asking TD errors or write generations of a sampler that keeps no per-row state"
+    return ExperienceReplayException(f'a {type(sampler).__name__} keeps no TD errors nor write generations: {instead}')
+
 class Replay:
     "A replay memory made of a storage and a sampler: `+` adds, `sample` draws, `update_td` writes TD errors back"
     def __init_subclass__(cls, **kwargs): super().__init_subclass__(**kwargs); own_kind(cls)
@@ -490,6 +508,7 @@ class Replay:
 
     def _add_with_td(self, b:Mapping) -> Replay:
         "Add a batch with a `td_error` column: rows to the storage, TD errors (checked first) to the sampler"
+        if not self.sampler.per_row: raise _no_per_row(self.sampler, f'add rows without a {TD_KEY!r} column')
         rest = {k: v for k, v in b.items() if k != TD_KEY}
         td = batch_td(b[TD_KEY], rest)
         start, n = self.storage.add(rest)
@@ -505,7 +524,9 @@ class Replay:
         "Add one transition in place and return the memory"
         t = as_transition(transition, self.fields)
         td = None
-        if TD_KEY in t: t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
+        if TD_KEY in t:
+            if not self.sampler.per_row: raise _no_per_row(self.sampler, f'append a transition without {TD_KEY!r}')
+            t, td = {k: v for k, v in t.items() if k != TD_KEY}, row_td(t[TD_KEY])
         with self.lock:
             start, n = self.storage.add_row(t)
             if n:
@@ -535,6 +556,7 @@ class Replay:
             if len(self) < max(self.warmup_sz, 1):
                 raise WarmupNotReached(f'the memory holds {len(self)} rows and sampling needs {max(self.warmup_sz, 1)}')
             if not generations: return self.sampler.sample(bs)
+            if not self.sampler.per_row: raise _no_per_row(self.sampler, 'sample without generations')
             batch, idxs = self.sampler.sample(bs)
             return batch, idxs, self.sampler.generations(idxs)
 
