@@ -416,9 +416,12 @@ def _frames_text(fr:dict) -> str:
         su = f"{v['sample_update_ms']:.2f}" if 'sample_update_ms' in v else '–'
         rows.append(f"| {tier} | {kind} | {order} | {v['bytes_held']:,.1f} | {v['bytes_state_dict']:,.1f} | "
                     f"{v['bytes_rss']:,.1f} | {v['adds_per_s']:,.0f} | {v['sample_ms']:.2f} | {su} |")
-    extra = {(t, o): r[f'{t} slices 32x10 {o}']['bytes_held'] - r[f'{t} transitions {o}']['bytes_held']
-             for t in ('plain', 'compressed') for o in ('uniform', 'prioritized')}
-    more = lambda x: f"{abs(x):.1f} bytes a step {'more' if x > 0 else 'less'}"
+    extra = {(t, o, k): r[f"{t} slices {k} {o}"]["bytes_held"] - r[f"{t} transitions {o}"]["bytes_held"]
+             for t in ("plain", "compressed") for o in ("uniform", "prioritized") for k in ("32x10", "8x(20+40)")}
+    x = lambda t, o, k="32x10": extra[t, o, k]  # bytes a step a slice memory holds over the transition memory
+    def more(d):
+        return ('as many bytes a step as' if abs(d) < 0.05 else
+                f"{abs(d):.1f} bytes a step {'more' if d > 0 else 'less'} than")
     load = fr['machine']['load']
     times = '; '.join(f"{tier}: {ratio(tier, 'uniform', 'sample_ms'):.2f}x uniform, "
                       f"{ratio(tier, 'prioritized', 'sample_update_ms'):.2f}x prioritized with the update"
@@ -436,14 +439,21 @@ def _frames_text(fr:dict) -> str:
             f"writes to its frame array's pages.\n\n"
             f"Bytes per stored step held (the storage's `nbytes` and every array of its sampler), slices against "
             f"transitions: " + '; '.join(per_tier) + f". A uniform slice memory holds "
-            f"{more(extra['plain', 'uniform'])} than a uniform transition memory ({extra['compressed', 'uniform']:+.1f} on the compressed tier): its "
-            f"sampler keeps each row's step in its episode (int32), whether the row anchors a slice and whether the "
-            f"storage can build it (a byte each), and a count of anchors per block of 64 rows, from which an anchor is "
-            f"drawn uniformly without weights. A prioritized slice memory holds {more(extra['plain', 'prioritized'])} "
-            f"than a prioritized transition memory ({extra['compressed', 'prioritized']:+.1f} on the compressed "
-            f"tier): both keep a sum tree and float64 priorities, the slice sampler also the per-row steps and flags. "
-            f"The walk over `state_dict()` (the runs' "
-            f"`memory_bytes_per_transition`) leaves out the slice sampler's per-row anchor arrays (rebuilt on load); "
+            f"{more(x('plain', 'uniform'))} a uniform transition memory ({x('compressed', 'uniform'):+.1f} "
+            f"on the compressed tier; the slices of 20 + 40 at stride 20: "
+            f"{x('plain', 'uniform', '8x(20+40)'):+.2f} and "
+            f"{x('compressed', 'uniform', '8x(20+40)'):+.2f}): over frames its sampler keeps no per-row "
+            f"state beyond the transition sampler's (TD errors, write generations, hand-out marks). It draws rows "
+            f"uniformly and keeps those that anchor a slice, each candidate's slice walked along the storage's links "
+            f"and the storage asked which of its steps it can build, the others redrawn; with a stride above 1, a "
+            f"row's step in its episode modulo the stride follows from its episode's last step, of which the sampler "
+            f"keeps one int64 per stored finished episode. A prioritized slice memory holds "
+            f"{more(x('plain', 'prioritized'))} a prioritized transition memory "
+            f"({x('compressed', 'prioritized'):+.1f} on the compressed tier): both keep a sum tree and float64 "
+            f"priorities, the slice sampler also each row's step in its episode (int32) and whether the row anchors a "
+            f"slice and whether the storage can build it (a byte each). The walk over `state_dict()` (the runs' "
+            f"`memory_bytes_per_transition`) leaves out the prioritized slice sampler's per-row arrays (rebuilt on "
+            f"load); "
             f"the resident growth is the process's, per memory while it was built and filled. Sample time, 32 slices "
             f"of 10 against 320 transitions: {times}; the 8 padded slices of 20 + 40 gather 480 steps and zero "
             f"their padded steps.\n\n" + '\n'.join(rows))

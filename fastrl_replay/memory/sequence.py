@@ -221,6 +221,75 @@ def _nb_link_steps(ep_step, prv, adds, head_serial, head_step):
         if p < 0: ep_step[r] = 0
         elif p >= lo: ep_step[r] = ep_step[p % M] + 1
 
+# Over frames a uniform sampler keeps no per-row state. A step's *phase*, its step in its episode modulo `stride`,
+# follows from the phase of its episode's last written step, found in `ends` (the finished episodes' last steps as
+# serial * stride + phase, in order) or `env_last` (each environment's last step: serial, phase).
+
+@numba.njit(cache=True, nogil=True)
+def _nb_last_phase(s, stride, ends, env_last):
+    "The phase of serial `s`, the last written step of its episode (-1 if not kept)"
+    i = np.searchsorted(ends, s * stride)
+    if i < ends.shape[0] and ends[i] // stride == s: return ends[i] % stride
+    for j in range(env_last.shape[0]):
+        if env_last[j, 0] == s: return env_last[j, 1]
+    return -1
+
+@numba.njit(cache=True, nogil=True)
+def _nb_phases(rows, nxt, adds, stride, ends, env_last, budget, out):
+    "The phase of each of `rows`, walking to its episode's last written step; False once the walks pass `budget`"
+    M, walked = nxt.shape[0], 0
+    wrap = (adds - 1) // M * M  # the serial at row 0 in the newest pass over the rows
+    for j in range(rows.shape[0]):
+        r, h, s = rows[j], 0, -1
+        while nxt[r] >= 0:
+            s, h = nxt[r], h + 1
+            r = s - wrap if s >= wrap else s - wrap + M  # its row, without a division
+            if walked + h > budget: return False  # long episodes: one pass over all rows costs less
+        walked += h
+        if s < 0: s = adds - 1 - (adds - 1 - r) % M
+        p = _nb_last_phase(s, stride, ends, env_last)
+        out[j] = (p + stride - h % stride) % stride if p >= 0 else -1
+    return True
+
+@numba.njit(cache=True, nogil=True)
+def _nb_phases_all(nxt, adds, stride, ends, env_last, out):
+    "The phase of every stored row, in one pass from the newest step back"
+    M = nxt.shape[0]
+    for s in range(adds - 1, max(adds - M, 0) - 1, -1):
+        r, x = s % M, nxt[s % M]
+        if x < 0: out[r] = _nb_last_phase(s, stride, ends, env_last)
+        else: out[r] = (out[x % M] + stride - 1) % stride if out[x % M] >= 0 else -1
+
+@numba.njit(cache=True, nogil=True)
+def _nb_spans(anchors, prv, nxt, lo, burn_in, seq_len, rows):
+    "Over frames: each anchor's slice along the links, the rows of its stored steps (-1 from the first not stored)"
+    M = prv.shape[0]
+    for b in range(anchors.shape[0]):
+        rows[b, :] = -1
+        rows[b, burn_in] = anchors[b]
+        r = anchors[b]
+        for t in range(burn_in - 1, -1, -1):
+            if prv[r] < lo: break  # -1 (the episode's first step) or overwritten
+            r = prv[r] % M
+            rows[b, t] = r
+        r = anchors[b]
+        for t in range(burn_in + 1, burn_in + seq_len):
+            if nxt[r] < 0: break
+            r = nxt[r] % M
+            rows[b, t] = r
+
+@numba.njit(cache=True, nogil=True)
+def _nb_cut(rows, built, burn_in):
+    "Cut each slice (-1) from its first step the storage cannot build, out from its anchor either way"
+    for b in range(rows.shape[0]):
+        cut = False
+        for t in range(burn_in - 1, -1, -1):
+            cut = cut or rows[b, t] < 0 or not built[b, t]
+            if cut: rows[b, t] = -1
+        cut = False
+        for t in range(burn_in + 1, rows.shape[1]):
+            cut = cut or rows[b, t] < 0 or not built[b, t]
+            if cut: rows[b, t] = -1
 
 # %% ../../nbs/06l_memory.sequence.ipynb #96b8fba2
 ENDS = ('stop', 'pad')  # at an episode's end a slice stops (never crosses it), or is padded past it and masked
@@ -287,29 +356,55 @@ class SequenceSampler(Sampler):
                                             f'got a {type(storage).__name__} on {storage.device} with writer {w}')
         Sampler.attach(self, storage)
         self.links = links
-        self._ep_step = np.zeros(M, np.int32)  # each row's step in its episode, counted as the rows were written
-        self._valid = np.zeros(M, np.bool_)  # whether a row anchors a slice
         self._n_valid, self.prev_key = 0, 0  # anchors; the episode flag or id of the last row written
         self._dirty = 0  # rows written since the anchors were last brought up to date (a ring's newest)
-        if links:  # which rows the storage can build; each environment's last step counted: its serial, its step
-            self.built, self.env_step = np.zeros(M, np.bool_), {}
+        # over frames, each environment's last step counted: its serial, its step (uniform: its phase)
+        if links: self.env_step = {}
+        if self.lean: return self._keep_ends(np.empty(0, np.int64))
+        self._ep_step = np.zeros(M, np.int32)  # each row's step in its episode, counted as the rows were written
+        self._valid = np.zeros(M, np.bool_)  # whether a row anchors a slice
+        if links:  # which rows the storage can build
+            self.built = np.zeros(M, np.bool_)
             self._fresh_from = 0  # the first serial written since the anchors were brought up to date
             storage.watch(reach=self.burn_in if self.end == 'stop' else 0)  # rows to look at again after a write
         self._keep_weights(M)
+
+    @property
+    def lean(self) -> bool:
+        "Uniform over a frame storage: no state per row, each draw walks its candidates' slices along the links"
+        return getattr(self, 'links', False) and not self.prioritized
+
+    def _keep_ends(self, ends:np.ndarray):
+        "Over frames, uniform: the finished episodes' last steps as serial * stride + phase, in order (stride > 1)"
+        self._ends, self._n_ends = ends, len(ends)
+        self._counted = (-1, 0)  # the storage's adds when the anchors were last counted, and their number
+
+    def _end(self, s:int, k:int):
+        "Keep phase `k` of serial `s`, the last step of a finished episode; on a full array, drop the overwritten"
+        if self._n_ends == len(self._ends):
+            lo = max(self.storage.add_count - self.storage.max_sz, 0)
+            live = self._ends[np.searchsorted(self._ends, lo * self.stride):]
+            self._ends, self._n_ends = np.concatenate([live, np.empty(max(len(live), 8), np.int64)]), len(live)
+        self._ends[self._n_ends] = s * self.stride + k
+        self._n_ends += 1
 
     def _keep_weights(self, M:int):
         "The anchors' draw state: the number of anchors in each block of rows (a uniform draw needs no weights)"
         self._counts = np.zeros(-(-M // _BLOCK), np.int32)
 
-    # what the anchors say is brought up to date with the rows written (`refresh`) before it is read
+    # what the anchors say is brought up to date with the rows written (`refresh`) before it is read; over frames a
+    # uniform sampler keeps no anchors: it finds them by a scan of the stored rows
     @property
     def valid(self) -> np.ndarray:
         "Whether each row anchors a slice now"
+        if self.lean: return self._scan()
         self.refresh(); return self._valid
     @property
     def n_valid(self) -> int:
         "Rows that anchor a slice now"
-        self.refresh(); return self._n_valid
+        if not self.lean: self.refresh(); return self._n_valid
+        if self._counted[0] != self.storage.add_count: self._counted = self.storage.add_count, int(self._scan().sum())
+        return self._counted[1]
     @property
     def base(self) -> np.ndarray:
         "Each anchor's weight, float64: 1 (0 for rows that anchor no slice), made on each call"
@@ -317,7 +412,13 @@ class SequenceSampler(Sampler):
     @property
     def ep_step(self) -> np.ndarray:
         "Each row's step in its episode"
+        if self.lean: raise ExperienceReplayException('a uniform sampler over frames keeps no steps: see `phase`')
         self.refresh(); return self._ep_step
+    @property
+    def phase(self) -> np.ndarray:
+        "Each stored row's step in its episode modulo `stride`: an anchor's is 0"
+        n = len(self.storage)
+        return self._phases(np.arange(n)) if self.lean else self.ep_step[:n] % self.stride
 
     def _window(self) -> tuple[int, int]:
         "The oldest stored row and the number of rows"
@@ -370,14 +471,17 @@ class SequenceSampler(Sampler):
         self._dirty = min(self._dirty + n, M)
 
     def _added_links(self, start:int, n:int):
-        "Over frames: the new rows' steps in their episodes; the rows the storage records wait for `refresh`"
-        st, last, M = self.storage, self.env_step, self.storage.max_sz
+        "Over frames: the new rows' steps in their episodes (uniform: their phases, and those of the episodes ended)"
+        st, last, M, lean = self.storage, self.env_step, self.storage.max_sz, self.lean
         for s in range(st.add_count - n, st.add_count):
             r = (start + s - st.add_count + n) % M
             e, p = int(st.env[r]), int(st.prev[r])
             # a step follows its environment's last step counted; one whose previous step an add dropped starts a count
             k = last[e][1] + 1 if p >= 0 and e in last and last[e][0] == p else 0
-            self._ep_step[r], last[e] = k, (s, k)
+            last[e] = (s, k % self.stride if lean else k)
+            if not lean: self._ep_step[r] = k
+            elif self.stride > 1 and (st.terminal[r] or st.truncated[r]): self._end(s, k % self.stride)
+        if lean: return  # the rows written wait for no refresh
         self._dirty += n
         if st.n_changed > 8192: self.refresh()  # a long run of adds without a sample keeps the record short
 
@@ -452,21 +556,101 @@ class SequenceSampler(Sampler):
     def _no_anchor(self):
         "Raise `NoValidTransitions` when no stored row starts a slice"
         if self._n_valid: return
+        raise self._none()
+
+    def _none(self) -> NoValidTransitions:
+        "What a draw raises when no stored row starts a slice"
         within = ' within one episode' if self.end == 'stop' else ''
-        raise NoValidTransitions(f'none of the {len(self.storage)} stored rows starts a slice of {self.length} '
-                                 f'steps{within} yet')
+        return NoValidTransitions(f'none of the {len(self.storage)} stored rows starts a slice of {self.length} '
+                                  f'steps{within} yet')
 
     def draw(self, n:int) -> np.ndarray:
         "`n` anchors drawn uniformly, with replacement, from the rows that start a slice"
+        if self.lean: return self._draw_links(n)[0]
         self.refresh(); self._no_anchor()
         u = torch.randint(self._n_valid, (n,), generator=self.generator).numpy()
         out = np.empty(n, np.int64)
         _nb_nth_anchor(self._valid, self._counts, u, out)
         return out
 
+    rounds = 16  # rounds of candidates a uniform draw over frames tries before it scans every stored row
+
+    def _draw_links(self, n:int) -> tuple[np.ndarray, np.ndarray|None]:
+        "Over frames, uniform: rows drawn uniformly, those that anchor no slice redrawn, and (stop) the slices walked"
+        g, N, stop = self.generator, len(self.storage), self.end == 'stop'
+        out, got, tried, walked = np.empty(n, np.int64), 0, 0, []
+        for _ in range(self.rounds if N else 0):  # each kept row is uniform over the anchors, whatever came before
+            rate = (got + 1) / (tried + self.stride)  # anchors per row so far, from one per stride rows
+            k = min(int((n - got) / rate * 1.25) + 8, 2 * N + 4 * n)  # past that a scan costs less
+            cand = torch.randint(N, (k,), generator=g).numpy()
+            ok, rows = self._anchors_in(cand)
+            a = cand[ok][:n - got]
+            out[got:got + len(a)] = a
+            if stop: walked.append(rows[:n - got])
+            got, tried = got + len(a), tried + k
+            if got == n: break
+        if got < n:  # few anchors: draw among them directly
+            anchors = np.flatnonzero(self._scan())
+            if not len(anchors): raise self._none()
+            out[got:] = anchors[torch.randint(len(anchors), (n - got,), generator=g).numpy()]
+            if stop: walked.append(self._spans(out[got:])[0])
+        return out, np.concatenate(walked) if stop else None
+
+    def _anchors_in(self, rows:np.ndarray) -> tuple[np.ndarray, np.ndarray|None]:
+        "Over frames, uniform: whether each of `rows` anchors a slice now, and (stop) the slices of those that do"
+        ok = self._phases(rows) == 0
+        if self.end == 'pad':
+            if ok.any(): ok[ok] = self.storage.valid(rows[ok])
+            return ok, None
+        span, built = self._spans(rows[ok])
+        good = built & (span >= 0).all(1)  # every step stored and built
+        ok[ok] = good
+        return ok, span[good]
+
+    def _spans(self, anchors:np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        "Over frames: each anchor's slice along the links, cut at its first step not built; whether its anchor is"
+        st = self.storage
+        rows = np.empty((len(anchors), self.length), np.int64)
+        _nb_spans(np.ascontiguousarray(anchors, np.int64), np.asarray(st.prev), np.asarray(st.next),
+                  max(st.add_count - st.max_sz, 0), self.burn_in, self.seq_len, rows)
+        built = np.zeros(rows.shape, np.bool_)
+        built[rows >= 0] = st.valid(rows[rows >= 0])
+        _nb_cut(rows, built, self.burn_in)
+        return rows, built[:, self.burn_in]
+
+    def _env_last(self) -> np.ndarray:
+        "Each environment's last step counted, `(n_envs, 2)`: its serial, its phase"
+        return np.array(list(self.env_step.values()), np.int64).reshape(-1, 2)
+
+    def _phases(self, rows:np.ndarray, budget:int|None=None) -> np.ndarray:
+        "Over frames, uniform: the phase of each of `rows`, walked along the links (or from one pass over every row)"
+        st, out = self.storage, np.zeros(len(rows), np.int64)
+        if self.stride == 1: return out
+        args = np.asarray(st.next), st.add_count, self.stride, self._ends[:self._n_ends], self._env_last()
+        if _nb_phases(np.ascontiguousarray(rows, np.int64), *args, len(st) if budget is None else budget, out):
+            return out
+        every = np.zeros(st.max_sz, np.int64)
+        _nb_phases_all(*args, every)
+        return every[rows]
+
+    def _scan(self) -> np.ndarray:
+        "Over frames, uniform: whether each row anchors a slice now, from one pass over every stored row"
+        st, M = self.storage, self.storage.max_sz
+        phase, built, ok = np.zeros(M, np.int64), np.zeros(M, np.bool_), np.zeros(M, np.bool_)
+        if self.stride > 1: _nb_phases_all(np.asarray(st.next), st.add_count, self.stride, self._ends[:self._n_ends],
+                                           self._env_last(), phase)
+        if len(st): built[:len(st)] = st.valid(np.arange(len(st)))
+        w = phase, np.asarray(st.prev), np.asarray(st.next), built, max(st.add_count - M, 0)
+        _nb_links_ok_all(w, st.add_count, self.burn_in, self.seq_len, self.stride, self.end == 'pad', ok)
+        return ok
+
     def slices(self, anchors:np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         "Each anchor's slice: its rows `(n, burn_in + seq_len)` (-1 for padding), their mask, its first stored row"
         bs, L = len(anchors), self.length
+        if self.lean:
+            rows, _ = self._spans(anchors)
+            mask = rows >= 0
+            return rows, mask, rows[np.arange(bs), mask.argmax(1)]
         rows, mask, first = np.empty((bs, L), np.int64), np.empty((bs, L), np.bool_), np.empty(bs, np.int64)
         _nb_slices(np.ascontiguousarray(anchors, np.int64), self._walk(), self._window(), self.burn_in, self.seq_len,
                    rows, mask, first)
@@ -474,7 +658,9 @@ class SequenceSampler(Sampler):
 
     def sample(self, bs:int) -> tuple[BD, torch.Tensor]:
         "`bs` slices: a `BD` of `(bs, T, ...)` columns (`state_keys` `(bs, ...)`) and a `mask`; their rows `(bs, T)`"
-        rows, mask, first = self.slices(self.draw(bs))
+        anchors, rows = self._draw_links(bs) if self.lean else (self.draw(bs), None)
+        if rows is None: rows, mask, first = self.slices(anchors)
+        else: mask, first = np.ones(rows.shape, np.bool_), rows[:, 0]  # whole slices, as the draw walked them
         batch = self._gather(rows, mask, first)
         self.stamp(torch.from_numpy(rows[mask]))
         return batch, torch.from_numpy(rows)
@@ -555,9 +741,9 @@ class SequenceSampler(Sampler):
         prev = st.prev[:n]
         cut = np.flatnonzero((prev >= 0) & (prev < lo))  # stored steps whose previous step is overwritten
         serials = st.add_count - 1 - (st.add_count - 1 - cut) % M
+        steps = self._phases(cut) if self.lean else self._ep_step[cut].astype(np.int64)  # uniform: steps % stride
         envs = np.array([(e, *v) for e, v in sorted(self.env_step.items())], np.int64).reshape(-1, 3)
-        return dict(Sampler.state_dict(self), heads=np.stack([serials, self._ep_step[cut].astype(np.int64)], 1),
-                    env_steps=envs, prev_key=0)
+        return dict(Sampler.state_dict(self), heads=np.stack([serials, steps], 1), env_steps=envs, prev_key=0)
 
     def check_state(self, state:dict):
         "Raise unless `state` fits this sampler; change nothing"
@@ -580,15 +766,20 @@ class SequenceSampler(Sampler):
         if self.links: self._load_links(state)
         else: self._ep_step[:], self.prev_key = np.asarray(state['ep_step']), int(state['prev_key'])
         self._load_weights(state)
-        self._rebuild()
+        if not self.lean: self._rebuild()
 
     def _load_links(self, state:dict):
         "Over frames: each row's step in its episode from the links and the state's heads; each environment's last"
-        heads, envs = np.asarray(state['heads']), np.asarray(state['env_steps'])
-        self._ep_step[:] = 0
-        _nb_link_steps(self._ep_step, np.asarray(self.storage.prev), self.storage.add_count, heads[:, 0].copy(),
-                       heads[:, 1].copy())
-        self.env_step = {int(e): (int(s), int(k)) for e, s, k in envs}
+        st, heads, envs = self.storage, np.asarray(state['heads']), np.asarray(state['env_steps'])
+        steps = np.zeros(st.max_sz, np.int64) if self.lean else self._ep_step
+        steps[:] = 0
+        _nb_link_steps(steps, np.asarray(st.prev), st.add_count, heads[:, 0].copy(), heads[:, 1].copy())
+        # uniform: phases (an older state holds whole steps)
+        self.env_step = {int(e): (int(s), int(k) % self.stride if self.lean else int(k)) for e, s, k in envs}
+        if not self.lean: return
+        ends = np.arange(max(st.add_count - st.max_sz, 0), st.add_count) if self.stride > 1 else np.empty(0, np.int64)
+        ends = ends[np.asarray(st.next)[ends % st.max_sz] < 0]  # each stored episode's last step
+        self._keep_ends(ends * self.stride + steps[ends % st.max_sz] % self.stride)
 
     def _load_weights(self, state:dict): pass
 
