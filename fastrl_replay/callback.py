@@ -69,6 +69,11 @@ class ExperienceReplayCallback(Callback):
         self.memory, self.fresh, self.batch, self._lossed, self._model_checked = memory, None, None, False, False
         self._generations = getattr(memory, 'hands_generations', False) is True  # declared by the memory: `sample` hands out write generations
 
+    def __setattr__(self, k, v):
+        "fastai's, but for the attributes set at every batch, names no learner has, which need no check for that"
+        if k in ('fresh', 'batch', '_lossed'): object.__setattr__(self, k, v)
+        else: super().__setattr__(k, v)
+
     def memories(self) -> dict:
         "The replay memories this callback trains on, by name: what a checkpoint saves with the run"
         return {self.name: self.memory}
@@ -85,16 +90,18 @@ class ExperienceReplayCallback(Callback):
 
     def before_batch(self):
         "Add the fresh transitions to the memory; cancel the batch during warm-up, else train on a `ReplayBatch` sampled from it"
-        if len(self.xb) != 1 or len(self.yb) or not isinstance(self.xb[0], Mapping):
+        xb, yb = self.learn.xb, self.learn.yb
+        if len(xb) != 1 or len(yb) or not isinstance(xb[0], Mapping):
             raise ExperienceReplayException(f'ExperienceReplayCallback expects each batch to be a 1-tuple holding a BD of '
-                                            f'transitions, with no targets; got {len(self.xb)} inputs and {len(self.yb)} targets')
-        self.fresh, self.batch, self._lossed = self.xb[0], None, False
+                                            f'transitions, with no targets; got {len(xb)} inputs and {len(yb)} targets')
+        self.fresh, self.batch, self._lossed = xb[0], None, False
         self.memory + self.fresh
         try: rows, idxs, *gens = self.memory.sample(generations=True) if self._generations else self.memory.sample()
         except WarmupNotReached: raise CancelBatchException() from None
         first = next(iter(self.fresh.values()))  # a tensor, or a dict column's (a `Dict` observation's) tensors
-        self.batch = ReplayBatch.of(rows.to((next(iter(first.values())) if isinstance(first, Mapping) else first).device),
-                                    idxs, *gens)
+        dev = (next(iter(first.values())) if isinstance(first, Mapping) else first).device
+        if not isinstance(rows, BD) or any(t.device != dev for t in rows.tensors()): rows = rows.to(dev)
+        self.batch = ReplayBatch.of(rows, idxs, *gens)
         if not self._model_checked: self._check_model()
         self.learn.xb = self.learn.yb = (self.batch,)
 

@@ -8,11 +8,16 @@ Docs: https://fastrl-replay.github.io/fastrl_replay/learner.html.md"""
 from __future__ import annotations
 import cloudpickle
 from contextlib import contextmanager
-from fastcore.basics import ifnone
+import torch
+from fastcore.basics import ifnone, getcallable
+from fastcore.xtras import modify_exception
 from .errors import importing_fastai
 with importing_fastai():
-    from fastai.learner import Learner, Recorder, event
-    from fastai.callback.core import TrainEvalCallback
+    from fastai.learner import Learner, Recorder, AvgSmoothLoss, event
+    from fastai.torch_core import num_distrib
+    from fastai.callback.core import (TrainEvalCallback, Callback, CancelBatchException, CancelBackwardException,
+                                      CancelEpochException, CancelFitException, CancelStepException,
+                                      CancelTrainException, CancelValidException)
     from fastai.callback.progress import ProgressCallback
     from fastai.optimizer import OptimWrapper
 from .core import BD
@@ -30,18 +35,25 @@ class LeanRecorder(Recorder):
     def before_train(self):
         super().before_train()
         self._mets_now = self._train_mets  # the same list for every batch of the epoch
+        self._smooth = self.smooth_loss if type(self.smooth_loss) is AvgSmoothLoss and num_distrib() <= 1 else None
 
     def after_train(self):
         super().after_train()
         self._mets_now = None  # no reference to the metrics, and what they read, outside training
 
     def after_batch(self):
-        if not (self.training and len(self.yb)): return super().after_batch()
-        for met in self._mets_now: met.accumulate(self.learn)
-        opt = self.opt  # an `OptimWrapper` names `lr` as torch does, and builds its `hypers` anew at each call
+        learn = self.learn  # read directly, not through the callback's attribute forwarding
+        if not (learn.training and len(learn.yb)): return super().after_batch()
+        sl = self._smooth
+        for met in self._mets_now:
+            if met is sl:  # `AvgSmoothLoss.accumulate` without `to_detach`'s work for a gather there is none of
+                sl.count += 1
+                sl.val = torch.lerp(learn.loss.detach().mean().cpu(), sl.val, sl.beta)
+            else: met.accumulate(learn)
+        opt = learn.opt  # an `OptimWrapper` names `lr` as torch does, and builds its `hypers` anew at each call
         self.lrs.append(opt.opt.param_groups[-1]['lr'] if isinstance(opt, OptimWrapper) else opt.hypers[-1]['lr'])
         self.losses.append(v := self.smooth_loss.value)
-        self.learn.smooth_loss = v
+        learn.smooth_loss = v
 
     def plot_loss(self, skip_start=5, with_valid=None, log=False, show_epochs=False, ax=None):
         "`Recorder.plot_loss`, with the validation loss where the table has a `valid_loss` column (`with_valid=None`)"
@@ -73,6 +85,20 @@ class LeanProgress(ProgressCallback):
         else: self.mbar.write([fit_text(v, w) for v, w in zip(log, self.widths)], table=True)
 
 # %% ../nbs/08_learner.ipynb #8f9513fd
+_INNER = frozenset('before_batch after_pred after_loss before_backward after_cancel_backward after_backward '
+                   'before_step after_step after_cancel_batch after_batch'.split())  # the events of fastai's inner loop
+_CANCELS = (CancelBatchException, CancelBackwardException, CancelEpochException, CancelFitException,
+            CancelStepException, CancelTrainException, CancelValidException)
+
+def _train_event(cb:Callback, event_name:str):
+    "What fastai's `Callback.__call__` does for an inner-loop event in training: the handler, if `run` and `run_train`"
+    if not (cb.run and cb.run_train): return
+    try: getcallable(cb, event_name)()
+    except _CANCELS: raise
+    except Exception as e:
+        raise modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event `{event_name}`:'
+                                  f'\n\t{e.args[0]}', replace=True)
+
 class LeanLearner(Learner):
     "A `Learner` whose events go only to the callbacks that handle them, recorded by a `LeanRecorder`: the same training with less overhead per batch"
     def __init__(self, *args, **kwargs):
@@ -106,16 +132,23 @@ class LeanLearner(Learner):
         if cbs is None:
             if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
             # `after_fit` goes to every callback: `Callback.__call__` resets `run` there
-            cbs = self._handlers[key] = [cb for cb in self.cbs.sorted('order')
+            cbs = self._handlers[key] = [(cb, type(cb).__call__ is Callback.__call__) for cb in self.cbs.sorted('order')
                                          if event_name == 'after_fit' or hasattr(cb, event_name)]
-        for cb in cbs: cb(event_name)
+        if event_name in _INNER and self.training:  # fastai's `Callback.__call__` inline, without reading `training`
+            for cb, plain in cbs:                    # through each callback
+                if plain: _train_event(cb, event_name)
+                else: cb(event_name)
+        else:
+            for cb, _ in cbs: cb(event_name)
 
     def __call__(self, event_name):
         for e in ([event_name] if isinstance(event_name, str) else event_name): self._call_one(e)
 
     def _set_device(self, b):
         "A batch of one `BD` already on the model's device as it is; anything else moved as `Learner` moves it"
-        dev = next(self.model.parameters()).device
+        m = self.model
+        if self.__dict__.get('_dev_of') is not m: self._dev_of, self._dev_param = m, next(m.parameters())
+        dev = self._dev_param.device  # a module moved with `.to` keeps its parameters, which follow it
         if type(b) is tuple and len(b) == 1 and isinstance(b[0], BD) and all(v.device == dev for v in b[0].tensors()): return b
         return super()._set_device(b)
 
@@ -125,8 +158,8 @@ class LeanLearner(Learner):
         for o in enumerate(self.dl, self.dl.start if isinstance(self.dl, TransitionLoader) else 0): self.one_batch(*o)
 
     def __getstate__(self):
-        "What fastai pickles of a `Learner`, without the cache of event handlers"
-        return {k: v for k, v in Learner.__getstate__(self).items() if k != '_handlers'}
+        "What fastai pickles of a `Learner`, without the caches of event handlers and of the model's device"
+        return {k: v for k, v in Learner.__getstate__(self).items() if k not in ('_handlers', '_dev_of', '_dev_param')}
 
     def export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
         "fastai's `Learner.export` of what acting needs: without the training callbacks, the metrics or the optimizer"

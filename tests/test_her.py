@@ -150,3 +150,23 @@ def test_reproducible_from_seed():
     for _ in range(3):
         (x, i), (y, j) = a.sample(16), b.sample(16)
         assert torch.equal(i, j) and torch.equal(x['state']['desired_goal'], y['state']['desired_goal'])
+
+def test_host_paths_match_torch_paths(monkeypatch):
+    "NumPy's reads and writes of CPU columns give the batches and episode bounds torch's indexing gives"
+    import fastrl_replay.memory.her as her
+    rows = stream([4, 7, 3, 9, 2], [True, False, False])
+    host = filled(rows, [2, 3], 24)
+    as_ints = lambda b: b | {k: b[k].astype(np.int8) for k in ('done', 'truncated')}  # ends read by torch: not bool
+    mem = HindsightReplay(compute_reward, bs=64, max_sz=24, warmup_sz=1, seed=0)
+    for i in range(0, len(rows), 2): mem + as_ints(batch(rows[i:i + 2]))
+    for k in ('t_of', 'ep_begin', 'ep_end', 'steps', 'open_begin'):
+        np.testing.assert_array_equal(getattr(host.sampler, k), getattr(mem.sampler, k))
+    torched = filled(rows, [2, 3], 24)
+    monkeypatch.setattr(her, '_host_views', lambda *ts: None)  # every relabelling through torch's indexing
+    for _ in range(5):
+        monkeypatch.undo(); (x, i) = host.sample(40)
+        monkeypatch.setattr(her, '_host_views', lambda *ts: None); (y, j) = torched.sample(40)
+        assert torch.equal(i, j) and torch.equal(host.sampler.last_relabelled, torched.sampler.last_relabelled)
+        for k in ('state', 'next_state'):
+            for g in ('achieved_goal', 'desired_goal'): assert torch.equal(x[k][g], y[k][g])
+        assert torch.equal(x['reward'], y['reward']) and (x['reward'] == 0).any()

@@ -34,7 +34,7 @@ from ..threads import TorchThreads
 __all__ = ['MEMORIES', 'HER_SAMPLERS', 'ReplaySettings', 'OptimSettings', 'settings', 'replay_memory', 'memory_settings',
            'replay_settings', 'replay_warmup', 'HindsightSettings', 'uses_hindsight', 'hindsight_memory', 'goal_reward',
            'loop_metrics', 'bootstrap_targets', 'check_hindsight_loop', 'replay_data', 'ValidSettings',
-           'validation_callback', 'replay_learner']
+           'validation_callback', 'LeanGradientClip', 'replay_learner']
 
 # %% ../../nbs/10_agents.common.ipynb #3843deef
 @dataclass
@@ -255,6 +255,30 @@ def validation_callback(dls:DataLoaders, # The loaders: the training one serves 
     if valid.n_episodes == 0: return NoValidation()
     return default_validation(dls, **{f.name: getattr(valid, f.name) for f in fields(valid)})
 
+# %% ../../nbs/10_agents.common.ipynb #7c1e9a42
+def _unscaled(norm:float, # The gradients' total norm, read on the CPU
+              max_norm:float, # The norm to clip to
+              total:torch.Tensor # The same norm as the tensor `clip_grads_with_norm_` takes
+             ) -> bool:
+    "Whether `clip_grads_with_norm_` would scale by exactly 1: clearly under `max_norm`, else as torch works it out"
+    if (norm + 1e-6) * 1.001 < max_norm: return True  # a scale over 1.0009 in float32, which it clamps to 1
+    return float(torch.clamp(max_norm / (total + 1e-6), max=1.)) == 1.
+
+class LeanGradientClip(GradientClip):
+    "fastai's `GradientClip`, its parameters listed once per model, with no multiply by a scale of 1 on the CPU"
+    @property
+    def name(self): return 'gradient_clip'  # `learn.gradient_clip`, as fastai's
+
+    def before_fit(self): self.listed = None
+
+    def before_step(self):
+        "torch's `clip_grad_norm_` in its two documented halves, the scaling skipped when it is by exactly 1"
+        m = self.learn.model
+        if getattr(self, 'listed', None) is not m: self.listed, self.params = m, list(m.parameters())
+        total = nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None], self.norm_type)
+        if total.device.type == 'cpu' and _unscaled(float(total), self.max_norm, total): return
+        nn.utils.clip_grads_with_norm_(self.params, self.max_norm, total)
+
 # %% ../../nbs/10_agents.common.ipynb #3613b07b
 def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training batches, an empty validation loader
                    model:nn.Module, # The networks the optimizer trains
@@ -268,7 +292,7 @@ def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training
                   ) -> LeanLearner:
     "The `Learner` that trains `model` on `loss` of batches replayed from `memory`: what every agent's builder makes"
     adam = partial(torch.optim.Adam, fused=True, foreach=False)  # one kernel for all parameters
-    clip = [GradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
+    clip = [LeanGradientClip(optim.max_grad_norm)] if optim.max_grad_norm is not None else []
     episodes = validation_callback(dls, settings(ValidSettings, valid))
     learn = LeanLearner(dls, model, loss_func=loss, opt_func=partial(OptimWrapper, opt=adam), lr=optim.lr, wd=0.,
                         metrics=list(metrics),

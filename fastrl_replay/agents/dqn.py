@@ -77,7 +77,11 @@ class DQNLoss:
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
         "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, told to a `ReplayBatch` `b`"
-        td = pred.gather(1, b['action'].long()) - self.td_targets(b)
+        q, y = pred.gather(1, b['action'].long()), self.td_targets(b)
+        if 'weight' not in b and self.huber:  # the mean Huber loss in one call, as Stable-Baselines3 writes it
+            if isinstance(b, ReplayBatch): b.set_td_error(q.detach() - y)
+            return F.smooth_l1_loss(q, y)
+        td = q - y
         if isinstance(b, ReplayBatch): b.set_td_error(td)
         per_row = F.smooth_l1_loss(td, torch.zeros_like(td), reduction='none') if self.huber else td ** 2
         return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()

@@ -157,12 +157,19 @@ class ImageEncoder(nn.Module):
 # %% ../../nbs/10h_agents.nets.ipynb #a10h001e
 class DictEncoder(nn.Module):
     "A `Dict` observation as the features of each key's encoder (`obs_encoder`) side by side: SB3's CombinedExtractor"
+    flat = False  # every key a vector (`FlatEncoder`): set by `__init__`; the per-key path where it is not
     def __init__(self, space:gym.spaces.Dict, # The observation space
                  features:int=256): # Values out of each image key's encoder
         super().__init__()
         self.encoders = nn.ModuleDict({k: obs_encoder(s, features) for k, s in space.spaces.items()})
         self.n_out = sum(e.n_out for e in self.encoders.values())
-    def forward(self, x:Mapping) -> torch.Tensor: return torch.cat([e(x[k]) for k, e in self.encoders.items()], 1)
+        self.flat = all(type(e) is FlatEncoder for e in self.encoders.values())  # vectors only: one cast of them all
+
+    def forward(self, x:Mapping) -> torch.Tensor:
+        vs = [x[k] for k in self.encoders]
+        if self.flat and all(v.dtype == vs[0].dtype for v in vs):  # the values each key's encoder gives, in one cast
+            return torch.cat([v.reshape(v.shape[0], -1) for v in vs], 1).float()
+        return torch.cat([e(v) for e, v in zip(self.encoders.values(), vs)], 1)
 
 def obs_encoder(space:gym.Space, # An observation space the agents take (`check_obs_space`)
                 features:int=256 # Values out of an image's encoder

@@ -46,6 +46,18 @@ def _as_sampler(base) -> Sampler:
         if cls is not None and issubclass(cls, Sampler): return cls(**spec)
     raise ExperienceReplayException(f'base: expected a Sampler or the settings of one, got {type(base).__name__}')
 
+def _host_views(*ts:torch.Tensor) -> list[np.ndarray]|None:
+    "NumPy views of CPU tensors `ts`, which writes go through; None where one has none (another device, or dtype)"
+    if any(t.device.type != 'cpu' for t in ts): return None
+    try: return [t.numpy() for t in ts]
+    except (RuntimeError, TypeError): return None  # a tensor that needs grad, a dtype NumPy lacks
+
+def _any_per_row(col:torch.Tensor, rows, n:int) -> np.ndarray:
+    "Whether any value of each of the `n` rows `rows` (a slice, or row numbers) of column `col` is true, on the host"
+    if col.device.type == 'cpu' and col.dtype == torch.bool: return col.numpy()[rows].reshape(n, -1).any(1)
+    v = col[rows] if isinstance(rows, slice) else col[torch.from_numpy(rows).to(col.device)]
+    return v.reshape(n, -1).any(1).cpu().numpy()
+
 _STATE = ('t_of', 'ep_begin', 'ep_end')  # per-row bookkeeping, `max_sz` int64 each
 _PER_ENV = ('steps', 'open_begin')  # per-environment counters, `n_envs` int64 each
 
@@ -90,6 +102,7 @@ class HindsightSampler(Sampler):
                 f'base={self.base!r})')
 
     prioritized = property(lambda self: self.base.prioritized)
+    per_row = property(lambda self: self.base.per_row)
     td_errors = property(lambda self: self.base.td_errors)
     n_stale = property(lambda self: self.base.n_stale)
     def __getattr__(self, k):
@@ -132,13 +145,10 @@ class HindsightSampler(Sampler):
 
     def _ended(self, start:int, n:int) -> np.ndarray:
         "Whether each of the `n` storage rows from `start` (wrapping) ends its episode"
-        st, res = self.storage, np.zeros(n, bool)
-        m = st.max_sz
+        st, res, keys = self.storage, np.zeros(n, bool), self.storage.keys
+        rows = slice(start, start + n) if start + n <= st.max_sz else np.arange(start, start + n) % st.max_sz
         for k in self.ends:
-            if k not in st.keys: continue
-            col = st.column(k)
-            v = col[start:start + n] if start + n <= m else torch.cat([col[start:], col[:start + n - m]])
-            res |= v.reshape(n, -1).any(1).cpu().numpy()
+            if k in keys: res |= _any_per_row(st.column(k), rows, n)
         return res
 
     def _row(self, e:int, t) -> np.ndarray:
@@ -203,7 +213,7 @@ class HindsightSampler(Sampler):
                                             '`memory.sampler.compute_reward = env.compute_reward`')
         batch, idxs = self.base.sample(bs)
         k = relabelled_count(bs, self.n_sampled_goal)
-        which = torch.randperm(bs, generator=self.generator)[:k].sort().values
+        which = torch.from_numpy(np.sort(torch.randperm(bs, generator=self.generator)[:k].numpy()))
         self.last_relabelled = which
         if k: self.relabel(batch, idxs.cpu().numpy()[which.numpy()], which)
         return batch, idxs
@@ -214,20 +224,35 @@ class HindsightSampler(Sampler):
                 which:torch.Tensor, # Their positions in `batch`
                 infos:list|None=None): # The info dicts `compute_reward` is given (default: empty dicts)
         "Give rows `which` of `batch` reached goals and the rewards `compute_reward` gives for them, in one call"
-        st = self.storage
-        src = torch.from_numpy(self.goal_rows(rows))
-        goals = st.column(f'{self.next_obs}.{self.achieved}')[src.to(st.device)].to(st.batch_device)
-        obs, nxt, w = batch[self.obs], batch[self.next_obs], which.to(st.batch_device)
-        obs[self.desired][w] = goals.to(obs[self.desired].dtype)
-        nxt[self.desired][w] = goals.to(nxt[self.desired].dtype)
-        achieved = nxt[self.achieved][w].cpu().numpy()
+        src, col = self.goal_rows(rows), self.storage.column(f'{self.next_obs}.{self.achieved}')
+        obs, nxt, rew = batch[self.obs], batch[self.next_obs], batch[self.reward]
+        cols = obs[self.desired], nxt[self.desired], nxt[self.achieved]
+        host = _host_views(col, *cols, rew) if all(c.dtype == col.dtype for c in cols[:2]) else None
+        if host is None: achieved, goals = self._put_goals(col, torch.from_numpy(src), cols, which)
+        else:  # CPU tensors of one dtype: NumPy's indexing, the same values, for less per call than torch's
+            col, obs_desired, nxt_desired, nxt_achieved, _ = host
+            w = which.numpy()
+            goals = col[src]
+            obs_desired[w] = nxt_desired[w] = goals
+            achieved = nxt_achieved[w]
         infos = ifnone(infos, [{} for _ in range(len(rows))])
-        r = np.asarray(self.compute_reward(achieved, goals.cpu().numpy(), infos))
-        rew = batch[self.reward]
+        r = np.asarray(self.compute_reward(achieved, goals, infos))
         if r.size != len(rows):
             raise ExperienceReplayException(f'compute_reward: expected {len(rows)} rewards, one per row, '
                                             f'got shape {r.shape}')
-        rew[w] = torch.as_tensor(r.reshape(len(rows), *rew.shape[1:]), dtype=rew.dtype, device=rew.device)
+        r = torch.as_tensor(r.reshape(len(rows), *rew.shape[1:]), dtype=rew.dtype, device=rew.device)
+        if host is None: rew[which.to(rew.device)] = r
+        else: host[-1][w] = r.numpy()
+
+    def _put_goals(self, col:torch.Tensor, src:torch.Tensor, cols:tuple, which:torch.Tensor) -> tuple[np.ndarray, ...]:
+        "Write the reached goals of storage rows `src` of `col` at `which` of the desired goal `cols` with torch"
+        st = self.storage
+        goals = col[src.to(st.device)].to(st.batch_device)
+        obs_desired, nxt_desired, nxt_achieved = cols
+        w = which.to(st.batch_device)
+        obs_desired[w] = goals.to(obs_desired.dtype)
+        nxt_desired[w] = goals.to(nxt_desired.dtype)
+        return nxt_achieved[w].cpu().numpy(), goals.cpu().numpy()
 
     def draw(self, n:int) -> torch.Tensor: return self.base.draw(n)
     def take_td(self, rows, td): return self.base.take_td(rows, td)
