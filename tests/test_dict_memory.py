@@ -1,6 +1,6 @@
 """Bytes per transition of Dict-observation memories, from their columns: the SB3 adapters against SB3's arrays, the
 memories our learners make; the adapters' flags and their sampler, which keeps nothing per row."""
-import math, pickle
+import copy, math
 import gymnasium as gym, numpy as np, pytest, torch
 from stable_baselines3.common.buffers import DictReplayBuffer as SB3DictReplayBuffer
 from stable_baselines3.common.envs import BitFlippingEnv
@@ -10,6 +10,7 @@ from fastrl_replay.compat.sb3 import DictReplayBuffer, HerReplayBuffer, SlotSamp
 from fastrl_replay.errors import ExperienceReplayException
 from fastrl_replay.memory.experience_replay import ColumnStorage
 from fastrl_replay.memory.checks import TD_DTYPE
+from run_helpers import same
 
 N_BITS, SIZE = 15, 600
 
@@ -106,13 +107,13 @@ def test_dones_and_timeouts_are_flags_and_samples_are_sb3s():
 
 def test_a_done_that_is_not_a_flag_raises_and_changes_nothing():
     env, rb = filled()
-    before, pos = pickle.dumps(rb.replay.state_dict()), rb.pos
+    before, pos = copy.deepcopy(rb.replay.state_dict()), rb.pos
     obs, nxt, act, rew, done, infos = steps(env, 1, seed=1)[0]
     for bad in (np.array([0.5, 0.]), np.array([2, 0]), np.array([np.nan, 0.])):
         with pytest.raises(ExperienceReplayException, match='done'): rb.add(obs, nxt, act, rew, bad, infos)
     with pytest.raises(ExperienceReplayException, match='infos'):
         rb.add(obs, nxt, act, rew, done, [{'TimeLimit.truncated': 0.3}, {}])
-    assert pickle.dumps(rb.replay.state_dict()) == before and rb.pos == pos
+    same(rb.replay.state_dict(), before); assert rb.pos == pos
     rb.add(obs, nxt, act, rew, np.array([1., 0.]), infos)  # numbers 0 and 1 are flags
     assert rb.dones[pos].tolist() == [1, 0]
 
@@ -122,13 +123,13 @@ def test_the_slot_sampler_keeps_no_td_errors_and_refuses_them_unchanged():
     assert isinstance(m.sampler, SlotSampler) and not m.sampler.per_row
     assert m.td_errors.tolist() == [0.] * len(m)
     batch = m.storage.gather(torch.arange(2))
-    before, rng = pickle.dumps(m.state_dict()), np.random.get_state()
+    before, rng = copy.deepcopy(m.state_dict()), np.random.get_state()
     with pytest.raises(ExperienceReplayException, match='TD errors'): m.update_td([1.], [0])
     with pytest.raises(ExperienceReplayException, match='TD errors'): m.sample(4, generations=True)
     with pytest.raises(ExperienceReplayException, match='td_error'): m + {**batch, 'td_error': torch.ones(2)}
     with pytest.raises(ExperienceReplayException, match='td_error'):
         m.append({k: v[0] for k, v in _flat(batch).items()} | {'td_error': 1.})
-    assert pickle.dumps(m.state_dict()) == before
+    same(m.state_dict(), before)
     assert np.array_equal(np.random.get_state()[1], rng[1]) and np.random.get_state()[2] == rng[2]  # nothing drawn
 
 def _flat(b) -> dict:
