@@ -98,6 +98,7 @@ def run_sb3(algo, env, seed, steps, variant='uniform', matmul_precision='highest
 def speed(algo, n, out, matmul_precision='highest'):
     "CPU milliseconds per environment step (one gradient step each) of both libraries on Pendulum-v1 with the zoo's settings, after a first fit of `n` steps that warms up; ours with `matmul_precision` (SB3's always in float32)"
     from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
     from fastrl_replay.agents.sac import sac_learner
     from fastrl_replay.agents.td3 import td3_learner
     torch.set_num_threads(1)
@@ -109,8 +110,13 @@ def speed(algo, n, out, matmul_precision='highest'):
     with learn.no_bar(), learn.no_logging():
         learn.fit(1)
         c = time.process_time(); learn.fit(1); ours = time.process_time() - c
-    kw = dict(learning_rate=d.get('optim', {}).get('lr', 1e-3), buffer_size=d['replay']['max_sz'], learning_starts=100, gamma=d.get('gamma', 0.99),
-              seed=0, device='cpu', policy_kwargs=dict(net_arch=[256, 256] if algo == 'sac' else [400, 300]))
+    rep, net = d['replay'], d.get('net', {})
+    kw = dict(learning_rate=d.get('optim', {}).get('lr', 1e-3), buffer_size=rep['max_sz'], learning_starts=100,
+              batch_size=rep['bs'], tau=net.get('tau', 0.005), gamma=d.get('gamma', 0.99), train_freq=1,
+              gradient_steps=1, seed=0, device='cpu',
+              policy_kwargs=dict(net_arch=[256, 256] if algo == 'sac' else [400, 300]))
+    if algo == 'td3':  # ours explores with Gaussian noise on its actions: SB3's TD3 too
+        kw['action_noise'] = NormalActionNoise(np.zeros(1), d.get('explore', {}).get('noise', 0.1) * np.ones(1))
     m = (SAC if algo == 'sac' else TD3)('MlpPolicy', 'Pendulum-v1', **kw)
     m.learn(n)
     c = time.process_time(); m.learn(n, reset_num_timesteps=False); sb3 = time.process_time() - c

@@ -187,3 +187,61 @@ def test_a_row_one_path_refuses_every_path_refuses_and_nothing_changes(forms, ba
         with pytest.raises(ExperienceReplayException): er + b
         assert unchanged(er, before)
     assert same_memory(plus, checked)
+
+# Columns of one value and of several, of each kind the value path reads, a bool of several values among them
+SHAPED = {'f32': ((3,), np.float32), 'b3': ((3,), np.bool_), 'r': ((1,), np.float32), 'i64': ((), np.int64),
+          'f16': ((2,), np.float16), 'u8': ((2,), np.uint8)}
+
+def near_shapes(shape:tuple) -> list[tuple]:
+    "The shape of one row of a column of trailing `shape`, first, and shapes near it that are not"
+    res = [(1, *shape), (1, *shape, 1), (1, 1, *shape), shape, (2, *shape), (0, *shape), (1,), ()]
+    if shape: res += [(1, shape[0] + 1), (1, max(shape[0] - 1, 0)), (1, shape[0], 2)]
+    return list(dict.fromkeys(res))
+
+def value_path_agrees(seed:int, shapes:dict, wide:str|None, arrays:bool) -> bool:
+    "Whether the value path writes a row in `shapes` (`wide` in float64) as the checked path does, or if not exact, not"
+    rng = np.random.default_rng(seed)
+    def col(shape, dt):
+        v = rng.integers(0, 2, shape).astype(dt) if dt is np.bool_ else (rng.standard_normal(shape) * 100).astype(dt)
+        v = np.array(v)  # an array of a 0-d shape too
+        return v if arrays else torch.from_numpy(v)
+    first = {k: col((2, *s), dt) for k, (s, dt) in SHAPED.items()}
+    mk = lambda: ExperienceReplay(bs=2, max_sz=3, warmup_sz=1, seed=0, memory=first)
+    by_value, checked = mk(), mk()
+    checked.storage._values = None
+    b = {k: col(shapes[k], np.float64 if k == wide and dt is not np.bool_ else dt) for k, (_, dt) in SHAPED.items()}
+    exact = all(shapes[k] == (1, *s) for k, (s, _) in SHAPED.items()) and wide in (None, 'b3')
+    before = snapshot(by_value)
+    p = by_value.storage._put_values(b)
+    if p < 0: return not exact and unchanged(by_value, before)
+    by_value.sampler.added(p, 1)
+    checked + b  # the checked path takes every row the value path takes, and stores the same bytes
+    return exact and same_memory(by_value, checked) and all(np.array_equal(by_value.memory[k].numpy(),
+                                                                           checked.memory[k].numpy()) for k in SHAPED)
+
+ONE_ROW = {k: (1, *s) for k, (s, _) in SHAPED.items()}
+
+@pytest.mark.parametrize('arrays', [False, True])
+@pytest.mark.parametrize('off, shape', [pytest.param(k, x, id=f'{k}{x}') for k, (s, _) in SHAPED.items()
+                                         for x in near_shapes(s)[1:]])
+def test_a_column_in_another_shape_is_left_to_the_checked_path(off, shape, arrays):
+    assert value_path_agrees(0, {**ONE_ROW, off: shape}, None, arrays)
+
+def test_values_moved_between_columns_are_left_to_the_checked_path():
+    "As many values in all, one more in one column and one fewer in another"
+    for arrays in (False, True): assert value_path_agrees(1, {**ONE_ROW, 'f32': (1, 4), 'f16': (1, 1)}, None, arrays)
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), wide=st.sampled_from([None, *SHAPED]), arrays=st.booleans())
+def test_the_value_path_writes_the_checked_paths_bytes(seed, wide, arrays):
+    "Any values of one row, or a column `wide` in float64 (which the checked path rounds, and the value path leaves)"
+    assert value_path_agrees(seed, ONE_ROW, wide, arrays)
+
+def test_a_tensor_subclass_is_read_by_value():
+    "A `Parameter` has a tensor's dtype and values: the value path takes it past the first column, `+` wherever it is"
+    er = filled([row(0)])
+    p = er.storage._put_values({**row(1), 'state': torch.nn.Parameter(torch.tensor([[1., 2., 3., 4.]])),
+                                'reward': torch.nn.Parameter(torch.tensor([[.25]]))})
+    assert p == 1 and er.memory['state'][1].tolist() == [1., 2., 3., 4.] and er.memory['reward'][1, 0].item() == .25
+    er + {**row(2), 'action': torch.nn.Parameter(torch.tensor([[2]]), requires_grad=False)}  # the first column
+    assert er.memory['action'][:, 0].tolist() == [0, 1, 2] and er.pointer == 3

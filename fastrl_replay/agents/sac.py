@@ -14,6 +14,7 @@ from functools import partial
 from fastcore.meta import delegates
 import numpy as np, torch, gymnasium as gym
 from torch import nn
+import torch.nn.functional as F
 from ..errors import importing_fastai, as_device
 with importing_fastai():
     from fastai.callback.core import Callback
@@ -30,8 +31,8 @@ from .common import (ReplaySettings, OptimSettings, ValidSettings, settings, rep
 _all_ = ['mlp']  # the layers every network ends in, defined with the encoders of observation spaces in `agents.nets`
 
 # %% auto #0
-__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'ActionScale', 'TwinCritic', 'frozen',
-           'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel', 'twin_critic_loss',
+__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'ActionScale', 'LeanMLP', 'TwinCritic',
+           'frozen', 'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel', 'twin_critic_loss',
            'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent', 'evaluate_actor',
            'box_spaces', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings', 'actor_critic_learner',
            'sac_learner', 'sac_defaults', 'mlp']
@@ -50,6 +51,23 @@ class ActionScale(nn.Module):
     def from_env(self, a:torch.Tensor) -> torch.Tensor:
         return (2 * (a.flatten(1) - self.low) / (self.high - self.low) - 1)
 
+# %% ../../nbs/10d_agents.sac.ipynb #f834df78
+class LeanMLP(nn.Sequential):
+    "`mlp`'s layers with less work per training step: ReLUs in place, a first layer of few inputs multiplied by rows"
+    narrow = 32  # First layers of fewer inputs take their weight's transpose copied to rows (on the CPU)
+    def __init__(self, *layers:nn.Module):
+        super().__init__(*layers)
+        for l in self:
+            if isinstance(l, nn.ReLU): l.inplace = True  # each follows a linear layer, whose output nothing else reads
+    def forward(self, x:torch.Tensor) -> torch.Tensor:
+        layers = iter(self)
+        first = next(layers)
+        if first.in_features < self.narrow and x.device.type == 'cpu':  # gradients as `x.T @ g` and `g @ w` by rows
+            x = F.linear(x, first.weight.t().contiguous().t(), first.bias)
+        else: x = first(x)
+        for layer in layers: x = layer(x)
+        return x
+
 # %% ../../nbs/10d_agents.sac.ipynb #eda587f8
 class TwinCritic(nn.Module):
     "Two Q-networks of a state and a [-1, 1] action: `(bs, 2)` values; both read the features of one `encoder`"
@@ -57,7 +75,7 @@ class TwinCritic(nn.Module):
                  act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
         n, self.encoder = obs_input(obs_dim)
-        self.q1, self.q2 = mlp((n + act_dim, *hidden, 1)), mlp((n + act_dim, *hidden, 1))
+        self.q1, self.q2 = (LeanMLP(*mlp((n + act_dim, *hidden, 1))) for _ in range(2))
     def forward(self, s:torch.Tensor, a:torch.Tensor) -> torch.Tensor:
         x = torch.cat([encoded(self.encoder, s), a], 1)
         return torch.cat([self.q1(x), self.q2(x)], 1)
@@ -76,10 +94,13 @@ def frozen(module:nn.Module):
         for p in params: p.requires_grad_(True)
 
 # %% ../../nbs/10d_agents.sac.ipynb #400ffef7
-def polyak(online:nn.Module, target:nn.Module, tau:float):
+def polyak(online:nn.Module|list, # A network, or its parameters
+           target:nn.Module|list, # The network that follows it, or its parameters in the same order
+           tau:float): # The fraction of the way to move
     "Move each parameter of `target` a fraction `tau` of the way to `online`'s"
     with torch.no_grad():
-        t, o = list(target.parameters()), list(online.parameters())
+        t = list(target.parameters()) if isinstance(target, nn.Module) else target
+        o = list(online.parameters()) if isinstance(online, nn.Module) else online
         for a, b in zip(t, o): a.lerp_(b, tau)
 
 # %% ../../nbs/10d_agents.sac.ipynb #3a99ac4b
@@ -93,7 +114,7 @@ class GaussianActor(nn.Module):
                  act_dim:int, hidden:tuple=(256, 256)):
         super().__init__()
         n, self.encoder = obs_input(obs_dim)
-        self.body = mlp((n, *hidden), nn.ReLU())
+        self.body = LeanMLP(*mlp((n, *hidden), nn.ReLU()))
         self.mu, self.log_std = nn.Linear(hidden[-1], act_dim), nn.Linear(hidden[-1], act_dim)
 
     def forward(self, s:torch.Tensor) -> torch.Tensor:
@@ -166,8 +187,9 @@ def twin_critic_loss(td:torch.Tensor, # Each row's TD error of each critic, `(bs
                      half:bool # Halve the squared errors (SAC's loss) or not (TD3's)
                     ) -> torch.Tensor:
     "The mean (importance-weighted) squared TD errors of both critics; a `ReplayBatch` `b` is told their mean TD error"
-    if isinstance(b, ReplayBatch): b.set_td_error(td.mean(1, keepdim=True))
-    per_row = (td ** 2).sum(1, keepdim=True) * (0.5 if half else 1.)
+    if isinstance(b, ReplayBatch): b.set_td_error(td.detach().mean(1, keepdim=True))
+    per_row = (td ** 2).sum(1, keepdim=True)
+    if half: per_row = per_row * 0.5
     return (per_row * b['weight']).mean() if 'weight' in b else per_row.mean()
 
 # %% ../../nbs/10d_agents.sac.ipynb #bf7a7009
@@ -219,7 +241,9 @@ class ActorCriticTrainer(Callback):
         self.kept = None  # the state an `lr_find` changes
 
     def before_fit(self):
-        self.pairs = self.loss.model.target_pairs()
+        pairs = self.loss.model.target_pairs()
+        self.online = [p for online, _ in pairs for p in online.parameters()]  # the followed networks' parameters
+        self.targets = [p for _, target in pairs for p in target.parameters()]  # and their targets', in that order
         self.precision_before = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision(self.matmul_precision)
         self.kept = copy.deepcopy(self.state_dict()) if hasattr(self.learn, 'lr_finder') else None  # as the model
@@ -234,7 +258,7 @@ class ActorCriticTrainer(Callback):
         self.n_updates += 1
         if self.n_updates % self.policy_delay == 0: self.step_actor()
         if self.n_updates % self.target_every == 0:
-            for online, target in self.pairs: polyak(online, target, self.tau)
+            polyak(self.online, self.targets, self.tau)
 
     def step_actor(self):
         "One optimizer step on the actor's loss of the critics' batch: clipped as theirs, scaled in mixed precision"

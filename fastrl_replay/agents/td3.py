@@ -15,7 +15,7 @@ from torch import nn
 from ..learner import LeanLearner
 from .common import settings, bootstrap_targets
 from .nets import mlp, obs_input, encoded
-from .sac import (ActionScale, evaluate_actor, TwinCritic, frozen, ActorCriticModel,
+from .sac import (ActionScale, evaluate_actor, TwinCritic, LeanMLP, frozen, ActorCriticModel,
                                       twin_critic_loss,
                                       ActorCriticLoss, ActorCriticTrainer, ActorCriticSettings, actor_critic_learner)
 
@@ -30,7 +30,7 @@ class DeterministicActor(nn.Module):
                  act_dim:int, hidden:tuple=(400, 300), noise:float=0.1):
         super().__init__()
         n, self.encoder = obs_input(obs_dim)
-        self.net, self.noise = mlp((n, *hidden, act_dim), nn.Tanh()), noise
+        self.net, self.noise = LeanMLP(*mlp((n, *hidden, act_dim), nn.Tanh())), noise
     def forward(self, s:torch.Tensor) -> torch.Tensor: return self.net(encoded(self.encoder, s))
     def explore(self, s:torch.Tensor, eps:torch.Tensor) -> torch.Tensor:
         "The action plus `noise` times standard normal `eps`, clipped to [-1, 1]"
@@ -63,7 +63,8 @@ class TD3Loss(ActorCriticLoss):
         m = self.model
         with torch.no_grad():
             a2 = m.actor_target(b['next_state'])
-            a2 = (a2 + (torch.randn_like(a2) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)).clamp(-1, 1)
+            noise = torch.randn_like(a2).mul_(self.target_noise).clamp_(-self.noise_clip, self.noise_clip)
+            a2 = a2.add_(noise).clamp_(-1, 1)
             return bootstrap_targets(b, m.critic_target(b['next_state'], a2).min(1, keepdim=True)[0])
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:

@@ -299,23 +299,26 @@ class ColumnStorage(Storage):
         return self._write(srcs, n) if n > 0 else (self.pointer % self.max_sz, 0)
 
     def _put_values(self, b) -> int:
-        "Write `b` if it is one row of tensors or arrays in the columns' dtypes and shapes; its row, or -1"
-        specs, row, block, width = self._values
+        "Write `b` if it is one row of tensors or of arrays in the columns' dtypes and shapes; its row, or -1"
+        get, dtypes, np_dtypes, arrays, sizes, ndims, row, block, width = self._values
         vals = []
         try:
-            if len(b) != len(specs): return -1
-            for k, dtype, np_dtype, shape, ndim, single in specs:
-                v = b[k]
-                t = type(v)
-                if t is not _Tensor and t is not np.ndarray or v.dtype is not (dtype if t is _Tensor else np_dtype):
-                    return -1
+            vs = get(b)
+            if len(b) != len(vs) or vs[0].shape[0] != 1: return -1
+            if type(vs[0]) is not _Tensor:  # then arrays, all of them (a torch dtype is a tensor's)
+                if tuple(map(type, vs)) != arrays: return -1
+                dtypes = np_dtypes
+            for v, dtype, size, ndim in zip(vs, dtypes, sizes, ndims):
+                if v.dtype is not dtype: return -1
                 # the values, read through negated and conjugate views and autograd
-                if single:  # `item` takes one value only: with the number of dimensions, that is the shape
+                if size == 1:  # `item` takes one value only: with the number of dimensions, that is the shape
                     if v.ndim != ndim: return -1
                     vals.append(v.item())
-                elif v.shape != shape: return -1
-                else: vals += v.tolist()[0]
-            data = row.pack(*vals)
+                else:  # one row of `size` values, or another shape: a list that is not one, or of lists
+                    x, = v.tolist()
+                    if len(x) != size: return -1
+                    vals += x
+            data = row.pack(*vals)  # numbers only: a list among them raises
         except Exception: return -1  # not such a row: the checked paths say what is wrong with it
         p = 0 if self.pointer == self.max_sz else self.pointer
         block[p * width:p * width + len(data)] = data
@@ -655,31 +658,34 @@ def _declared(k, spec) -> tuple[tuple, torch.dtype]:
     return tuple(shape), dtype
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #b7c1e002
-_CODES = {np.dtype(t): code for t, code in ((np.bool_, '?'), (np.int8, 'b'), (np.uint8, 'B'), (np.int16, 'h'),
-          (np.int32, 'i'), (np.int64, 'q'), (np.float16, 'e'), (np.float32, 'f'), (np.float64, 'd'))}  # `struct`'s
+# `struct`'s codes; a bool as the byte 0 or 1: 'B' refuses what is not a number, where '?' takes any object
+_CODES = {np.dtype(t): code for t, code in ((np.bool_, 'B'), (np.int8, 'b'), (np.uint8, 'B'), (np.int16, 'h'),
+          (np.int32, 'i'), (np.int64, 'q'), (np.float16, 'e'), (np.float32, 'f'), (np.float64, 'd'))}
 _FEW = 64  # the most values a column may hold in a row for `+` of one row to pack them one by one
 
 def _value_plan(cols:list[_Col], rows:np.ndarray|None) -> tuple|None:
-    "How `+` writes one row into block `rows`: column specs, the row's `struct.Struct`, the bytes of `rows`, its width"
+    "How `+` writes one row into block `rows`: the columns' getter, dtypes, sizes, dimensions; `Struct`, bytes, width"
     if rows is None or not (rows.flags.c_contiguous and rows.flags.writeable): return None
     if any(c.np_dtype not in _CODES or len(c.shape) > 1 or math.prod(c.shape) > _FEW for c in cols): return None
     cols = sorted(cols, key=lambda c: c.offset)
     if [c.offset for c in cols] != [sum(_nbytes(b) for b in cols[:i]) for i in range(len(cols))]:
         return None  # a gap between two columns, which `struct` would write over
     row = struct.Struct('=' + ''.join(f'{math.prod(c.shape)}{_CODES[c.np_dtype]}' for c in cols))
-    specs = [(c.key, c.dtype, c.np_dtype, (1, *c.shape), len(c.shape) + 1, math.prod(c.shape) == 1)  # True: one value
-             for c in cols]
-    return specs, row, memoryview(rows).cast('B'), rows.strides[0]
+    return (_getter([c.key for c in cols]), tuple(c.dtype for c in cols), tuple(c.np_dtype for c in cols),
+            (np.ndarray,) * len(cols), tuple(math.prod(c.shape) for c in cols), tuple(len(c.shape) + 1 for c in cols),
+            row, memoryview(rows).cast('B'), rows.strides[0])
 
 _dtype_shape = attrgetter('dtype', 'shape')
 _Tensor = torch.Tensor  # looked up once, for the checks of each value
 
+def _getter(keys:list[str]):
+    "A function of a batch that returns its columns `keys`, in that order, as a tuple"
+    return itemgetter(*keys) if len(keys) > 1 else lambda b, k=keys[0]: (b[k],)
+
 def _copy_plan(cols:list[_Col], rows:np.ndarray|None) -> tuple|None:
     "How `+` copies a batch into block `rows`: the getter of its columns, and each column's target and record dtype"
     if rows is None or not rows.flags.writeable: return None
-    keys = [c.key for c in cols]
-    get = itemgetter(*keys) if len(keys) > 1 else lambda b, k=keys[0]: (b[k],)
-    dsts = []
+    get, dsts = _getter([c.key for c in cols]), []
     for c in cols:
         if len(c.shape) == 1 and c.shape[0] > 1:  # a row's values as one record: one copy a row, not one a value
             rec = np.dtype((np.void, _nbytes(c)))
