@@ -5,8 +5,9 @@ import numpy as np, pytest, torch, gymnasium as gym
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.training import GradientClip
+from fastai.callback.hook import summary  # registers `Learner.summary`
 from fastcore.foundation import L
-from fastrl_replay.agents.sac import sac_learner, evaluate_actor, ActorCriticTrainer, polyak
+from fastrl_replay.agents.sac import sac_learner, evaluate_actor, ActorCriticTrainer, polyak, LeanMLP, NarrowLinear
 from fastrl_replay.agents.td3 import td3_learner
 from fastrl_replay.checkpoint import CheckpointCallback, read_checkpoint
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
@@ -182,11 +183,12 @@ def test_matmul_precision_is_a_setting_of_the_fit():
 
 @pytest.mark.parametrize('algo', ['sac', 'td3'])
 def test_nn_linear_layers_run_bit_for_bit_and_resume_exactly(tmp_path, algo):
-    "Every linear layer is an nn.Linear; two runs from a seed are equal, and a stopped run resumes to the whole one"
+    "Every linear layer an nn.Linear (NarrowLinear: first ones of few inputs); seeded runs equal, a stopped one resumes"
     net = dict(hidden=(32, 32))
     whole = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'a', every=100)])
     linears = [m for m in whole.model.modules() if isinstance(m, torch.nn.Linear)]
-    assert len(linears) == (16 if algo == 'sac' else 18) and all(type(m) is torch.nn.Linear for m in linears)
+    assert len(linears) == (16 if algo == 'sac' else 18)
+    assert all(type(m) in (torch.nn.Linear, NarrowLinear) for m in linears)
     same_run(whole, fit(algo, net=net))
     fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100), StopAt(230)])
     resumed = fit(algo, net=net, cbs=[CheckpointCallback(tmp_path/'b', every=100, resume=True)])
@@ -209,6 +211,68 @@ def test_networks_take_second_order_gradients_vmap_and_empty_batches(algo):
     assert torch.allclose(torch.func.vmap(m.actor)(states), torch.stack([m.actor(x) for x in states]), atol=1e-6)
     assert m.critic(torch.zeros(0, 3), torch.zeros(0, 1)).shape == (0, 2) and m.actor(torch.zeros(0, 3)).shape == (0, 1)
 
+
+def with_nn_linear(net):
+    "A copy of `net` whose `NarrowLinear` layers are plain `nn.Linear`s of the same parameters"
+    net = copy.deepcopy(net)
+    for seq in net.modules():
+        if isinstance(seq, LeanMLP) and isinstance(seq[0], NarrowLinear):
+            plain = torch.nn.Linear(seq[0].in_features, seq[0].out_features)
+            plain.load_state_dict(seq[0].state_dict())
+            seq[0] = plain.requires_grad_(seq[0].weight.requires_grad)
+    return net
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_narrow_first_layers_act_as_any_nn_linear(tmp_path, algo):
+    "First layers of few inputs are NarrowLinear modules in nn.Linear's layout: hooks, summary, saves, Adam, torch.func"
+    learn = fit(algo, epochs=1)
+    m, opt = learn.model, learn.opt.opt
+    firsts = [l[0] for l in m.modules() if isinstance(l, LeanMLP)]
+    assert len(firsts) == (5 if algo == 'sac' else 6)  # SAC has no target actor
+    assert all(type(f) is NarrowLinear and f.in_features < LeanMLP.narrow for f in firsts)
+    linears = [l for net in (m.actor, m.critic) for l in net.modules() if isinstance(l, torch.nn.Linear)]
+    calls = []
+    hooks = [l.register_forward_hook(lambda mod, i, o: calls.append(mod)) for l in linears]
+    s, a = torch.randn(5, 3), torch.rand(5, 1) * 2 - 1
+    (m.actor.explore(s, torch.randn(5, 1)).sum() + m.critic(s, a).sum()).backward()  # SAC's: its spread's layer too
+    for h in hooks: h.remove()
+    assert len(calls) == len(linears) and {id(c) for c in calls} == {id(l) for l in linears}  # every layer's hook ran
+    for f in firsts:  # the weight, its gradient and Adam's moments in nn.Linear's layout
+        assert f.weight.is_contiguous()
+        if f.weight.requires_grad:
+            moments = (opt.state[f.weight][k] for k in ('exp_avg', 'exp_avg_sq'))
+            assert f.weight.grad.is_contiguous() and all(t.is_contiguous() for t in moments)
+    text = learn.summary()  # the critics' layers, those the model's forward pass runs, each with its parameters
+    critic_linears = [l for l in m.critic.modules() if isinstance(l, torch.nn.Linear)]
+    assert sum(line.split(' ')[0] in ('Linear', 'NarrowLinear') for line in text.splitlines()) == len(critic_linears)
+    assert f'Total params: {sum(p.numel() for p in m.critic.parameters()):,}' in text
+    torch.save(m.state_dict(), tmp_path/'m.pth')  # the state of nn.Linear layers, loaded into them and back
+    plain = with_nn_linear(BUILD[algo]('Pendulum-v1', seed=9, **SMALL).model)
+    plain.load_state_dict(torch.load(tmp_path/'m.pth'))
+    fresh = BUILD[algo]('Pendulum-v1', seed=9, **SMALL).model
+    fresh.load_state_dict(plain.state_dict())
+    for k, w in m.state_dict().items(): assert torch.equal(fresh.state_dict()[k], w), k
+    params = dict(m.critic.named_parameters())
+    grads = torch.func.grad(lambda p: torch.func.functional_call(m.critic, p, (s, a)).sum())(params)
+    m.critic.zero_grad(); m.critic(s, a).sum().backward()
+    for k, p in params.items(): assert torch.allclose(grads[k], p.grad, rtol=1e-5, atol=1e-7), k
+
+
+@pytest.mark.parametrize('algo', ['sac', 'td3'])
+def test_narrow_first_layers_compute_nn_linears_losses_and_gradients_to_rounding(algo):
+    "The same losses and gradients as with nn.Linear first layers, to float32 rounding (BLAS sums in another order)"
+    learn = fit(algo, epochs=1, steps_per_epoch=100, net=dict(hidden=(400, 300)))
+    m, b = learn.model, learn.experience_replay.memory.sample()[0]
+    assert isinstance(m.critic.q1[0], NarrowLinear)
+    def step_grads(model):
+        loss = BUILD[algo]('Pendulum-v1', seed=0, model=model, **SMALL).loss_func
+        torch.manual_seed(0); model.zero_grad(); critic_loss = loss(model(b), b); critic_loss.backward()
+        torch.manual_seed(1); actor_loss = loss.actor_loss(b); actor_loss.backward()
+        return [critic_loss.detach(), actor_loss.detach()] + [p.grad for p in model.parameters() if p.grad is not None]
+    narrow, plain = step_grads(m), step_grads(with_nn_linear(m))
+    assert len(narrow) == len(plain) > 2
+    for n, p in zip(narrow, plain): assert torch.allclose(n, p, rtol=1e-4, atol=1e-6 * p.abs().max())
 
 def test_vector_env_and_ready_memory():
     venv = gym.make_vec('Pendulum-v1', num_envs=3, vectorization_mode='sync',

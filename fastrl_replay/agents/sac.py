@@ -31,11 +31,11 @@ from .common import (ReplaySettings, OptimSettings, ValidSettings, settings, rep
 _all_ = ['mlp']  # the layers every network ends in, defined with the encoders of observation spaces in `agents.nets`
 
 # %% auto #0
-__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'ActionScale', 'LeanMLP', 'TwinCritic',
-           'frozen', 'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel', 'twin_critic_loss',
-           'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent', 'evaluate_actor',
-           'box_spaces', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings', 'actor_critic_learner',
-           'sac_learner', 'sac_defaults', 'mlp']
+__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'SB3_REPLAY', 'SB3_OPTIM', 'SAC_DEFAULTS', 'ActionScale', 'NarrowLinear', 'LeanMLP',
+           'TwinCritic', 'frozen', 'polyak', 'GaussianActor', 'EntropyCoef', 'ActorCriticModel', 'SACModel',
+           'twin_critic_loss', 'ActorCriticLoss', 'SACLoss', 'ActorCriticTrainer', 'ActorLoss', 'ActorAgent',
+           'evaluate_actor', 'box_spaces', 'ActorCriticSettings', 'EntropySettings', 'SACExploreSettings',
+           'actor_critic_learner', 'sac_learner', 'sac_defaults', 'mlp']
 
 # %% ../../nbs/10d_agents.sac.ipynb #550cbd04
 class ActionScale(nn.Module):
@@ -52,21 +52,31 @@ class ActionScale(nn.Module):
         return (2 * (a.flatten(1) - self.low) / (self.high - self.low) - 1)
 
 # %% ../../nbs/10d_agents.sac.ipynb #f834df78
+class NarrowLinear(nn.Linear):
+    "An `nn.Linear` of few inputs whose products run by rows on the CPU: its weight's gradient as `x.T @ g`"
+    def forward(self, x:torch.Tensor) -> torch.Tensor:
+        if x.device.type != 'cpu': return super().forward(x)
+        return F.linear(x, self.weight.t().contiguous().t(), self.bias)  # the weight, its transpose copied to rows
+
+    @classmethod
+    def of(cls, layer:nn.Linear # The layer whose parameters it takes: the same tensors
+          ) -> NarrowLinear:
+        "A `NarrowLinear` holding `layer`'s own parameters"
+        w = layer.weight
+        new = nn.utils.skip_init(cls, layer.in_features, layer.out_features, bias=layer.bias is not None,
+                                 device=w.device, dtype=w.dtype)  # nothing drawn: the parameters are `layer`'s
+        new.weight, new.bias = w, layer.bias
+        return new
+
 class LeanMLP(nn.Sequential):
-    "`mlp`'s layers with less work per training step: ReLUs in place, a first layer of few inputs multiplied by rows"
-    narrow = 32  # First layers of fewer inputs take their weight's transpose copied to rows (on the CPU)
+    "`mlp`'s layers with less work per training step: ReLUs in place, a first layer of few inputs a `NarrowLinear`"
+    narrow = 32  # First layers of fewer inputs become `NarrowLinear`s
     def __init__(self, *layers:nn.Module):
         super().__init__(*layers)
+        first = self[0]
+        if type(first) is nn.Linear and first.in_features < self.narrow: self[0] = NarrowLinear.of(first)
         for l in self:
             if isinstance(l, nn.ReLU): l.inplace = True  # each follows a linear layer, whose output nothing else reads
-    def forward(self, x:torch.Tensor) -> torch.Tensor:
-        layers = iter(self)
-        first = next(layers)
-        if first.in_features < self.narrow and x.device.type == 'cpu':  # gradients as `x.T @ g` and `g @ w` by rows
-            x = F.linear(x, first.weight.t().contiguous().t(), first.bias)
-        else: x = first(x)
-        for layer in layers: x = layer(x)
-        return x
 
 # %% ../../nbs/10d_agents.sac.ipynb #eda587f8
 class TwinCritic(nn.Module):
