@@ -95,7 +95,7 @@ class ExperienceReplayCallback(Callback):
             raise ExperienceReplayException(f'ExperienceReplayCallback expects each batch to be a 1-tuple holding a BD of '
                                             f'transitions, with no targets; got {len(xb)} inputs and {len(yb)} targets')
         self.fresh, self.batch, self._lossed = xb[0], None, False
-        self.memory + self.fresh
+        if not isinstance(self.fresh, BD) or self.fresh.bs(): self.memory + self.fresh  # none in a training-only batch
         try: rows, idxs, *gens = self.memory.sample(generations=True) if self._generations else self.memory.sample()
         except WarmupNotReached: raise CancelBatchException() from None
         first = next(iter(self.fresh.values()))  # a tensor, or a dict column's (a `Dict` observation's) tensors

@@ -48,7 +48,8 @@ class LeanRecorder(Recorder):
         for met in self._mets_now:
             if met is sl:  # `AvgSmoothLoss.accumulate` without `to_detach`'s work for a gather there is none of
                 sl.count += 1
-                sl.val = torch.lerp(learn.loss.detach().mean().cpu(), sl.val, sl.beta)
+                loss = learn.loss.detach()
+                sl.val = torch.lerp((loss.mean() if loss.ndim else loss).cpu(), sl.val, sl.beta)  # 0-d: its own mean
             else: met.accumulate(learn)
         opt = learn.opt  # an `OptimWrapper` names `lr` as torch does, and builds its `hypers` anew at each call
         self.lrs.append(opt.opt.param_groups[-1]['lr'] if isinstance(opt, OptimWrapper) else opt.hypers[-1]['lr'])
@@ -90,14 +91,14 @@ _INNER = frozenset('before_batch after_pred after_loss before_backward after_can
 _CANCELS = (CancelBatchException, CancelBackwardException, CancelEpochException, CancelFitException,
             CancelStepException, CancelTrainException, CancelValidException)
 
-def _train_event(cb:Callback, event_name:str):
-    "What fastai's `Callback.__call__` does for an inner-loop event in training: the handler, if `run` and `run_train`"
-    if not (cb.run and cb.run_train): return
-    try: getcallable(cb, event_name)()
-    except _CANCELS: raise
-    except Exception as e:
-        raise modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event `{event_name}`:'
-                                  f'\n\t{e.args[0]}', replace=True)
+def _named(e:Exception, cb:Callback, event_name:str) -> Exception:
+    "`e` with the message fastai's `Callback.__call__` gives an error raised in `cb`'s handler of `event_name`"
+    return modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event `{event_name}`:'
+                               f'\n\t{e.args[0]}', replace=True)
+
+def _torch_opt(opt):
+    "The torch optimizer a fastai `OptimWrapper` forwards `step` and `zero_grad` to; any other optimizer itself"
+    return opt.opt if type(opt) is OptimWrapper else opt
 
 class LeanLearner(Learner):
     "A `Learner` whose events go only to the callbacks that handle them, recorded by a `LeanRecorder`: the same training with less overhead per batch"
@@ -126,23 +127,51 @@ class LeanLearner(Learner):
         self.model.to(device)
         return self
 
+    def _handlers_of(self, event_name:str) -> list:
+        "The callbacks that handle `event_name`, in order, each with whether it keeps `Callback.__call__`"
+        if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
+        # `after_fit` goes to every callback: `Callback.__call__` resets `run` there
+        return [(cb, type(cb).__call__ is Callback.__call__) for cb in self.cbs.sorted('order')
+                if event_name == 'after_fit' or hasattr(cb, event_name)]
+
     def _call_one(self, event_name):
-        key = (event_name, *map(id, self.cbs))  # a new list when callbacks are added or removed
-        cbs = self.__dict__.setdefault('_handlers', {}).get(key)
-        if cbs is None:
-            if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-            # `after_fit` goes to every callback: `Callback.__call__` resets `run` there
-            cbs = self._handlers[key] = [(cb, type(cb).__call__ is Callback.__call__) for cb in self.cbs.sorted('order')
-                                         if event_name == 'after_fit' or hasattr(cb, event_name)]
+        d, now = self.__dict__, self.cbs.items
+        if d.get('_handled') != now: d['_handled'], d['_handlers'] = list(now), {}  # callbacks added or removed
+        cbs = d['_handlers'].get(event_name)
+        if cbs is None: cbs = d['_handlers'][event_name] = self._handlers_of(event_name)
         if event_name in _INNER and self.training:  # fastai's `Callback.__call__` inline, without reading `training`
             for cb, plain in cbs:                    # through each callback
-                if plain: _train_event(cb, event_name)
-                else: cb(event_name)
+                if not plain: cb(event_name)
+                elif cb.run and cb.run_train:
+                    try: getcallable(cb, event_name)()
+                    except _CANCELS: raise
+                    except Exception as e: raise _named(e, cb, event_name)
         else:
             for cb, _ in cbs: cb(event_name)
 
     def __call__(self, event_name):
         for e in ([event_name] if isinstance(event_name, str) else event_name): self._call_one(e)
+
+    def one_batch(self, i, b):
+        "fastai's `one_batch`, its events sent as `_with_events` sends them"
+        self.iter = i
+        b = self._set_device(b)
+        self._split(b)
+        try: self._call_one('before_batch'); self._do_one_batch()
+        except CancelBatchException: self._call_one('after_cancel_batch')
+        self._call_one('after_batch')
+
+    def _do_grad_opt(self):
+        "fastai's backward pass, optimizer step and `zero_grad`; an `OptimWrapper`'s torch optimizer called directly"
+        try: self._call_one('before_backward'); self._backward()
+        except CancelBackwardException: self._call_one('after_cancel_backward')
+        self._call_one('after_backward')
+        try: self._call_one('before_step'); self._step()
+        except CancelStepException: self._call_one('after_cancel_step')
+        self._call_one('after_step')
+        _torch_opt(self.opt).zero_grad()
+
+    def _step(self): _torch_opt(self.opt).step()
 
     def _set_device(self, b):
         "A batch of one `BD` already on the model's device as it is; anything else moved as `Learner` moves it"
@@ -159,7 +188,8 @@ class LeanLearner(Learner):
 
     def __getstate__(self):
         "What fastai pickles of a `Learner`, without the caches of event handlers and of the model's device"
-        return {k: v for k, v in Learner.__getstate__(self).items() if k not in ('_handlers', '_dev_of', '_dev_param')}
+        skip = ('_handlers', '_handled', '_dev_of', '_dev_param')
+        return {k: v for k, v in Learner.__getstate__(self).items() if k not in skip}
 
     def export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
         "fastai's `Learner.export` of what acting needs: without the training callbacks, the metrics or the optimizer"

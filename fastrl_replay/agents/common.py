@@ -181,7 +181,7 @@ def bootstrap_targets(b:Mapping, # A batch with `reward`, `discount` and `termin
     if 'discount' not in b:
         raise ValueError("the batch has no 'discount' column: fold the environment steps into n-step transitions with "
                          "Source([GymLoop(...), FirstLast(gamma)]) (GymLoop(n_steps=1) for one-step returns)")
-    return b['reward'] + b['discount'] * (~b['terminated']).float() * next_v
+    return torch.addcmul(b['reward'], b['discount'] * next_v, ~b['terminated'])  # R + (discount * V) * not terminated
 
 # %% ../../nbs/10_agents.common.ipynb #6fdc37f6
 def check_hindsight_loop(ready, # A ready environment, or None for one made from an id
@@ -264,6 +264,11 @@ def _unscaled(norm:float, # The gradients' total norm, read on the CPU
     if (norm + 1e-6) * 1.001 < max_norm: return True  # a scale over 1.0009 in float32, which it clamps to 1
     return float(torch.clamp(max_norm / (total + 1e-6), max=1.)) == 1.
 
+def _one_cpu_dtype(grads:list) -> bool:
+    "Whether `grads` are CPU tensors of one dtype, which torch's foreach norm and multiply take one tensor at a time"
+    d = grads[0].dtype if grads else None
+    return d is not None and all(g.dtype is d and g.is_cpu for g in grads)
+
 class LeanGradientClip(GradientClip):
     "fastai's `GradientClip`, its parameters listed once per model, with no multiply by a scale of 1 on the CPU"
     @property
@@ -272,12 +277,15 @@ class LeanGradientClip(GradientClip):
     def before_fit(self): self.listed = None
 
     def before_step(self):
-        "torch's `clip_grad_norm_` in its two documented halves, the scaling skipped when it is by exactly 1"
+        "torch's `clip_grad_norm_`, on the CPU each gradient's norm and scaling in turn, a scaling by exactly 1 skipped"
         m = self.learn.model
         if getattr(self, 'listed', None) is not m: self.listed, self.params = m, list(m.parameters())
-        total = nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None], self.norm_type)
-        if total.device.type == 'cpu' and _unscaled(float(total), self.max_norm, total): return
-        nn.utils.clip_grads_with_norm_(self.params, self.max_norm, total)
+        grads, p = [g for g in (q.grad for q in self.params) if g is not None], self.norm_type
+        if not _one_cpu_dtype(grads): return nn.utils.clip_grad_norm_(self.params, self.max_norm, p)
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, p) for g in grads]), p)
+        if _unscaled(float(total), self.max_norm, total): return
+        scale = torch.clamp(self.max_norm / (total + 1e-6), max=1.)  # as `clip_grads_with_norm_` works it out
+        for g in grads: g.mul_(scale)
 
 # %% ../../nbs/10_agents.common.ipynb #3613b07b
 def replay_learner(dls:DataLoaders, # The loaders: fresh transitions in training batches, an empty validation loader

@@ -72,8 +72,8 @@ class DQNLoss:
                              "which makes and updates it")
         with torch.no_grad():
             q_next = self.target(b['next_state'])
-            a_star = (self.model(b['next_state']) if self.double else q_next).argmax(1, keepdim=True)
-            return bootstrap_targets(b, q_next.gather(1, a_star))
+            if not self.double: return bootstrap_targets(b, q_next.max(1, keepdim=True).values)  # its best value
+            return bootstrap_targets(b, q_next.gather(1, self.model(b['next_state']).argmax(1, keepdim=True)))
 
     def __call__(self, pred:torch.Tensor, b:Mapping) -> torch.Tensor:
         "The mean (importance-weighted, when `b` has `weight`) loss on the TD errors, told to a `ReplayBatch` `b`"
@@ -100,6 +100,11 @@ class DQNTrainer(Callback):
                  target_sync:int=500, # Optimizer steps between hard copies to the target network
                  tau:float|None=None): # Polyak factor for a soft update after every step, instead of hard copies
         self.dqn_loss, self.target_sync, self.tau, self.n_updates, self.kept = dqn_loss, target_sync, tau, 0, None
+
+    def __setattr__(self, k, v):
+        "fastai's, but for the step count, set after every step, a name no learner has, which needs no check for that"
+        if k == 'n_updates': object.__setattr__(self, k, v)
+        else: super().__setattr__(k, v)
 
     def before_fit(self):
         self.dqn_loss.make_target().to(next(self.model.parameters()).device)

@@ -496,8 +496,11 @@ class FirstLast:
     def __init__(self, gamma:float=0.99): self.gamma = gamma
     def __call__(self, window: list[dict]) -> dict:
         first, last, k = window[0], window[-1], len(window)
-        reward = nstep_returns(np.array([[float(w['reward'][0, 0]) for w in window]]), np.full((1, k), float(self.gamma)))
-        return {**first, 'next_state': last['next_state'], 'reward': reward.astype(np.float32)[:, None],
+        reward = first['reward']  # one step's float32 reward is its own return
+        if k > 1 or type(reward) is not np.ndarray or reward.dtype != np.float32 or reward.shape != (1, 1):
+            rewards = np.array([[float(w['reward'][0, 0]) for w in window]])
+            reward = nstep_returns(rewards, np.full((1, k), float(self.gamma))).astype(np.float32)[:, None]
+        return {**first, 'next_state': last['next_state'], 'reward': reward,
                 'terminated': last['terminated'], 'truncated': last['truncated'], 'done': last['done'],
                 'discount': np.array([[self.gamma ** k]], np.float32)}
 
@@ -518,7 +521,12 @@ class SourceStats:
 
 def rows_batch(rows:list[dict]) -> BD:
     "Transitions, dicts of one-row NumPy arrays, as one `BD` of `(len(rows), ...)` tensors"
+    if len(rows) == 1: return BD._new({k: _per_key(v, _own_tensor) for k, v in rows[0].items()})
     return BD._new({k: _per_key(_cat([r[k] for r in rows]), torch.from_numpy) for k in rows[0]})
+
+def _own_tensor(a) -> torch.Tensor:
+    "The array of one row as a tensor of its own: a copy, as `np.concatenate` makes of it alone"
+    return torch.from_numpy(a.copy() if type(a) is np.ndarray and a.ndim else np.concatenate([a]))
 
 def _cat(vs:list) -> np.ndarray|dict:
     "Arrays `vs` concatenated; dicts of them (a `Dict` observation's) key by key"
@@ -613,7 +621,7 @@ class Source:
 # %% ../../nbs/05b_data.gym.ipynb #7bb45e69
 class TransitionLoader(DataLoader):
     "A fastai `DataLoader` of `(BD,)` batches of `bs` transitions taken whole from a `Source`, each followed by `updates - 1` batches of none"
-    _start = 0
+    _start, n_inp = 0, 1  # a batch is one input, its transitions, and no targets: how fastai's `Learner` splits it
     def __init__(self, dataset=None, updates:int=1, **kwargs):
         check_positive(updates, 'updates')
         super().__init__(dataset, **kwargs)
