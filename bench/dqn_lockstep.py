@@ -17,8 +17,13 @@ epsilon of SB3's actor-critic policies, not of its DQN) in the first burst.
     .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 8000 --unfused     # identical
     .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 8000               # parts at burst 10: rounding
     .venv/bin/python bench/dqn_lockstep.py --seed 0 --steps 5000 --greedy-warmup --eps 1e-5
+
+The verdict (the first burst and the first action that differ), the settings and the machine (`bench/machine.py`) go
+to bench/results/dqn_lockstep.json (`--out`).
 """
-import argparse, copy
+import argparse, copy, json
+from pathlib import Path
+from machine import machine_record  # first: the load average as the run starts
 from functools import partial
 from fastai.optimizer import OptimWrapper
 import numpy as np, torch, gymnasium as gym
@@ -148,6 +153,7 @@ def main():
     p.add_argument('--clip', type=float, default=ZOO['max_grad_norm'], help="both libraries' gradient clipping norm")
     p.add_argument('--unfused', action='store_true', help="ours steps with torch's default Adam instead of the fused one, as SB3 does")
     p.add_argument('--greedy-warmup', action='store_true', help='ours follows its epsilon schedule during the warm-up instead of acting at random')
+    p.add_argument('--out', type=Path, default=Path(__file__).resolve().parent/'results'/'dqn_lockstep.json')
     args = p.parse_args()
     torch.set_num_threads(1)
     D, U = streams(args.seed, args.steps, ZOO['bs'])
@@ -155,6 +161,10 @@ def main():
     init = sb3_run(args.seed, args.steps, D, U, a, clip=args.clip)
     ours_run(args.seed, args.steps, D, U, b, init, eps=args.eps, random_warmup=not args.greedy_warmup, clip=args.clip,
              fused=not args.unfused)
-    compare(a, b)
+    verdict = compare(a, b)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != 'out'}
+    args.out.write_text(json.dumps(dict(settings=settings, bursts=len(a['bursts']), **verdict,
+                                        machine=machine_record('stable-baselines3', 'gymnasium')), indent=1))
 
 if __name__ == '__main__': main()

@@ -5,6 +5,7 @@ writes `bench/stored/<page>.json` with its title, date, records, command and tex
 figures, each ratio taken against the peers of the same run. Run the scripts first (see each page's `command`), then
 this, then `python bench/benchmarks_page.py` to look at the page."""
 import argparse, json, statistics
+import numpy as np
 from pathlib import Path
 from machine import records, read_results
 
@@ -15,19 +16,21 @@ AVX2 = ("run under `bench/avx2.sh`, which limits torch, oneDNN, MKL, NumPy and n
 def fmt(x, digits=0) -> str: return f'{x:,.{digits}f}'
 def ratio(x) -> str: return f'{x:.2f}x'
 
-def table(head: list, rows: list) -> str:
-    "A markdown table, the first column left-aligned and the others right-aligned"
-    align = '|---|' + '---:|' * (len(head) - 1)
+def table(head: list, rows: list, left: int = 1) -> str:
+    "A markdown table, the first `left` columns left-aligned and the others right-aligned"
+    align = '|' + '---|' * left + '---:|' * (len(head) - left)
     return '\n'.join([f"| {' | '.join(head)} |", align] + [f"| {' | '.join(map(str, r))} |" for r in rows])
 
-def page(name: str, title: str, command: str, text: str, results: list, conditions: str, **extra):
-    "Write `bench/stored/<name>.json`: its date is the first record's start"
-    rec = records(results)
+def page(name: str, title: str, command: str, text, sources: list, conditions: str, into: Path = BENCH/'stored',
+         **extra):
+    "`<into>/<name>.json` from results `sources` (`text` None: a timing, `runs` in `extra`), dated by the first record"
+    rec = records(sources)
     date = rec[0]['started'] if rec and rec[0] else None
     out = dict(title=title, date=date, machine=rec[0] if len(rec) == 1 else rec, conditions=conditions,
-               command=command, text=text, **extra)
-    (BENCH/'stored'/f'{name}.json').write_text(json.dumps(out, indent=1, ensure_ascii=False) + '\n')
-    print(f'wrote bench/stored/{name}.json')
+               command=command, **({} if text is None else dict(text=text)), **extra)
+    into.mkdir(parents=True, exist_ok=True)
+    (into/f'{name}.json').write_text(json.dumps(out, indent=1, ensure_ascii=False) + '\n')
+    print(f'wrote {into/name}.json')
 
 def replay_text(r: dict, p: dict) -> str:
     "The transition memory's and the prioritized memory's throughput against their peers"
@@ -132,30 +135,291 @@ def agents_text(d: dict, speed: list) -> str:
                "thread:\n\n" + table(['agent', 'environment', 'steps', 'ours (ms)', 'SB3 (ms)', 'SB3 / ours'], rows))
     return '\n\n'.join(out)
 
-def main(results: Path, conditions: str):
+def ratio_of(x: float, y: float) -> str: return ratio(x / y) if y else ''
+
+def checkpoint_text(c: dict, mm: dict) -> str:
+    "Saving and loading a full memory against the peers' formats, and a memory in memory-mapped files"
+    ram, mapped = mm['ram'], mm['mapped']
+    out = [f"With `storage_dir=` (on `ExperienceReplay`, its prioritized and LaBER forms, `FrameStorage` and "
+           f"`FrameReplay`), the columns live in memory-mapped files instead of RAM. `bench/memmap_bench.py` adds "
+           f"{mapped['stored_bytes'] / 2**30:.2f} GiB of 1 KiB transitions to each: in RAM the process's resident "
+           f"memory grew by {ram['rss_growth'] / 2**30:.2f} GiB, with the files by "
+           f"{mapped['rss_growth'] / 2**30:.2f} GiB; "
+           f"sample(256) took {mapped['sample256_ms']:.3f} ms against {ram['sample256_ms']:.3f} ms in RAM "
+           f"({mapped['sample256_ms'] / ram['sample256_ms']:.2f}x the time), and the adds ran at "
+           f"{fmt(mapped['adds_per_s'])} against {fmt(ram['adds_per_s'])} transitions a second. The checkpoint of such "
+           f"a memory is a manifest over those same files, with no copy.",
+           f"`bench/checkpoint_bench.py` times saving and loading a full memory of {fmt(1_000_000)} low-dimensional "
+           f"transitions and of {fmt(200_000)} 84x84 frames against the peers' own formats, each configuration in a "
+           f"fresh process, {c['rounds']} round{'s' if c['rounds'] > 1 else ''} in a shuffled order per round. `load` "
+           f"reads a checkpoint the page cache holds (each library's is read once, untimed, after its save); `cold "
+           f"load` reads it again after its pages were flushed and dropped (`posix_fadvise(POSIX_FADV_DONTNEED)`), as "
+           f"after "
+           f"a reboot. Ours writes each array as a `.npy` file through the page cache, 4 MB at a time with its CRC-32, "
+           f"and by default (`durable=True`) flushes every file and directory (`fsync`) before it swaps the new "
+           f"directory in; `ours[no fsync]` is `save(dir, durable=False)`. No peer flushes its files: `sb3[fsync]` and "
+           f"`tianshou[fsync]` are their saves followed by the `fsync` of the file and its directory that makes them "
+           f"durable, the peers to compare a durable save with. Ours checks every byte it loads against its CRC-32; no "
+           f"peer checks anything. Each cell gives the median over the rounds and, in brackets, the best round."]
+    names = {'lowdim': '1M transitions', 'frames': '200k frames'}
+    rows = []
+    for case, t in c['results'].items():
+        for i, (lib, v) in enumerate(t.items()):
+            rows.append([names[case] if i == 0 else '', lib] + [f"{v[k]:.3f} ({v[k + '_best']:.3f})"
+                                                                   for k in ('save_s', 'load_s', 'load_cold_s')]
+                        + [fmt(v['bytes'] / 1e6, 1)])
+    out.append(table(['case', 'library', 'save (s)', 'load (s)', 'cold load (s)', 'on disk (MB)'], rows, 2))
+    ratios = []
+    for case, t in c['results'].items():
+        for mine, peers, what in (('ours', ('tianshou[fsync]', 'sb3[fsync]'), 'durable, against the durable peers'),
+                                  ('ours[no fsync]', ('torchrl', 'tianshou', 'sb3', 'cpprb'), 'no fsync, against every '
+                                   'peer that does not flush'), ('ours[per]', ('torchrl[per]',),
+                                                                  "prioritized, against TorchRL's")):
+            ps = [p for p in peers if p in t]
+            if mine not in t or not ps: continue
+            cells = []
+            for k in ('save_s', 'load_s', 'load_cold_s'):
+                best = min(ps, key=lambda p: t[p][k])
+                cells.append(f"{ratio(t[best][k] / t[mine][k])} ({best})")
+            ratios.append([f'{names[case]}, {what}', *cells])
+    out.append("Ours as a ratio of the fastest peer's speed (the peer's median time over ours: above 1, ours is "
+               "faster):\n\n" + table(['', 'save', 'load', 'cold load'], ratios))
+    o = c['results']['lowdim'].get('ours', {})
+    if 'save_peak_growth' in o:
+        out.append(f"Saving the {fmt(o['bytes'] / 1e6)} MB low-dimensional memory grew the process's peak resident "
+                   f"memory by {fmt(o['save_peak_growth'] / 1e6)} MB (no copy of the storage is made), loading it by "
+                   f"{fmt(o['load_peak_growth'] / 1e6)} MB, the memory's own size and the pieces read.")
+    return '\n\n'.join(out)
+
+def ray_text(r: dict) -> str:
+    "Inserts and samples of the sharded memory on Ray against one memory in this process and TorchRL's Ray buffer"
+    s, res = r['settings'], r['results']
+    one = next(x for x in res if x['kind'] == 'one memory (this process)')
+    ins = [[x['shards'], x['writers'], fmt(x['insert_rows_s'])] for x in res
+           if x['kind'] == 'RayReplay' and 'insert_rows_s' in x]
+    smp = {(x['shards'], x['prefetch']): x['sample_batches_s'] for x in res
+           if x['kind'] == 'RayReplay' and 'sample_batches_s' in x}
+    srows = [[m, fmt(smp[m, 0]), fmt(smp[m, 2]), ratio(smp[m, 2] / smp[m, 0])] for m in sorted({m for m, _ in smp})]
+    trl = {x['kind']: x for x in res if x['kind'].startswith('TorchRL')}
+    tu, tp = trl.get('TorchRL RayReplayBuffer (uniform)', {}), trl.get('TorchRL RayReplayBuffer (prioritized)', {})
+    dqn = {x['actors']: x['env_steps_s'] for x in res if x['kind'].startswith('dqn')}
+    one_shard = next(x['insert_rows_s'] for x in res if x['kind'] == 'RayReplay' and x.get('shards') == 1
+                     and x.get('writers') == 1)
+    out = [f"`bench/ray_bench.py --quick`: a prioritized memory of {fmt(100_000)} CartPole-sized rows split evenly "
+           f"over 1, 2 or 4 `RayReplay` shards, on Ray started locally with `num_cpus=2` on this 2-core machine, so "
+           f"the writers, the shards and the driver share the same two cores: these are per-shard costs, not a scaling "
+           f"curve. Writers insert batches of 64 ({s['n_write']} per writer); a sample is 256 rows and its TD errors "
+           f"sent back ({s['n_sample']} samples, after a fill of {fmt(s['fill'])} rows).",
+           'Inserts (rows per second over all writers):\n\n' + table(['shards', 'writers', 'rows / s'], ins),
+           'Samples with their TD updates (batches per second), without and with prefetch 2 and asynchronous TD '
+           'updates:\n\n' + table(['shards', 'no prefetch', 'prefetch 2', 'prefetch gain'], srows),
+           f"One `PrioritizedExperienceReplay` in this process took {fmt(one['insert_rows_s'])} rows/s (its timed "
+           f"loop also makes each batch, which the Ray writers send ready-made) and sampled "
+           f"{fmt(one['sample_batches_s'])} batches/s with their TD updates, "
+           f"{ratio(one['sample_batches_s'] / smp[1, 2])} one shard's rate with prefetch: each Ray sample is calls "
+           f"between processes. TorchRL's "
+           f"`RayReplayBuffer` (one actor, blocking calls) took {fmt(tu.get('insert_rows_s', 0))} rows/s "
+           f"(one shard of ours from one writer: {ratio_of(one_shard, tu.get('insert_rows_s', 0))}), sampled "
+           f"{fmt(tu.get('sample_batches_s', 0))} uniform batches/s and "
+           + (f"{fmt(tp['sample_batches_s'])} prioritized sample-and-update batches/s (ours with one shard and "
+              f"prefetch: {ratio_of(smp[1, 2], tp['sample_batches_s'])})." if 'sample_batches_s' in tp else
+              f"its prioritized sample-and-update failed ({tp.get('error', 'not run')}).")]
+    if dqn:
+        out.append(f"The DQN (`dqn_ray_learner`, 2 shards) stepped {fmt(dqn.get(0, 0))} environment steps/s in one "
+                   f"process, " + ', '.join(f'{fmt(v)} with {k} collector{"s" if k > 1 else ""}'
+                                             for k, v in dqn.items() if k) + " on the same two cores: more collectors "
+                   "or shards are more processes on the same cores here. Scaling to more cores is not measured.")
+    return '\n\n'.join(out)
+
+def threads_note(t: dict) -> str:
+    "What the rounds of `bench/threads_bench.py` say: one thread against torch's default, per workload"
+    runs, out = t['runs'], []
+    for kind, name in (('dqn', '`dqn_learner`'), ('learner', "the first tutorial's plain `Learner`")):
+        d, o = runs[f'{kind} threads=default'], runs[f'{kind} threads=1']
+        r = [b / a for a, b in zip(d, o)]
+        out.append(f"{name}: one thread {fmt(statistics.median(o))} against {fmt(statistics.median(d))} environment "
+                   f"steps/s at the median ({ratio(statistics.median(o) / statistics.median(d))}; per round "
+                   f"{', '.join(ratio(x) for x in r)})")
+    th, n = t['machine']['torch']['threads'], len(next(iter(runs.values())))
+    return (f"The runs go in {n} round{'s' if n > 1 else ''}, the settings alternating, each in a fresh process; "
+            f"torch's default here is {th} thread{'s' if th > 1 else ''}. " + '; '.join(out) + ". So `dqn_learner`, "
+            "`run_forgetting` and the command line fit on one thread (`TorchThreads`, `torch_threads`, restored "
+            "afterwards), and a `Learner` of your own should add `TorchThreads()` to its callbacks, or run its fit "
+            "inside `with torch_threads(1):`.")
+
+def dqn_sb3_text(learning: dict, lockstep: dict, speed: dict) -> str:
+    "Our DQN against SB3's: the settings, the lockstep run, the returns over seeds, the speed"
+    from dqn_bench import curve_means, SOLVED
+    from scipy.stats import mannwhitneyu
+    z = speed['settings']
+    out = [f"**Against Stable-Baselines3.** `bench/dqn_bench.py` trains Stable-Baselines3's DQN and ours with "
+           f"rl-baselines3-zoo's CartPole hyperparameters, the same in both: two layers of {z['hidden'][0]}, torch's "
+           f"Adam at a constant {z['lr']}, batches of {z['bs']} from a memory of {fmt(z['buffer'])} warmed up with "
+           f"{fmt(z['learning_starts'])} uniformly random steps, ε from 1 to {z['final_eps']} over the first "
+           f"{z['exploration_fraction']:.0%} of the steps, {z['gradient_steps']} gradient steps after every "
+           f"{z['train_freq']} environment steps (SB3's `train_freq` and `gradient_steps`; ours "
+           f"`dqn_learner(train_every={z['train_freq']}, grad_steps={z['gradient_steps']})`), gradients clipped at "
+           f"norm {z['max_grad_norm']:g}, one-step targets without Double DQN."]
+    ls, first = lockstep['settings'], lockstep['first']
+    same = (f"the two runs are the same bit for bit: the same actions, the same stored transitions and the same "
+            f"weights after every one of {lockstep['bursts']} training bursts ({fmt(lockstep['actions'])} steps, "
+            f"{fmt(lockstep['bursts'] * z['gradient_steps'])} gradient steps)" if first is None else
+            f"the two runs first differ at burst {first} (first different action at step {lockstep['first_action']})")
+    out.append(f"`bench/dqn_lockstep.py` runs the two side by side from the same initial weights, with the same coin "
+               f"for ε and the same random action at every environment step and the same replayed rows at every "
+               f"gradient step. With torch's default Adam in both (`--unfused`, seed {ls['seed']}), {same}; "
+               f"`tests/test_dqn_vs_sb3.py` checks the first three bursts. Our fused Adam rounds differently in the "
+               f"last bits, and Adam's normalization of near-zero gradients amplifies that into a different run, as "
+               f"a different seed would be.")
+    runs = learning['runs']
+    steps = learning['settings']['steps']
+    ret = {k: [r['eval_mean'] for r in v] for k, v in runs.items()}
+    u = mannwhitneyu(ret['sb3'], ret['ours'], alternative='two-sided')
+    seeds = [r['seed'] for r in runs['ours']]
+    rows = [[name, ', '.join(f'{x:g}' for x in ret[k]), f"{sum(x >= SOLVED for x in ret[k])} of {len(ret[k])}",
+             fmt(statistics.median(ret[k]), 1), fmt(statistics.fmean(ret[k]), 1)]
+            for k, name in (('sb3', f"Stable-Baselines3 {learning['machine']['versions'].get('stable-baselines3')}"),
+                            ('ours', 'fastrl_replay'))]
+    curves = {k: np.nanmean([curve_means(r['curve'], steps) for r in v], 0) for k, v in runs.items()}
+    cpu = {k: statistics.median(r['cpu_steps_per_s'] for r in v) for k, v in runs.items()}
+    verdict = ('the two distributions cannot be told apart at the 5% level' if u.pvalue >= 0.05 else
+               'the two distributions differ at the 5% level')
+    out.append(f"Greedy return at "
+               f"{fmt(steps)} steps over {len(seeds)} seeds ({seeds[0]} to {seeds[-1]}; the two libraries alternate "
+               f"seed by seed in one process):\n\n"
+               + table(['', 'greedy return by seed', f'solved (≥ {SOLVED:.0f})', 'median', 'mean'], rows, 2)
+               + f"\n\nMann-Whitney U = {u.statistic:.1f}, two-sided p = {u.pvalue:.2f} on the greedy returns: "
+                 f"{verdict}. The mean training return per 5,000 steps went "
+                 f"{', '.join(f'{x:.0f}' for x in curves['sb3'])} for SB3 and "
+                 f"{', '.join(f'{x:.0f}' for x in curves['ours'])} for ours. In these runs ours trained at "
+                 f"{fmt(cpu['ours'])} and SB3 at {fmt(cpu['sb3'])} environment steps per CPU second at the median "
+                 f"({ratio(cpu['ours'] / cpu['sb3'])}).")
+    sm, sr = speed['median'], speed['ratio']
+    out.append(f"Speed on the quiet machine (`bench/dqn_bench.py --quick`: seed {speed['settings']['seeds'][0]}, "
+               f"{fmt(speed['settings']['steps'])} steps, the libraries alternating in one process): ours "
+               f"{fmt(sm['ours']['steps_per_s'])} environment steps per second, SB3 {fmt(sm['sb3']['steps_per_s'])} "
+               f"({ratio(sr['steps_per_s'])}).")
+    out.append("Where the speed comes from: `TransitionLoader` serves each batch of transitions whole, as a fastai "
+               "`DataLoader` with no per-item pipeline; one environment steps without a vector wrapper; `update_td` "
+               "is one compiled pass; and `dqn_learner` trains with `LeanLearner`, a `Learner` whose events go only "
+               "to the callbacks that handle them, recorded by a `LeanRecorder`, which trains and records "
+               "identically.")
+    return '\n\n'.join(out)
+
+ATARI_PROSE = [
+    "Real frames: random-policy steps of each game through `AtariPreprocessing` (84x84 grayscale, frame skip 4, v5 "
+    "sticky actions), fed to each memory in a fresh process, one at a time, one step per call, with torch on one "
+    "intra-op thread in every library's process (`--threads 1`, training's setting). Each row holds the transitions "
+    "it states: {counts}. This library's memories get single frames and build stacks of 4 at sample time "
+    "(`sample(32)` returns 32 transitions with their stacked states and next states); the peers get the stacked "
+    "observation of each transition (and the stacked next observation, but for SB3's `optimize_memory_usage`). Bytes "
+    "per transition are the growth of the process's anonymous resident memory over the adds (everything the memory "
+    "allocates: arrays, Python objects, heap fragments), but for the uncompressed SB3 and TorchRL buffers, whose "
+    "bytes are the exact `nbytes` of their arrays, which grow linearly with the capacity. TorchRL's "
+    "`CompressedListStorage` compresses each tensor of an item alone, with its default codec (zlib on Python 3.11) "
+    "or zstd level 3 as its `compression_fn`; its own checkpoint, `rb.dumps`, memory-maps one file per tensor of "
+    "every item and fails past the kernel's map limit, so its checkpoint is `torch.save(rb.state_dict())` of its "
+    "first 1,000 transitions, its size and time scaled, as the table marks.",
+    "The compressed tier, `CompressedFrameStorage`: blocks of 8 consecutive frames, each a standard zstd frame at "
+    "level 3 written with the `zstandard` package's public API, with a dictionary of 32 KiB trained once on the "
+    "first 2,048 frames (the blocks written before it are compressed again with it). An add stores the frame in the "
+    "open block, kept decoded, and compresses the block once its 8th frame is written. A sample takes the open "
+    "block's rows as they are, sorts the others by block and row, decodes each block it needs once, whole, with one "
+    "`zstandard` call, and copies each run of consecutive rows into the batch as one slice; reads stay on the "
+    "calling thread. A transition needs 5 consecutive frames (a stack of 4 and the next frame), which lie in one "
+    "block of 8 half the time and in two otherwise, so a sample decodes about one and a half blocks a transition "
+    "where the uncompressed `FrameStorage` copies 5 frames."]
+
+def atari_replay_page(run: Path) -> tuple:
+    "Page 11's text, results and rows from the one-thread results `t1_<game>*.json` of `run` (one file or more a game)"
+    from atari_bench import GAMES, NAMES, table as atari_table, goals
+    res = [json.loads(f.read_text()) for g in GAMES for f in sorted(run.glob(f't1_{g}*.json'))]
+    rows = [r for x in res for r in x['rows']]
+    held = {}
+    for r in rows: held.setdefault(r['transitions'], {}).setdefault(r['library'], None)
+    counts = '; '.join(f"{fmt(n)} for {', '.join(dict.fromkeys(NAMES[l].split(' (')[0] for l in libs))}"
+                       for n, libs in sorted(held.items(), reverse=True))
+    one, _ = goals(rows, [])
+    return '\n\n'.join([ATARI_PROSE[0].format(counts=counts), atari_table(rows), one, ATARI_PROSE[1]]), res, rows
+
+def builders(results: Path) -> dict:
+    "Each page's name, title, command, text and results, by page number, made when called"
     R = lambda n: json.loads((results/n).read_text())
-    replay, per = R('replay_bench.json'), R('per_bench.json')
-    page('04_replay_speed', 'Replay speed: add and sample against cpprb, SB3, TorchRL, rlox and Tianshou',
-         'bench/avx2.sh python bench/replay_bench.py --quick; bench/avx2.sh python bench/per_bench.py --quick',
-         replay_text(replay, per), [replay, per], conditions)
-    a = R('adapters_bench.json')
-    page('10_one_transition', 'One transition and the adapters against their peers',
-         'bench/avx2.sh python bench/adapters_bench.py --quick', adapters_text(a), [a], conditions)
-    f = R('first_use_bench.json')
-    page('17_first_use', 'First use of a memory in a new process',
-         'bench/avx2.sh python bench/first_use_bench.py --quick', first_use_text(f), [f], conditions)
-    fr, at = R('frames_bench.json'), R('atari_run/t1_Pong.json')
-    page('18_frame_memory', 'Frame memory against cpprb, Tianshou, SB3 and TorchRL',
-         'bench/avx2.sh python bench/frames_bench.py --quick; bench/avx2.sh python bench/atari_bench.py --quick '
-         '--out bench/results/atari_run/t1_Pong.json', frames_text(fr) + '\n\n' + atari_text(at), [fr, at],
-         conditions)
-    d, speed = R('dqn_bench.json'), read_results(results/'speed.jsonl')
-    page('19_agent_speed', 'Agent speed against SB3: DQN, SAC and TD3',
-         'bench/avx2.sh python bench/dqn_bench.py --quick; bench/avx2.sh python bench/continuous_bench.py --speed '
-         'sac|td3 --steps 500 --out bench/results/speed.jsonl', agents_text(d, speed), [d, *speed], conditions)
+    def p04():
+        replay, per = R('replay_bench.json'), R('per_bench.json')
+        return ('04_replay_speed', 'Replay speed: add and sample against cpprb, SB3, TorchRL, rlox and Tianshou',
+                'bench/avx2.sh python bench/replay_bench.py --quick; bench/avx2.sh python bench/per_bench.py --quick',
+                replay_text(replay, per), [replay, per], {})
+    def p10():
+        a = R('adapters_bench.json')
+        return ('10_one_transition', 'One transition and the adapters against their peers',
+                'bench/avx2.sh python bench/adapters_bench.py --quick', adapters_text(a), [a], {})
+    def p17():
+        f = R('first_use_bench.json')
+        return ('17_first_use', 'First use of a memory in a new process',
+                'bench/avx2.sh python bench/first_use_bench.py --quick', first_use_text(f), [f], {})
+    def p18():
+        fr, at = R('frames_bench.json'), R('atari_run/t1_Pong.json')
+        return ('18_frame_memory', 'Frame memory against cpprb, Tianshou, SB3 and TorchRL',
+                'bench/avx2.sh python bench/frames_bench.py --quick; bench/avx2.sh python bench/atari_bench.py --quick '
+                '--out bench/results/atari_run/t1_Pong.json', frames_text(fr) + '\n\n' + atari_text(at), [fr, at], {})
+    def p19():
+        d, speed = R('dqn_bench.json'), read_results(results/'speed.jsonl')
+        return ('19_agent_speed', 'Agent speed against SB3: DQN, SAC and TD3',
+                'bench/avx2.sh python bench/dqn_bench.py --quick; bench/avx2.sh python bench/continuous_bench.py '
+                '--speed sac|td3 --steps 500 --out bench/results/speed.jsonl', agents_text(d, speed), [d, *speed], {})
+    def p03():
+        lock, speed = R('dqn_lockstep.json'), R('dqn_bench.json')
+        parts = [json.loads(f.read_text()) for f in sorted(results.glob('dqn_seeds*.json'))]  # seeds run in parts
+        learning = dict(parts[0], runs={k: sorted((r for x in parts for r in x['runs'][k]), key=lambda r: r['seed'])
+                                        for k in ('sb3', 'ours')})
+        return ('03_dqn_vs_sb3', 'DQN against Stable-Baselines3',
+                f"python bench/dqn_bench.py --seeds {' '.join(str(r['seed']) for r in learning['runs']['ours'])} --out "
+                'bench/results/dqn_seeds*.json; python '
+                'bench/dqn_lockstep.py --seed 0 --steps 8000 --unfused; bench/avx2.sh python bench/dqn_bench.py '
+                '--quick',
+                dqn_sb3_text(learning, lock, speed), [*parts, lock, speed], {})
+    def p05():
+        c, mm = R('checkpoint_bench.json'), R('memmap_bench.json')
+        return ('05_checkpoints', 'Saving and loading full memories, and memories in files',
+                'bench/avx2.sh python bench/checkpoint_bench.py --quick; bench/avx2.sh python bench/memmap_bench.py',
+                checkpoint_text(c, mm), [c, mm], {})
+    def p06():
+        r = R('ray_bench.json')
+        return ('06_ray', 'Sharded replay on Ray', 'bench/avx2.sh python bench/ray_bench.py --quick', ray_text(r),
+                [r], {})
+    def p08():
+        t = R('threads.json')
+        return ('08_threads', 'Torch threads: the default against one',
+                f"bench/avx2.sh python bench/threads_bench.py --repeats {len(next(iter(t['runs'].values())))}", None,
+                [t], dict(runs=t['runs'], units=t['units'], note=threads_note(t)))
+    def p09():
+        c = R('09_cleanrl_swap.json')
+        cmd = 'bench/avx2.sh ' + c['command'].replace('; python', '; bench/avx2.sh python')
+        return ('09_cleanrl_swap', c['title'], cmd,
+                c['text'], list(c['results'].values()), dict(torch=c['torch'], gymnasium=c['gymnasium'],
+                                                              results=c['results']))
+    def p11():
+        text, res, rows = atari_replay_page(results/'atari_run11')
+        cmd = '; '.join(f"bench/avx2.sh python bench/atari_bench.py --games {x['rows'][0]['game']} --steps "
+                        f"{x['steps']} --libs {' '.join(r['library'] for r in x['rows'])}" for x in res)
+        return ('11_atari_replay', 'Atari replay: compressed frames against the peers', cmd, text, res, dict(rows=rows))
+    return dict(zip(('04', '10', '17', '18', '19', '03', '05', '06', '08', '09', '11'),
+                    (p04, p10, p17, p18, p19, p03, p05, p06, p08, p09, p11)))
+
+QUIET = ('04', '10', '17', '18', '19')  # bench_quiet.sh's pages; the others come from bench_quiet_more.sh's results
+
+def main(results: Path, conditions: str, pages: list, into: Path):
+    make = builders(results)
+    for n in pages:
+        name, title, command, text, res, extra = make[n]()
+        page(name, title, command, text, res, conditions, into, **extra)
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--results', type=Path, default=BENCH/'results', help='the results files of one sitting')
     ap.add_argument('--conditions', default=f'{AVX2}; nothing else ran on the machine (its load is in the record)')
+    ap.add_argument('--pages', nargs='+', default=list(QUIET), help='the pages to write (03 05 06 08 09 11: the '
+                    "results of bench_quiet_more.sh, with dqn_seeds.json and dqn_lockstep.json for 03)")
+    ap.add_argument('--into', type=Path, default=BENCH/'stored', help='the folder the stored pages go to')
     main(**vars(ap.parse_args()))

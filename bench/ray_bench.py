@@ -30,7 +30,7 @@ import numpy as np, torch
 warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated')
 import ray
 from fastrl_replay.memory.prioritized import PrioritizedExperienceReplay
-from fastrl_replay.distributed import RayReplay, write_batch, shard_for, init_ray, apex_epsilons
+from fastrl_replay.distributed import RayReplay, write_batch, init_ray, apex_epsilons
 from fastrl_replay.agents.dqn_ray import dqn_ray_learner
 from fastrl_replay.agents.dqn import dqn_learner
 
@@ -52,10 +52,12 @@ def per_memory(max_sz, i=0): return PrioritizedExperienceReplay(bs=BS, max_sz=ma
 @ray.remote(num_cpus=0)
 class Writer:
     "Writes the same batch `n` times to the shards, following the routing rule"
-    def __init__(self, index, shards, rows): self.index, self.shards, self.batch = index, shards, batch(rows, seed=index)
+    def __init__(self, index, shards, rows):
+        self.index, self.shards, self.batch = index, shards, batch(rows, seed=index)
+        self.sent = [0] * len(shards)  # rows sent to each shard, which the routing rule balances
     def ready(self): return True
     def run(self, n):
-        for b in range(n): write_batch(self.shards, shard_for(self.index, b, len(self.shards)), self.batch)
+        for b in range(n): write_batch(self.shards, self.index, self.sent, self.batch)
         return n * len(self.batch['tid'])
 
 def insert_rate(rr, n_writers, n):
