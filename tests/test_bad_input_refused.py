@@ -122,6 +122,14 @@ def test_circular_batch_column_refused(col, vals, msg):
     buf = _full_buffer()
     refused(buf, lambda: buf.storage.add(_batch(**{col: vals})), msg)
 
+def test_frame_memory_refuses_a_dict_observation_unchanged():
+    "A frame memory holds one frame per step: a `Dict` observation is refused, naming its keys and `extras`"
+    buf = _full_buffer()
+    obs = {'pixels': np.zeros((2, 2), np.uint8), 'speed': np.zeros((2, 1), np.float32)}
+    refused(buf, lambda: buf.storage.add(_batch(state=obs)), "column 'state': a frame memory stores one frame per step, "
+            "got a dict (a `Dict` observation) of keys ['pixels', 'speed']: give its frame as 'state' and its other "
+            "keys as `extras`")
+
 def test_circular_batch_int_flags_stored():
     buf = _full_buffer()
     start, n = buf.storage.add(_batch(terminated=np.array([0, 1])))

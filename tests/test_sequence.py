@@ -337,3 +337,24 @@ def test_uniform_draw_maps_each_index_to_one_anchor(seed):
         _nb_nth_anchor(s._valid, s._counts, np.arange(len(anchors)), got)
         np.testing.assert_array_equal(got, anchors)
         assert np.isin(m.sampler.draw(64), anchors).all()
+
+
+@pytest.mark.parametrize('cls', [SequenceReplay, PrioritizedSequenceReplay])
+@pytest.mark.parametrize('end', ['stop', 'pad'])
+def test_dict_observations_come_back_as_slices_of_each_key_equal_to_flat_columns(cls, end, tmp_path):
+    "A `Dict` observation's keys are sliced and padded as the same values in plain columns are; a checkpoint keeps them"
+    n, g = 60, torch.Generator().manual_seed(0)
+    obs, img = torch.randn(n, 3, generator=g), torch.randint(0, 255, (n, 2, 2), dtype=torch.uint8, generator=g)
+    done = (torch.arange(n) % 7 == 6)[:, None]
+    kw = dict(bs=8, max_sz=50, warmup_sz=1, seq_len=4, burn_in=1, end=end, seed=3)
+    nested, flat = cls(**kw), cls(**kw)
+    nested + dict(state=dict(observation=obs, img=img), reward=torch.arange(n, dtype=torch.float32)[:, None], done=done)
+    flat + dict(obs=obs, img=img, reward=torch.arange(n, dtype=torch.float32)[:, None], done=done)
+    (a, ia), (b, ib) = nested.sample()[:2], flat.sample()[:2]
+    assert torch.equal(ia, ib) and torch.equal(a['mask'], b['mask'])
+    assert torch.equal(a['state']['observation'], b['obs']) and torch.equal(a['state']['img'], b['img'])
+    assert a['state']['img'].dtype == torch.uint8 and a['state']['img'].shape == (8, 5, 2, 2)
+    assert (a['state']['observation'][~a['mask']] == 0).all()  # padded steps zeroed in every key
+    nested.save(tmp_path/'m')
+    again = load_memory(tmp_path/'m')
+    assert torch.equal(again.sample()[0]['state']['img'], nested.sample()[0]['state']['img'])

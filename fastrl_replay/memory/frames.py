@@ -434,6 +434,10 @@ class FrameStorage(Storage):
 
     def _frames(self, key, v) -> np.ndarray:
         "Column `key` as `(n, *observation_shape)` frames; of a stacked column `(n, k, *observation_shape)`, the newest"
+        if isinstance(v, dict):
+            raise ExperienceReplayException(f'column {key!r}: a frame memory stores one frame per step, got a dict (a '
+                                            f'`Dict` observation) of keys {list(v)}: give its frame as {key!r} and '
+                                            f'its other keys as `extras`')
         v = _np(v, key)
         if v.shape[1:] == self.obs_shape: return v
         if v.ndim == len(self.obs_shape) + 2 and v.shape[2:] == self.obs_shape: return v[:, -1]

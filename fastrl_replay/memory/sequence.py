@@ -294,6 +294,12 @@ def _nb_cut(rows, built, burn_in):
 # %% ../../nbs/06l_memory.sequence.ipynb #96b8fba2
 ENDS = ('stop', 'pad')  # at an episode's end a slice stops (never crosses it), or is padded past it and masked
 
+def _slices(v, pad:torch.Tensor|None, bs:int, L:int):
+    "Column `v` of `bs * L` gathered steps as `(bs, L, ...)`, its padded steps zeroed; a `Dict` observation key by key"
+    if isinstance(v, dict): return {k: _slices(x, pad, bs, L) for k, x in v.items()}
+    if pad is not None: v.index_fill_(0, pad.to(v.device), 0)
+    return v.reshape(bs, L, *v.shape[1:])
+
 class SequenceSampler(Sampler):
     "Slices of `seq_len` consecutive steps of one episode after `burn_in` steps more, their anchors drawn uniformly"
     reserved = dict(mask='sample() marks the stored steps of each slice there')
@@ -672,11 +678,7 @@ class SequenceSampler(Sampler):
         got = st.gather(torch.from_numpy(np.where(mask, rows, first[:, None]).reshape(-1)))
         heads = st.gather(torch.from_numpy(first)) if self.state_keys else {}
         pad = None if mask.all() else torch.from_numpy(np.flatnonzero(~mask.reshape(-1)))  # padded steps, flat
-        out = {}
-        for k, v in got.items():
-            if k in self.state_keys: out[k] = heads[k]; continue
-            if pad is not None: v.index_fill_(0, pad.to(v.device), 0)
-            out[k] = v.reshape(bs, L, *v.shape[1:])
+        out = {k: heads[k] if k in self.state_keys else _slices(v, pad, bs, L) for k, v in got.items()}
         if missing := [k for k in self.state_keys if k not in got]:
             raise ExperienceReplayException(f'state_keys {missing} are not columns of the memory: it has {sorted(got)}')
         out['mask'] = m
