@@ -131,9 +131,15 @@ def agents_text(d: dict, speed: list) -> str:
     rows = [[r['algo'].upper(), r['env'], fmt(r['steps']), f"{r['ours_cpu_ms_per_step']:.2f}",
              f"{r['sb3_cpu_ms_per_step']:.2f}", ratio(r['ratio'])] for r in speed]
     out.append("`bench/continuous_bench.py --speed`: process CPU time per environment step (one gradient step each) "
-               "of SAC and TD3 against SB3's with the same networks and settings, `nn.Linear` layers, one torch "
-               "thread:\n\n" + table(['agent', 'environment', 'steps', 'ours (ms)', 'SB3 (ms)', 'SB3 / ours'], rows))
+               "of SAC and TD3 against SB3's with the same networks and settings, one torch thread (ours: the agents' "
+               "default layers, `nn.Linear` and, for a first layer of few inputs, its subclass `NarrowLinear`):\n\n"
+               + table(['agent', 'environment', 'steps', 'ours (ms)', 'SB3 (ms)', 'SB3 / ours'], rows))
     return '\n\n'.join(out)
+
+def latest(speed: list) -> list:
+    "The last of the speed results of each agent, environment and step count (the file keeps every sitting's)"
+    last = {(r['algo'], r['env'], r['steps']): r for r in speed}
+    return list(last.values())
 
 def ratio_of(x: float, y: float) -> str: return ratio(x / y) if y else ''
 
@@ -231,21 +237,31 @@ def ray_text(r: dict) -> str:
                    "or shards are more processes on the same cores here. Scaling to more cores is not measured.")
     return '\n\n'.join(out)
 
-def threads_note(t: dict) -> str:
-    "What the rounds of `bench/threads_bench.py` say: one thread against torch's default, per workload"
-    runs, out = t['runs'], []
+def thread_ratios(t: dict) -> list:
+    "Per workload of `bench/threads_bench.py`: its name, one thread's and the default's median rates, the per-round ratios"
+    out = []
     for kind, name in (('dqn', '`dqn_learner`'), ('learner', "the first tutorial's plain `Learner`")):
-        d, o = runs[f'{kind} threads=default'], runs[f'{kind} threads=1']
-        r = [b / a for a, b in zip(d, o)]
-        out.append(f"{name}: one thread {fmt(statistics.median(o))} against {fmt(statistics.median(d))} environment "
-                   f"steps/s at the median ({ratio(statistics.median(o) / statistics.median(d))}; per round "
-                   f"{', '.join(ratio(x) for x in r)})")
-    th, n = t['machine']['torch']['threads'], len(next(iter(runs.values())))
-    return (f"The runs go in {n} round{'s' if n > 1 else ''}, the settings alternating, each in a fresh process; "
-            f"torch's default here is {th} thread{'s' if th > 1 else ''}. " + '; '.join(out) + ". So `dqn_learner`, "
-            "`run_forgetting` and the command line fit on one thread (`TorchThreads`, `torch_threads`, restored "
-            "afterwards), and a `Learner` of your own should add `TorchThreads()` to its callbacks, or run its fit "
-            "inside `with torch_threads(1):`.")
+        d, o = t['runs'][f'{kind} threads=default'], t['runs'][f'{kind} threads=1']
+        out.append((name, statistics.median(o), statistics.median(d), [b / a for a, b in zip(d, o)]))
+    return out
+
+def threads_note(t: dict, beside: dict|None = None) -> str:
+    "What the rounds of `bench/threads_bench.py` say: one thread against torch's default, alone and beside busy processes"
+    th, n = t['machine']['torch']['threads'], len(next(iter(t['runs'].values())))
+    out = [f"The runs go in {n} round{'s' if n > 1 else ''}, the settings alternating, each in a fresh process; "
+           f"torch's default here is {th} thread{'s' if th > 1 else ''}."]
+    for res, when in ((t, 'With nothing else running'), (beside, None)):
+        if res is None: continue
+        if when is None: when = (f"Beside {res['beside']} busy process{'es' if res['beside'] > 1 else ''} (Python "
+                                 f"spinning on a core, `--beside {res['beside']}`), as beside another job")
+        out.append(f"{when}, one thread against the default (higher: one thread is faster): " + '; '.join(
+            f"{name} {fmt(o)} against {fmt(d)} environment steps/s ({ratio(o / d)}; per round "
+            f"{', '.join(ratio(x) for x in r)})" for name, o, d, r in thread_ratios(res)) + '.')
+    out.append("`dqn_learner`, `run_forgetting` and the command line fit on one thread (`TorchThreads`, `torch_threads`, "
+               "restored afterwards), which holds its speed when other work shares the cores; on cores of its own, "
+               "torch's default can be the faster, as the figures above say. A `Learner` of your own chooses with "
+               "`TorchThreads()` among its callbacks, or a fit inside `with torch_threads(1):`.")
+    return ' '.join(out)
 
 def dqn_sb3_text(learning: dict, lockstep: dict, speed: dict) -> str:
     "Our DQN against SB3's: the settings, the lockstep run, the returns over seeds, the speed"
@@ -364,7 +380,7 @@ def builders(results: Path) -> dict:
                 'bench/avx2.sh python bench/frames_bench.py --quick; bench/avx2.sh python bench/atari_bench.py --quick '
                 '--out bench/results/atari_run/t1_Pong.json', frames_text(fr) + '\n\n' + atari_text(at), [fr, at], {})
     def p19():
-        d, speed = R('dqn_bench.json'), read_results(results/'speed.jsonl')
+        d, speed = R('dqn_bench.json'), latest(read_results(results/'speed.jsonl'))
         return ('19_agent_speed', 'Agent speed against SB3: DQN, SAC and TD3',
                 'bench/avx2.sh python bench/dqn_bench.py --quick; bench/avx2.sh python bench/continuous_bench.py '
                 '--speed sac|td3 --steps 500 --out bench/results/speed.jsonl', agents_text(d, speed), [d, *speed], {})
@@ -389,10 +405,14 @@ def builders(results: Path) -> dict:
         return ('06_ray', 'Sharded replay on Ray', 'bench/avx2.sh python bench/ray_bench.py --quick', ray_text(r),
                 [r], {})
     def p08():
-        t = R('threads.json')
-        return ('08_threads', 'Torch threads: the default against one',
-                f"bench/avx2.sh python bench/threads_bench.py --repeats {len(next(iter(t['runs'].values())))}", None,
-                [t], dict(runs=t['runs'], units=t['units'], note=threads_note(t)))
+        t, n = R('threads.json'), lambda t: len(next(iter(t['runs'].values())))
+        b = R('threads_beside.json') if (results/'threads_beside.json').exists() else None
+        cmd = f"bench/avx2.sh python bench/threads_bench.py --repeats {n(t)}" + (
+            '' if b is None else f"; bench/avx2.sh python bench/threads_bench.py --repeats {n(b)} --beside "
+                                 f"{b['beside']} --out bench/results/threads_beside.json")
+        beside = {} if b is None else {f"{k}, beside {b['beside']} busy": v for k, v in b['runs'].items()}
+        extra = dict(runs=t['runs'] | beside, units=t['units'], note=threads_note(t, b))
+        return ('08_threads', 'Torch threads: the default against one', cmd, None, [t] + ([b] if b else []), extra)
     def p09():
         c = R('09_cleanrl_swap.json')
         cmd = 'bench/avx2.sh ' + c['command'].replace('; python', '; bench/avx2.sh python')
