@@ -258,8 +258,8 @@ def threads_note(t: dict, beside: dict|None = None) -> str:
             f"{name} {fmt(o)} against {fmt(d)} environment steps/s ({ratio(o / d)}; per round "
             f"{', '.join(ratio(x) for x in r)})" for name, o, d, r in thread_ratios(res)) + '.')
     out.append("`dqn_learner`, `run_forgetting` and the command line fit on one thread (`TorchThreads`, `torch_threads`, "
-               "restored afterwards), which holds its speed when other work shares the cores; on cores of its own, "
-               "torch's default can be the faster, as the figures above say. A `Learner` of your own chooses with "
+               "restored afterwards), which holds its speed when other work shares the cores and costs what the first "
+               "figures say when nothing does. A `Learner` of your own chooses with "
                "`TorchThreads()` among its callbacks, or a fit inside `with torch_threads(1):`.")
     return ' '.join(out)
 

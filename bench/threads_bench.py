@@ -7,7 +7,9 @@ Two small-network workloads, each in a fresh process per setting, alternating se
   CartPole-v1, `ExperienceReplayCallback`, `DQNTrainer`), without its `TorchThreads` callback, fitted for 3 epochs of
   1,200 batches of 8 environment steps.
 Writes `bench/results/threads.json` (the rates, the machine (`bench/machine.py`), the 1-minute load average as each run
-starts, `uptime` before and after)."""
+starts, `uptime` before and after). `--beside K` runs the same beside K busy processes of its own (Python spinning, one
+core each) started before the first run and stopped after the last, as a training run beside other jobs on the same
+cores: `python bench/threads_bench.py --beside 1 --out bench/results/threads_beside.json`."""
 import argparse, json, os, subprocess, sys, time
 from pathlib import Path
 from machine import machine_record  # first: the load average as the run starts
@@ -43,10 +45,22 @@ def work(kind: str, threads: str) -> float:
     with learn.no_bar(), learn.no_logging(): learn.fit_flat_cos(3, 2e-3)
     return source.loop.env_steps / (time.perf_counter() - t)
 
-def main(repeats: int):
+def main(repeats: int, beside: int = 0, out: Path = ROOT/'bench'/'results'/'threads.json'):
     uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
-    res = dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), uptime_before=uptime(),
-               command='python bench/threads_bench.py', runs={})
+    command = 'python bench/threads_bench.py' + (f' --beside {beside}' if beside else '')
+    busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(beside)]
+    try: res = runs(repeats, dict(date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), uptime_before=uptime(),
+                                  command=command, beside=beside, runs={}))
+    finally:
+        for b in busy: b.kill()
+    res['uptime_after'] = uptime()
+    res['machine'] = machine_record()  # torch's threads in it: its default here
+    res['units'] = {'dqn': 'environment steps/s', 'learner': 'environment steps/s'}
+    out.parent.mkdir(exist_ok=True); out.write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+
+def runs(repeats: int, res: dict) -> dict:
+    "The rounds: each workload with each setting in a fresh process, the settings' order alternating"
     for r in range(repeats):
         for kind in ('dqn', 'learner'):
             for threads in ('default', '1') if r % 2 == 0 else ('1', 'default'):
@@ -57,17 +71,14 @@ def main(repeats: int):
                 res['runs'].setdefault(f'{kind} threads={threads}', []).append(round(rate, 1))
                 res.setdefault('load_at_start', {}).setdefault(f'{kind} threads={threads}', []).append(round(load1, 2))
                 print(kind, threads, round(rate, 1), 'load', round(load1, 2), flush=True)
-    res['uptime_after'] = uptime()
-    res['machine'] = machine_record()  # torch's threads in it: its default here
-    res['units'] = {'dqn': 'environment steps/s', 'learner': 'environment steps/s'}
-    out = ROOT/'bench'/'results'/'threads.json'
-    out.parent.mkdir(exist_ok=True); out.write_text(json.dumps(res, indent=1))
-    print(json.dumps(res, indent=1))
+    return res
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--repeats', type=int, default=2)
+    ap.add_argument('--beside', type=int, default=0, help='busy processes of its own to run beside the rounds')
+    ap.add_argument('--out', type=Path, default=ROOT/'bench'/'results'/'threads.json')
     ap.add_argument('--one', nargs=2, metavar=('KIND', 'THREADS'), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one: print(work(*a.one))
-    else: main(a.repeats)
+    else: main(a.repeats, a.beside, a.out)
