@@ -20,6 +20,7 @@ from machine import machine_record, records  # first: the load average as the ru
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = Path('/work/runs/atari100k')
 STEPS = 100_000
+WARMUP = 1_600  # `DERSettings.warmup`: agent steps acted at random and stored before the first update
 PEERS = ('ale-py', 'gymnasium')
 # raw scores: random and human as the Atari-100k papers normalise by; DER, OTRainbow and SPR at 100k steps as
 # A-LIX's Table 5 gives them (`SOURCES`)
@@ -284,6 +285,14 @@ def text(res:dict) -> str:
                      '| game | seed | agent steps | wall-clock per 100k | in the replay memory '
                      '| bytes per transition |\n'
                      '|---|---:|---:|---:|---:|---:|\n' + '\n'.join(costs))
+    for r in res.get('speed_runs', []):
+        lo, hi = r['wall_s'] / r['env_steps'], r['wall_s'] / max(r['env_steps'] - WARMUP, 1)
+        parts.append(f"A short run alone on the machine: {r['game']} seed {r['seed']}, {_f(r['env_steps'], 0)} agent "
+                     f"steps (the first {_f(WARMUP, 0)} fill the memory without updates) on {r['threads']} threads "
+                     f"(torch's {r['capability']} kernels; load {r['load']['start']} at the start, {r['load']['end']} "
+                     f"at the end) in {_f(r['wall_s'], 0)} s of wall-clock, {_f(100 * r['memory_share'])}% of it in the "
+                     f"replay memory: {_f(lo * 100_000 / 3600, 1)} to {_f(hi * 100_000 / 3600, 1)} h per 100,000 steps "
+                     f"(the warm-up steps counted as costly as a learning step, or as free).")
     if res['unfinished']:
         parts.append('Not finished, so not scored: ' + '; '.join(f"{u['game']} seed {u['seed']} ({u['status']})"
                                                                  for u in res['unfinished']) + '.')
@@ -323,7 +332,15 @@ def figures(rows:list) -> list:
         out.append(d)
     return out
 
-def table(runs:Path, steps:int=STEPS) -> dict:
+def speed_run(metrics:Path) -> dict:
+    "A short run's speed: its game, seed, steps, wall-clock, memory share, threads and the machine's load"
+    m, root = json.loads(metrics.read_text()), metrics.parents[2]
+    rec = [json.loads(l) for l in (root/'machine.jsonl').read_text().splitlines() if l.strip()][-1]['machine']
+    return dict(game=root.parent.name, seed=m['seed'], env_steps=m['env_steps'], wall_s=m['wall_s'],
+                memory_share=m['memory_s'] / m['wall_s'], threads=rec['torch']['threads'],
+                capability=rec['torch']['cpu_capability'], load=rec['load'], machine=rec)
+
+def table(runs:Path, steps:int=STEPS, speed_runs:Path|None=None) -> dict:
     "The Atari-100k result of the runs under `runs`: rows, aggregates, unfinished runs, protocol, sources, machines"
     finished, unfinished, machines = collect(runs)
     rows = [row(g, [r for (game, _), r in finished.items() if game == g]) for g in PUBLISHED]
@@ -337,12 +354,15 @@ def table(runs:Path, steps:int=STEPS) -> dict:
                        'bench/stored/16_atari100k.json',
                protocol=protocol(rows, steps), rows=rows, aggregates=aggregates(rows), full_benchmark=FULL_BENCHMARK,
                unfinished=unfinished, sources=SOURCES)
+    if speed_runs is not None:
+        res['speed_runs'] = [speed_run(m) for m in sorted(Path(speed_runs).glob('*/seed*/*/*/metrics.json'))]
+        res['command'] += f' --speed-runs {speed_runs}'
     res['text'] = text(res)
     res['figures'] = figures(rows)
     return res
 
-def write_table(runs:Path, into:Path, steps:int=STEPS) -> dict:
-    res = table(runs, steps)
+def write_table(runs:Path, into:Path, steps:int=STEPS, speed_runs:Path|None=None) -> dict:
+    res = table(runs, steps, speed_runs)
     into.parent.mkdir(parents=True, exist_ok=True)
     into.write_text(json.dumps(res, indent=1, ensure_ascii=False) + '\n')
     print(res['text'])
@@ -365,8 +385,9 @@ def main(argv=None):
     t.add_argument('--runs', type=Path, default=RUNS)
     t.add_argument('--into', type=Path, default=ROOT/'bench'/'stored'/'16_atari100k.json')
     t.add_argument('--steps', type=int, default=STEPS, help='the agent steps of the protocol the runs followed')
+    t.add_argument('--speed-runs', type=Path, help='a folder of short runs made alone on the machine, timed apart')
     a = p.parse_args(argv)
-    if a.cmd == 'table': return write_table(a.runs, a.into, a.steps)
+    if a.cmd == 'table': return write_table(a.runs, a.into, a.steps, a.speed_runs)
     extra = () if a.eval_episodes is None else ('--eval-episodes', str(a.eval_episodes))
     if a.quick:  # a memory as large as DER's warm-up (1,600 steps, so no learning step) and one evaluation game
         a.steps, a.checkpoint_every, a.runs = 300, 100, a.runs or Path(tempfile.mkdtemp(prefix='atari100k-'))

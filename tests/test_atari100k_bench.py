@@ -195,3 +195,22 @@ def test_quick_run_through_the_cli(tmp_path):
     assert pong['game'] == 'Pong' and pong['seed_numbers'] == [0] and len(pong['seeds']) == 1
     assert pong['env_steps'][0] >= 300 and 0 <= pong['memory_share'][0] <= 1 and res['unfinished'] == []
     assert bench.plan(tmp_path/'Pong'/'seed0')[0] == 'done'  # a second `run` would leave it alone
+
+def test_warmup_is_the_presets():
+    "The warm-up the speed paragraph discounts is DER's own"
+    from fastrl_replay.agents.der import DERSettings
+    assert bench.WARMUP == DERSettings().warmup
+
+def test_speed_runs_give_the_range_per_100k(runs, tmp_path):
+    "A short run timed apart: its steps, wall-clock and memory share, and the hours per 100,000 steps either way"
+    fast = tmp_path/'speed'
+    run = fast/'Pong/seed9/der-ALE/Pong-v5-seed9-20260101-000000'
+    _metrics(run, 'Pong', 9, [-21.0], [], env_steps=4_000, wall_s=240.0, memory_s=12.0)
+    rec = dict(torch=dict(threads=2, cpu_capability='AVX2'), load=dict(start=1.0, end=2.0))
+    (run.parents[1]/'machine.jsonl').write_text(json.dumps(dict(action='start', rc=0, machine=rec)) + '\n')
+    res = bench.table(runs, speed_runs=fast)
+    assert [(r['game'], r['seed'], r['threads']) for r in res['speed_runs']] == [('Pong', 9, 2)]
+    assert res['speed_runs'][0]['memory_share'] == pytest.approx(0.05)
+    assert ('4,000 agent steps (the first 1,600 fill the memory without updates) on 2 threads' in res['text']
+            and '5.0% of it in the replay memory: 1.7 to 2.8 h per 100,000 steps' in res['text'])
+    assert res['command'].endswith(f'--speed-runs {fast}')
