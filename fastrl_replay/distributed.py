@@ -64,6 +64,10 @@ def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # %% ../nbs/14_distributed.ipynb #39bbb85c
 _ADDED, _META = 'added', 'shard.json'
 
+def _arrays(v):
+    "Tensor `v` as a NumPy array; a dict of them (a `Dict` observation's) as a dict of arrays"
+    return {k: _arrays(x) for k, x in v.items()} if isinstance(v, Mapping) else to_numpy(v)
+
 class ReplayShard:
     "One replay memory made by `make_memory(index)`: added to, sampled, updated by calls; checkpointed in `folder`"
     def __init__(self,
@@ -139,7 +143,7 @@ class ReplayShard:
         batch, rows, gens = self.memory.sample(k, generations=True)
         anchors = rows[:, self.memory.sampler.burn_in] if self.slices else rows  # a slice's priority is its anchor's
         p = self.memory.sampler.get_priority(anchors).numpy() if self.prioritized else None
-        cols = {key: v.numpy() for key, v in batch.items() if key != 'weight'}
+        cols = {key: _arrays(v) for key, v in batch.items() if key != 'weight'}
         return dict(batch=cols, rows=rows.numpy(), generations=gens.cpu().numpy(), p=p, stats=self.stats())
     def update_td(self,
                   td:np.ndarray, # TD errors (of slices: per learning step `(k, seq_len)` or per slice `(k,)`)
@@ -204,7 +208,7 @@ def write_batch(shards:list, # The shards
             j = (first + t) % len(shards)
             try: reply = fetch([call(shards[j], 'add', batch)])[0]
             except _LOST as e: err = e; continue
-            sent[j] += len(next(iter(batch.values())))
+            sent[j] += _n_rows(batch)
             return j, reply
         if time.monotonic() > deadline: raise RuntimeError('no shard accepted the batch') from err
         time.sleep(0.05)  # every shard is restarting
@@ -221,9 +225,18 @@ def _keys_of(shard:int, incarnation:int, rows:np.ndarray) -> np.ndarray:
     return np.where(rows >= 0, encode_keys(shard, incarnation, np.maximum(rows, 0)), -1)
 
 def _as_arrays(batch) -> dict:
-    "A batch of transitions as a dict of NumPy arrays, ready to travel"
-    b = batch_of(batch)
-    return {k: to_numpy(v) for k, v in b.items()}
+    "A batch of transitions as a dict of NumPy arrays (a `Dict` observation's a dict of them), ready to travel"
+    return {k: _arrays(v) for k, v in batch_of(batch).items()}
+
+def _joined(vs:list, f=lambda a: a):
+    "`f` of arrays `vs` concatenated; of dicts of them (a `Dict` observation's), a dict key by key"
+    return {k: _joined([v[k] for v in vs], f) for k in vs[0]} if isinstance(vs[0], Mapping) else f(np.concatenate(vs))
+
+def _n_rows(batch:Mapping) -> int:
+    "The rows of `batch`: the leading size of its first column, or of a dict column's first key"
+    v = next(iter(batch.values()))
+    while isinstance(v, Mapping): v = next(iter(v.values()))
+    return len(v)
 
 class RayReplay:
     "A replay memory over `n_shards` shard actors: `+`, `sample`, `update_td`, `len` as a local one, sampled over all"
@@ -298,7 +311,7 @@ class RayReplay:
            ) -> RayReplay:
         "Write the rows of `batch` as `writer` to the shard the routing rule names, and return the client"
         b = _as_arrays(batch)
-        if not b or len(next(iter(b.values()))) == 0: return self
+        if not b or _n_rows(b) == 0: return self
         write_batch(self.shards, writer, self.sent, b, pin=self.pin)
         return self
     def _request(self, bs:int) -> dict:
@@ -331,7 +344,7 @@ class RayReplay:
         for o in outs: self._note(o['stats'])
         keys = np.concatenate([_keys_of(j, o['stats']['incarnation'], o['rows']) for (j, _),
                                o in zip(req['parts'], outs)])
-        batch = {k: torch.from_numpy(np.concatenate([o['batch'][k] for o in outs])) for k in outs[0]['batch']}
+        batch = {k: _joined([o['batch'][k] for o in outs], torch.from_numpy) for k in outs[0]['batch']}
         if self.prioritized:
             u = req['used']
             p = np.concatenate([o['p'] for o in outs])
@@ -466,7 +479,7 @@ class Collector:
 
     def _write(self, rows:list, acks:dict):
         "Send `rows` as one batch to the routed shard, or the next that answers; record the acknowledgement"
-        b = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        b = {k: _joined([r[k] for r in rows]) for k in rows[0]}
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows),
                                                                                                  dtype=np.int64)[:,
                                                                                                                  None]

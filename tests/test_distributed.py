@@ -229,3 +229,19 @@ def test_the_command_line_trains_on_ray_and_reports_actors_and_shards(tmp_path, 
     assert len(m['actor_env_steps']) == 2 and sum(m['actor_env_steps']) == m['env_steps'] >= 1200
     assert len(m['shard_rows']) == 2 and sum(m['shard_rows']) == m['memory_rows'] > 0
     assert 'greedy return' in capsys.readouterr().out
+
+def test_dict_observations_travel_to_the_shards_and_come_back_as_dicts():
+    "A `Dict` observation goes to the shards key by key, each in its dtype, and the rows are counted once each"
+    rr = RayReplay(partial(_uniform, 50), 2, seed=3)
+    try:
+        rr.prefetch = 0
+        n, g = 24, torch.Generator().manual_seed(0)
+        obs = dict(observation=torch.randn(n, 3, generator=g),
+                   img=torch.randint(0, 255, (n, 2, 2), dtype=torch.uint8, generator=g))
+        for s in range(0, n, 8): rr + dict(state={k: v[s:s + 8] for k, v in obs.items()}, tid=torch.arange(s, s + 8)[:, None])
+        assert rr.sent == [16, 8] or rr.sent == [8, 16]  # rows, not keys, counted per shard
+        b, _ = rr.sample(12)
+        assert b['state']['img'].dtype == torch.uint8 and b['state']['img'].shape == (12, 2, 2)
+        t = b['tid'].flatten()
+        assert torch.equal(b['state']['observation'], obs['observation'][t]) and torch.equal(b['state']['img'], obs['img'][t])
+    finally: rr.close()
