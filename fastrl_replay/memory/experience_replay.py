@@ -89,17 +89,23 @@ def _ready(c: _Col, v):
     return v
 
 # %% ../../nbs/06a_memory.experience_replay.ipynb #b5d0c3a1
+def _is_map(v) -> bool:
+    "Whether column `v` is a dict of columns: an array or a tensor is not, without asking the `Mapping` ABC"
+    return type(v) is dict or (type(v) not in _ARRAY_TYPES and isinstance(v, Mapping))
+
+_ARRAY_TYPES = (np.ndarray, torch.Tensor)
+
 def flat_columns(b:Mapping) -> Mapping:
     "`b` with each dict column `name` (a `Dict` observation's keys) as columns `name.<key>`, as a memory stores them"
-    if not any(isinstance(v, Mapping) for v in b.values()): return b
+    if not any(map(_is_map, b.values())): return b
     res = {}
     for k, v in b.items():
-        for name, x in (((f'{k}.{j}', x) for j, x in v.items()) if isinstance(v, Mapping) else [(k, v)]):
-            if isinstance(x, Mapping) or name in res:
+        for name, x in (((f'{k}.{j}', x) for j, x in v.items()) if _is_map(v) else [(k, v)]):
+            if _is_map(x) or name in res:
                 got = 'it twice' if name in res else 'a dict: dict columns are one level deep'
                 raise ExperienceReplayException(f'column {name!r}: expected one tensor, got {got}')
             res[name] = x
-        if isinstance(v, Mapping) and not v:
+        if _is_map(v) and not v:
             raise ExperienceReplayException(f'column {k!r}: expected a dict of at least one column, got an empty one')
     return res
 

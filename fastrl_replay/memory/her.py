@@ -54,7 +54,7 @@ def _host_views(*ts:torch.Tensor) -> list[np.ndarray]|None:
 
 def _any_per_row(col:torch.Tensor, rows, n:int) -> np.ndarray:
     "Whether any value of each of the `n` rows `rows` (a slice, or row numbers) of column `col` is true, on the host"
-    if col.device.type == 'cpu' and col.dtype == torch.bool: return col.numpy()[rows].reshape(n, -1).any(1)
+    if col.device.type == 'cpu': return col.numpy()[rows].reshape(n, -1).any(1)  # nonzero, as torch's `any`
     v = col[rows] if isinstance(rows, slice) else col[torch.from_numpy(rows).to(col.device)]
     return v.reshape(n, -1).any(1).cpu().numpy()
 
