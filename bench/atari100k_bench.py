@@ -290,9 +290,9 @@ def text(res:dict) -> str:
         parts.append(f"A short run alone on the machine: {r['game']} seed {r['seed']}, {_f(r['env_steps'], 0)} agent "
                      f"steps (the first {_f(WARMUP, 0)} fill the memory without updates) on {r['threads']} threads "
                      f"(torch's {r['capability']} kernels; load {r['load']['start']} at the start, {r['load']['end']} "
-                     f"at the end) in {_f(r['wall_s'], 0)} s of wall-clock, {_f(100 * r['memory_share'])}% of it in the "
-                     f"replay memory: {_f(lo * 100_000 / 3600, 1)} to {_f(hi * 100_000 / 3600, 1)} h per 100,000 steps "
-                     f"(the warm-up steps counted as costly as a learning step, or as free).")
+                     f"at the end) in {_f(r['wall_s'], 0)} s of wall-clock, {_f(100 * r['memory_share'])}% of it "
+                     f"in the replay memory: {_f(lo * 100_000 / 3600, 1)} to {_f(hi * 100_000 / 3600, 1)} h per "
+                     f"100,000 steps (the warm-up steps counted as costly as a learning step, or as free).")
     if res['unfinished']:
         parts.append('Not finished, so not scored: ' + '; '.join(f"{u['game']} seed {u['seed']} ({u['status']})"
                                                                  for u in res['unfinished']) + '.')

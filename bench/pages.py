@@ -238,7 +238,7 @@ def ray_text(r: dict) -> str:
     return '\n\n'.join(out)
 
 def thread_ratios(t: dict) -> list:
-    "Per workload of `bench/threads_bench.py`: its name, one thread's and the default's median rates, the per-round ratios"
+    "Per workload of `bench/threads_bench.py`: its name, the median rates of one thread and the default, round ratios"
     out = []
     for kind, name in (('dqn', '`dqn_learner`'), ('learner', "the first tutorial's plain `Learner`")):
         d, o = t['runs'][f'{kind} threads=default'], t['runs'][f'{kind} threads=1']
@@ -246,7 +246,7 @@ def thread_ratios(t: dict) -> list:
     return out
 
 def threads_note(t: dict, beside: dict|None = None) -> str:
-    "What the rounds of `bench/threads_bench.py` say: one thread against torch's default, alone and beside busy processes"
+    "What `bench/threads_bench.py`'s rounds say: one thread against torch's default, alone and beside busy processes"
     th, n = t['machine']['torch']['threads'], len(next(iter(t['runs'].values())))
     out = [f"The runs go in {n} round{'s' if n > 1 else ''}, the settings alternating, each in a fresh process; "
            f"torch's default here is {th} thread{'s' if th > 1 else ''}."]
@@ -257,9 +257,9 @@ def threads_note(t: dict, beside: dict|None = None) -> str:
         out.append(f"{when}, one thread against the default (higher: one thread is faster): " + '; '.join(
             f"{name} {fmt(o)} against {fmt(d)} environment steps/s ({ratio(o / d)}; per round "
             f"{', '.join(ratio(x) for x in r)})" for name, o, d, r in thread_ratios(res)) + '.')
-    out.append("`dqn_learner`, `run_forgetting` and the command line fit on one thread (`TorchThreads`, `torch_threads`, "
-               "restored afterwards), which holds its speed when other work shares the cores and costs what the first "
-               "figures say when nothing does. A `Learner` of your own chooses with "
+    out.append("`dqn_learner`, `run_forgetting` and the command line fit on one thread (`TorchThreads`, "
+               "`torch_threads`, restored afterwards), which holds its speed when other work shares the cores and "
+               "costs what the first figures say when nothing does. A `Learner` of your own chooses with "
                "`TorchThreads()` among its callbacks, or a fit inside `with torch_threads(1):`.")
     return ' '.join(out)
 
