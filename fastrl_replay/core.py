@@ -11,7 +11,7 @@ import numpy as np, torch
 from .errors import dtype_name
 
 # %% auto #0
-__all__ = ['BD', 'TensorBatch']
+__all__ = ['per_key', 'cat_keys', 'BD', 'TensorBatch']
 
 # %% ../nbs/00_core.ipynb #89a09d02
 _all_ = ['TensorBatch']
@@ -27,6 +27,14 @@ def __getattr__(name):
 ROW_INDEX = (int, np.integer, slice, list, range, np.ndarray, torch.Tensor)  # what selects rows rather than a column
 
 # %% ../nbs/00_core.ipynb #4d97c556
+def per_key(v, f):
+    "`f` of array `v`, or of each array of a dict `v` (a `Dict` observation's), as a dict"
+    return {k: f(x) for k, x in v.items()} if isinstance(v, dict) else f(v)
+
+def cat_keys(vs:list) -> np.ndarray|dict:
+    "Arrays `vs` concatenated; dicts of them (a `Dict` observation's) key by key"
+    return {k: np.concatenate([v[k] for v in vs]) for k in vs[0]} if isinstance(vs[0], dict) else np.concatenate(vs)
+
 def _as_column(k, v, nested:bool=True) -> torch.Tensor|dict:
     "Column `k` as a tensor with a leading batch dimension; a dict of them (a `Dict` observation's keys) as a dict"
     if nested and isinstance(v, Mapping):

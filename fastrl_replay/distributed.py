@@ -17,7 +17,7 @@ from fastcore.basics import ifnone
 from .errors import importing_fastai
 with importing_fastai():
     from fastai.callback.core import Callback
-from .core import BD
+from .core import BD, per_key, cat_keys
 from .errors import (ExperienceReplayException, WarmupNotReached, NoValidTransitions, check_positive,
                                   to_numpy, draw_seed)
 from .memory.checks import batch_of, td_vector
@@ -63,10 +63,6 @@ def decode_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 # %% ../nbs/14_distributed.ipynb #39bbb85c
 _ADDED, _META = 'added', 'shard.json'
-
-def _arrays(v):
-    "Tensor `v` as a NumPy array; a dict of them (a `Dict` observation's) as a dict of arrays"
-    return {k: _arrays(x) for k, x in v.items()} if isinstance(v, Mapping) else to_numpy(v)
 
 class ReplayShard:
     "One replay memory made by `make_memory(index)`: added to, sampled, updated by calls; checkpointed in `folder`"
@@ -143,7 +139,7 @@ class ReplayShard:
         batch, rows, gens = self.memory.sample(k, generations=True)
         anchors = rows[:, self.memory.sampler.burn_in] if self.slices else rows  # a slice's priority is its anchor's
         p = self.memory.sampler.get_priority(anchors).numpy() if self.prioritized else None
-        cols = {key: _arrays(v) for key, v in batch.items() if key != 'weight'}
+        cols = {key: per_key(v, to_numpy) for key, v in batch.items() if key != 'weight'}
         return dict(batch=cols, rows=rows.numpy(), generations=gens.cpu().numpy(), p=p, stats=self.stats())
     def update_td(self,
                   td:np.ndarray, # TD errors (of slices: per learning step `(k, seq_len)` or per slice `(k,)`)
@@ -226,11 +222,7 @@ def _keys_of(shard:int, incarnation:int, rows:np.ndarray) -> np.ndarray:
 
 def _as_arrays(batch) -> dict:
     "A batch of transitions as a dict of NumPy arrays (a `Dict` observation's a dict of them), ready to travel"
-    return {k: _arrays(v) for k, v in batch_of(batch).items()}
-
-def _joined(vs:list, f=lambda a: a):
-    "`f` of arrays `vs` concatenated; of dicts of them (a `Dict` observation's), a dict key by key"
-    return {k: _joined([v[k] for v in vs], f) for k in vs[0]} if isinstance(vs[0], Mapping) else f(np.concatenate(vs))
+    return {k: per_key(v, to_numpy) for k, v in batch_of(batch).items()}
 
 def _n_rows(batch:Mapping) -> int:
     "The rows of `batch`: the leading size of its first column, or of a dict column's first key"
@@ -344,7 +336,7 @@ class RayReplay:
         for o in outs: self._note(o['stats'])
         keys = np.concatenate([_keys_of(j, o['stats']['incarnation'], o['rows']) for (j, _),
                                o in zip(req['parts'], outs)])
-        batch = {k: _joined([o['batch'][k] for o in outs], torch.from_numpy) for k in outs[0]['batch']}
+        batch = {k: per_key(cat_keys([o['batch'][k] for o in outs]), torch.from_numpy) for k in outs[0]['batch']}
         if self.prioritized:
             u = req['used']
             p = np.concatenate([o['p'] for o in outs])
@@ -479,7 +471,7 @@ class Collector:
 
     def _write(self, rows:list, acks:dict):
         "Send `rows` as one batch to the routed shard, or the next that answers; record the acknowledgement"
-        b = {k: _joined([r[k] for r in rows]) for k in rows[0]}
+        b = {k: cat_keys([r[k] for r in rows]) for k in rows[0]}
         b['tid'] = (np.int64((self.index << 8) | self.incarnation) << 40) + self.seq + np.arange(len(rows),
                                                                                                  dtype=np.int64)[:,
                                                                                                                  None]

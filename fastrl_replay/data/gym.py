@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 import numpy as np, torch, gymnasium as gym
-from ..core import BD
+from ..core import BD, per_key, cat_keys
 from ..errors import check_positive, ExperienceReplayException, as_device
 from ..nstep import nstep_returns
 from fastcore.basics import ifnone
@@ -223,7 +223,7 @@ class GymLoop:
                                vector_kwargs=dict(autoreset_mode=autoreset))
         elif not isinstance(env, gym.vector.VectorEnv): env = _OneEnv(env)
         self.env, self.mode, self.n_steps, self.steps_delta, self.seed, self.stack_size = env, mode, n_steps, steps_delta, seed, stack_size
-        self.obs_dtype = _per_key(dict(obs_dtype) if isinstance(obs_dtype, Mapping) else obs_dtype, np.dtype)
+        self.obs_dtype = per_key(dict(obs_dtype) if isinstance(obs_dtype, Mapping) else obs_dtype, np.dtype)
         sp = env.single_observation_space
         self.obs_keys = list(sp.spaces) if isinstance(sp, gym.spaces.Dict) else None  # a `Dict` observation's, in order
         if isinstance(self.obs_dtype, dict) and set(self.obs_dtype) != set(self.obs_keys or ()):
@@ -262,7 +262,7 @@ class GymLoop:
         obs = self._obs(obs)  # a copy: windows keep views of it, and `copy=False` envs reuse theirs
         final = obs
         if self.autoreset == gym.vector.AutoresetMode.SAME_STEP and '_final_obs' in infos:
-            final = _per_key(obs, np.copy)
+            final = per_key(obs, np.copy)
             for i in np.flatnonzero(infos['_final_obs']):
                 if isinstance(final, dict):
                     for k, v in final.items(): v[i] = infos['final_obs'][i][k]
@@ -315,7 +315,7 @@ class GymLoop:
                      returns=list(self.returns), agent=self.agent.state_dict() if hasattr(self.agent, 'state_dict') else None,
                      started=self.state is not None)
         if state['started']:
-            state.update({k: _per_key(getattr(self, k), np.array) for k in _LOOP_ARRAYS}, env=env_state(self.env))
+            state.update({k: per_key(getattr(self, k), np.array) for k in _LOOP_ARRAYS}, env=env_state(self.env))
         if state['started'] and self.stack_size > 1: state['stacks'] = self.stacks.copy()
         return state
 
@@ -354,10 +354,6 @@ class GymLoop:
         res.env = res.agent = res.state = None
         res.env_steps, res.n_episodes, res.episode_returns, res.returns = 0, 0, deque(maxlen=100), []
         return res
-
-def _per_key(v, f):
-    "`f` of array `v`, or of each array of a dict `v` (a `Dict` observation's), as a dict"
-    return {k: f(x) for k, x in v.items()} if isinstance(v, dict) else f(v)
 
 # %% ../../nbs/05b_data.gym.ipynb #95028958
 def _n_steps(n_steps:int|None, steps_count:int|None) -> int:
@@ -521,16 +517,12 @@ class SourceStats:
 
 def rows_batch(rows:list[dict]) -> BD:
     "Transitions, dicts of one-row NumPy arrays, as one `BD` of `(len(rows), ...)` tensors"
-    if len(rows) == 1: return BD._new({k: _per_key(v, _own_tensor) for k, v in rows[0].items()})
-    return BD._new({k: _per_key(_cat([r[k] for r in rows]), torch.from_numpy) for k in rows[0]})
+    if len(rows) == 1: return BD._new({k: per_key(v, _own_tensor) for k, v in rows[0].items()})
+    return BD._new({k: per_key(cat_keys([r[k] for r in rows]), torch.from_numpy) for k in rows[0]})
 
 def _own_tensor(a) -> torch.Tensor:
     "The array of one row as a tensor of its own: a copy, as `np.concatenate` makes of it alone"
     return torch.from_numpy(a.copy() if type(a) is np.ndarray and a.ndim else np.concatenate([a]))
-
-def _cat(vs:list) -> np.ndarray|dict:
-    "Arrays `vs` concatenated; dicts of them (a `Dict` observation's) key by key"
-    return {k: np.concatenate([v[k] for v in vs]) for k in vs[0]} if isinstance(vs[0], dict) else np.concatenate(vs)
 
 class Source:
     "An endless stream of one-row transitions from a `GymLoop`, shaped by `ResReduce`, `FirstLast` and the like"
@@ -545,7 +537,7 @@ class Source:
         self.queue = deque()
 
     def __iter__(self):
-        while True: yield BD._new({k: _per_key(v, torch.from_numpy) for k, v in self._next().items()})
+        while True: yield BD._new({k: per_key(v, torch.from_numpy) for k, v in self._next().items()})
 
     def batch(self, bs:int) -> BD:
         "The next `bs` transitions as one `BD` of `(bs, ...)` tensors"
@@ -598,7 +590,7 @@ class Source:
         "Queue the transition `window` makes, unless it starts between two `steps_delta` steps"
         if (window[0]['step'][0, 0] - 1) % self.loop.steps_delta: return
         self.queue.append(self.first_last(window) if self.first_last else
-                          {k: _cat([r[k] for r in window]) for k in window[0]})
+                          {k: cat_keys([r[k] for r in window]) for k in window[0]})
 
     def state_dict(self) -> dict:
         "The loop's state, and the steps and transitions waiting in the windows and the queue"

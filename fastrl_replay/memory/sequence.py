@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import numpy as np, torch, numba
 from fastcore.meta import delegates
-from ..core import BD
+from ..core import BD, per_key
 from ..errors import (ExperienceReplayException, NoValidTransitions, is_int, check_positive, check_nonneg,
                                   check_number, check_choice, check_probability, dtype_name)
 from .checks import batch_of, real_array, check_values
@@ -294,9 +294,8 @@ def _nb_cut(rows, built, burn_in):
 # %% ../../nbs/06l_memory.sequence.ipynb #96b8fba2
 ENDS = ('stop', 'pad')  # at an episode's end a slice stops (never crosses it), or is padded past it and masked
 
-def _slices(v, pad:torch.Tensor|None, bs:int, L:int):
-    "Column `v` of `bs * L` gathered steps as `(bs, L, ...)`, its padded steps zeroed; a `Dict` observation key by key"
-    if isinstance(v, dict): return {k: _slices(x, pad, bs, L) for k, x in v.items()}
+def _slices(v:torch.Tensor, pad:torch.Tensor|None, bs:int, L:int) -> torch.Tensor:
+    "Column `v` of `bs * L` gathered steps as `(bs, L, ...)`, its padded steps zeroed"
     if pad is not None: v.index_fill_(0, pad.to(v.device), 0)
     return v.reshape(bs, L, *v.shape[1:])
 
@@ -678,7 +677,8 @@ class SequenceSampler(Sampler):
         got = st.gather(torch.from_numpy(np.where(mask, rows, first[:, None]).reshape(-1)))
         heads = st.gather(torch.from_numpy(first)) if self.state_keys else {}
         pad = None if mask.all() else torch.from_numpy(np.flatnonzero(~mask.reshape(-1)))  # padded steps, flat
-        out = {k: heads[k] if k in self.state_keys else _slices(v, pad, bs, L) for k, v in got.items()}
+        steps = lambda v: _slices(v, pad, bs, L)
+        out = {k: heads[k] if k in self.state_keys else per_key(v, steps) for k, v in got.items()}
         if missing := [k for k in self.state_keys if k not in got]:
             raise ExperienceReplayException(f'state_keys {missing} are not columns of the memory: it has {sorted(got)}')
         out['mask'] = m
