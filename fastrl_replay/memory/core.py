@@ -19,7 +19,7 @@ from ..errors import (ExperienceReplayException, WarmupNotReached, NoValidTransi
 from .checks import (as_idxs, last_wins, td_rows, check_kind, TD_DTYPE, TD_KEY, batch_of, batch_td,
                                          row_td, allocating,
                                          check_values_in)
-from .kernels import td_arrays, put_in_order, rows_written, fresh_rows
+from .kernels import td_arrays, put_in_order, rows_written, fresh_rows, mark_rows
 _all_ = ['ExperienceReplayException', 'WarmupNotReached', 'NoValidTransitions']  # documented here; defined in `errors`
 
 # %% auto #0
@@ -230,7 +230,7 @@ class Sampler:
 
     def stamp(self, idxs:torch.Tensor):
         "Mark rows `idxs` (on the generator's device) handed out: updates count until overwritten; `draw` calls it"
-        if self._handed_np is not None: self._handed_np[idxs.numpy()] = OUT
+        if self._handed_np is not None: mark_rows(self._handed_np, idxs.numpy(), OUT)
         else: self.handed[idxs] = OUT
 
     def stamp_all(self):

@@ -229,6 +229,7 @@ class ColumnStorage(Storage):
         "What follows from the columns and their arrays: a row's bytes and type, the plans of gathers and of adds"
         self._row_gathers = self._values = self._copies = None
         self._layout = -1, ()  # a batch's rows, and the dtype and shape of each of its columns `_put_rows` takes
+        self._takes = -1, ()  # a gather's rows, and each column's view of the rows it took (`_take_views`)
         self._nests = False
         cols, R = self._cols, self._rows
         if cols is None: return
@@ -400,9 +401,10 @@ class ColumnStorage(Storage):
         i = idxs.numpy()
         if self._rows is not None and len(i):  # one gather of whole rows, each row's values in neighbouring cache lines
             r = self._rows.take(i, axis=0)
-            return BD._new({c.key: torch.from_numpy(np.ndarray((len(i), *c.shape), c.np_dtype, r, c.offset,
-                                                                (r.strides[0], *c.inner_strides)))
-                            for c in self._cols})
+            if self._takes[0] != len(i): self._takes = len(i), _take_views(self._cols, r)
+            view, tensor = np.ndarray, torch.from_numpy
+            return BD._new({k: tensor(view(shape, dtype, r, offset, strides))
+                            for k, shape, dtype, offset, strides in self._takes[1]})
         return BD._new({c.key: torch.from_numpy(c.np.take(i, axis=0)) if c.host else torch.index_select(c.data, 0, idxs)
                         for c in self._cols})
 
@@ -627,7 +629,12 @@ def _row_block(max_sz:int, cols:list[_Col]) -> np.ndarray:
 
 def _nbytes(c:_Col) -> int: return c.np_dtype.itemsize * math.prod(c.shape)
 
-_DERIVED = ('_row_type', '_row_gathers', '_values', '_copies', '_layout', '_row_plan', '_row_dsts')  # `_derive`'s
+# what `_derive` makes
+_DERIVED = ('_row_type', '_row_gathers', '_values', '_copies', '_layout', '_takes', '_row_plan', '_row_dsts')
+
+def _take_views(cols:list[_Col], r:np.ndarray) -> list[tuple]:
+    "For each column, its key and the shape, dtype, offset and strides of its values in `r`, rows a block's `take` made"
+    return [(c.key, (len(r), *c.shape), c.np_dtype, c.offset, (r.strides[0], *c.inner_strides)) for c in cols]
 
 def _place(c:_Col, offset:int):
     "Put column `c` at byte `offset` of each row of a block"

@@ -25,6 +25,11 @@ def put_in_order(col, idxs, vals):
     for j in range(idxs.shape[0]): col[idxs[j]] = vals[j]
 
 @numba.njit(cache=True, nogil=True)
+def mark_rows(marks, idxs, mark):
+    "marks[idxs] = mark, in one pass"
+    for j in range(idxs.shape[0]): marks[idxs[j]] = mark
+
+@numba.njit(cache=True, nogil=True)
 def rows_written(td, marks, written, start, end, stale):
     "Rows `start` to `end` were just written: zero their TD errors, count a write, mark handed-out ones `stale`"
     for j in range(start, end):
