@@ -98,7 +98,7 @@ def train_command(action:str, root:Path, game:str, seed:int, steps:int, checkpoi
             '--checkpoint-every', str(checkpoint_every), '--out', str(root), '--quiet', *extra]
 
 def thread_env(threads:int) -> dict:
-    "This process's environment with `threads` threads for OpenMP, MKL and numba (`train` holds glibc's mmap threshold)"
+    "This process's environment with `threads` threads for OpenMP, MKL and numba"
     return os.environ | {k: str(threads) for k in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'NUMBA_NUM_THREADS')}
 
 def run(game:str, seed:int, runs:Path, steps:int=STEPS, checkpoint_every:int=5_000, threads:int=1,

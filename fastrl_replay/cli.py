@@ -11,7 +11,7 @@ from pathlib import Path
 from fastcore.basics import ifnone
 
 # %% auto #0
-__all__ = ['main', 'hold_mmap_threshold']
+__all__ = ['main']
 
 # %% ../nbs/90_cli.ipynb #ecb7db21
 def main(argv=None):
@@ -82,7 +82,6 @@ _TRAIN = dict(env=None, algo='dqn', steps=None, seed=0, replay_size=None, replay
 
 def _train(parser, args):
     "Run `train` with the parsed `args`, reporting a bad setting as an error of `parser`"
-    hold_mmap_threshold()  # before the training allocates anything
     from fastrl_replay.runs import run_train, resume_train
     given = [f"--{k.replace('_', '-')}" for k in _TRAIN if getattr(args, k) is not None]
     if args.resume is not None and given:
@@ -130,18 +129,6 @@ def _positive(s):
     except ValueError: v = 0
     if v < 1: raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}')
     return v
-
-# %% ../nbs/90_cli.ipynb #5c2e8f47
-_M_MMAP_THRESHOLD = -3  # `mallopt`'s parameter for the mmap threshold, as glibc's malloc.h numbers it
-
-def hold_mmap_threshold(nbytes:int=128 * 1024 # Allocations of at least this many bytes are mapped, unmapped once freed
-                       ) -> bool:
-    "Fix glibc's mmap threshold at `nbytes` unless the environment sets it; whether it is fixed (False off glibc)"
-    import ctypes, platform
-    if not sys.platform.startswith('linux') or platform.libc_ver()[0] != 'glibc': return False
-    tunables = os.environ.get('GLIBC_TUNABLES', '')
-    if 'MALLOC_MMAP_THRESHOLD_' in os.environ or 'glibc.malloc.mmap_threshold' in tunables: return True
-    return ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(nbytes)) == 1
 
 # %% ../nbs/90_cli.ipynb #3064da6d
 def _ray_args(parser, args) -> dict:

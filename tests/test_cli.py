@@ -1,5 +1,5 @@
 "The installed `fastrl-replay` console script, end to end, with a tiny budget."
-import json, platform, subprocess, sys
+import json, subprocess, sys
 import pytest
 from pathlib import Path
 
@@ -139,40 +139,3 @@ def test_train_reports_a_full_disk_at_the_first_checkpoint(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and 'no space left on the device' in err and 'checkpoint' in err, err
 
-_GLIBC = sys.platform.startswith('linux') and platform.libc_ver()[0] == 'glibc'
-# frees a mapped 8 MiB buffer (glibc's adaptive threshold rises to 8 MiB), then asks 1 MiB: mapped, or in the heap?
-_PROBE = '''import ctypes, sys
-from fastrl_replay.cli import hold_mmap_threshold
-class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c_void_p, [ctypes.c_void_p]
-held = hold_mmap_threshold() if sys.argv[1] == 'held' else False
-libc.free(libc.malloc(8 << 20))
-before = libc.mallinfo2().hblks
-p = libc.malloc(1 << 20)
-print(held, libc.mallinfo2().hblks - before)
-libc.free(p)'''
-
-@pytest.mark.skipif(not _GLIBC, reason="glibc's mmap threshold")
-def test_held_mmap_threshold_maps_the_buffers_glibc_would_keep_in_its_heap():
-    "Held, a 1 MiB buffer asked after an 8 MiB one was freed is mapped (unmapped once freed); else it lands in the heap"
-    import os
-    env = {k: v for k, v in os.environ.items() if k not in ('MALLOC_MMAP_THRESHOLD_', 'GLIBC_TUNABLES')}
-    probe = lambda mode, env: subprocess.run([sys.executable, '-c', _PROBE, mode], capture_output=True, text=True,
-                                             timeout=60, env=env)
-    out = {mode: probe(mode, env) for mode in ('held', 'adaptive')}
-    got = [r.stdout.split() for r in out.values()]
-    assert got == [['True', '1'], ['False', '0']], {m: r.stdout + r.stderr for m, r in out.items()}
-    r = probe('held', env | dict(MALLOC_MMAP_THRESHOLD_='4194304'))  # the environment's 4 MiB holds: 1 MiB is below
-    assert r.stdout.split() == ['True', '0'], r.stdout + r.stderr
-
-def test_train_holds_the_mmap_threshold_before_it_trains(tmp_path, monkeypatch):
-    "`train` holds glibc's mmap threshold first, whatever then stops the run (here an `--out` that is a file)"
-    import fastrl_replay.cli as cli
-    calls = []
-    monkeypatch.setattr(cli, 'hold_mmap_threshold', lambda: calls.append('held'))
-    f = tmp_path/'file'; f.write_text('x')
-    with pytest.raises(SystemExit) as e: cli.main(['train', '--out', str(f), '--quiet'])
-    assert e.value.code == 2 and calls == ['held']

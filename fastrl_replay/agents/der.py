@@ -22,14 +22,16 @@ from .common import OptimSettings, settings, replay_data, replay_learner, loop_m
 from .dqn import DQNLoss, DQNTrainer
 from ..learner import LeanLearner
 from ..errors import importing_fastai
+from ..memory.alloc import trim_heap
+from fastcore.basics import listify
 with importing_fastai():
     from fastai.optimizer import OptimWrapper
     from fastai.callback.core import Callback
 
 # %% auto #0
 __all__ = ['DER_SETTINGS', 'DERSettings', 'der_settings', 'NoisyLinear', 'RainbowNet', 'ExpectedQ', 'categorical_projection',
-           'C51Loss', 'AtariGame', 'der_env', 'DecayAfterWarmup', 'der_learner', 'der_defaults', 'evaluate_der',
-           'game_returns', 'MemoryTimer']
+           'C51Loss', 'AtariGame', 'der_env', 'DecayAfterWarmup', 'TrimHeap', 'der_learner', 'der_defaults',
+           'evaluate_der', 'game_returns', 'MemoryTimer']
 
 # %% ../../nbs/10g_agents.der.ipynb #c395d72a
 @dataclass
@@ -278,6 +280,15 @@ class DecayAfterWarmup(EpsilonGreedy):
         return self.eps_end + (self.eps_start - self.eps_end) * max(0., 1 - done)
 
 # %% ../../nbs/10g_agents.der.ipynb #b1af569b
+class TrimHeap(Callback):
+    "Give the C heap's free pages back to the system every `every` batches, so a long run's memory stays bounded"
+    def __init__(self, every:int=100, # Batches between trims
+                 trim=trim_heap): # What trims: `trim_heap` (glibc's `malloc_trim`)
+        self.every, self.trim, self.n = every, trim, 0
+    def after_batch(self):
+        self.n += 1
+        if self.n % self.every == 0: self.trim()
+
 def _adam(eps:float):
     "fastai's wrapper of torch's Adam (betas 0.9, 0.999) with epsilon `eps`, one kernel for all parameters"
     return partial(OptimWrapper, opt=partial(torch.optim.Adam, eps=eps, fused=True, foreach=False))
@@ -309,7 +320,8 @@ def der_learner(game:str='ALE/Pong-v5', # An `ALE/...` game id
                               n_steps=s.n_steps, seed=seed, device=device, obs_dtype=np.uint8, stack_size=STACK)
     loss = C51Loss(net, double=s.double)
     valid = dict(n_episodes=0) if valid is None else dict(env=partial(der_env, game, False)) | dict(valid)
-    learn = replay_learner(dls, net, loss, memory, optim, DQNTrainer(loss, s.target_sync), loop_metrics(), cbs, valid)
+    learn = replay_learner(dls, net, loss, memory, optim, DQNTrainer(loss, s.target_sync), loop_metrics(),
+                           (TrimHeap(), *listify(cbs)), valid)
     learn.remove_cbs([cb for cb in learn.cbs if isinstance(cb, TorchThreads)])  # the caller's threads
     learn.opt_func, learn.der = _adam(s.adam_eps), s
     return learn

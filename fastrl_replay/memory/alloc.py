@@ -13,7 +13,7 @@ from ..errors import ExperienceReplayException
 from .checks import NP_DTYPES
 
 # %% auto #0
-__all__ = ['PAGE', 'MappedArrays', 'keepable', 'same_file', 'page_aligned_zeros', 'use_huge_pages', 'libc_function']
+__all__ = ['PAGE', 'MappedArrays', 'keepable', 'same_file', 'page_aligned_zeros', 'use_huge_pages', 'libc_function', 'trim_heap']
 
 # %% ../../nbs/06i_memory.alloc.ipynb #2a348229
 class MappedArrays:
@@ -105,3 +105,11 @@ def libc_function(name:str, # The C function's name
     except (OSError, AttributeError, TypeError): return None  # TypeError: a C library that None does not open (Windows)
     if argtypes is not None: fn.argtypes = argtypes
     return fn
+
+_malloc_trim = libc_function('malloc_trim')  # glibc's: gives free pages in the C heap back to the system (else None)
+
+def trim_heap() -> bool:
+    "Give the free pages of the C heap back to the system (glibc's `malloc_trim`); False where the C library has none"
+    if _malloc_trim is None: return False
+    _malloc_trim(0)
+    return True

@@ -16,7 +16,7 @@ from ..errors import (ExperienceReplayException, as_device, is_int, check_positi
                                   check_probability, check_choice, all_finite)
 from .checks import (cast_exactly, as_idxs, check_kind, host_array, as_flag, as_flags, int_column,
                                         as_shape, as_np_dtype, allocating)
-from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros, libc_function
+from .alloc import MappedArrays, same_file, keepable, page_aligned_zeros, trim_heap
 from .core import Storage, own_kind
 from ..nstep import nstep_returns
 
@@ -599,8 +599,6 @@ class FrameStorage(Storage):
 own_kind(FrameStorage, 'fastrl_replay.memory.circular.FrameStorage')  # its name in checkpoints from memory.circular
 
 # %% ../../nbs/06k_memory.frames.ipynb #95c396f3
-_malloc_trim = libc_function('malloc_trim')  # glibc's: gives free pages in the C heap back to the system (else None)
-
 class ZstdCodec:
     "Blocks of frames as zstd frames and back, with `zstandard`'s public API and an optional dictionary"
     def __init__(self,
@@ -771,7 +769,7 @@ class CompressedFrameStorage(FrameStorage):
             self.seals = self._seals_of(self.blocks, self.add_count + 1)  # the cursor is at the next block's start
         del frames
         # the decoded frames were megabytes of C heap below blocks that stay: freed, resident unless given back
-        if _malloc_trim is not None: _malloc_trim(0)
+        trim_heap()
 
     def frames_at(self, rows:np.ndarray) -> np.ndarray:
         "The frames stored at `rows` (any shape of row indices), in a new array, each block needed decoded once"
