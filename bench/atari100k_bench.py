@@ -291,7 +291,7 @@ def text(res:dict) -> str:
                      f"steps (the first {_f(WARMUP, 0)} fill the memory without updates) on {r['threads']} threads "
                      f"(torch's {r['capability']} kernels; load {r['load']['start']} at the start, {r['load']['end']} "
                      f"at the end) in {_f(r['wall_s'], 0)} s of wall-clock, {_f(100 * r['memory_share'])}% of it "
-                     f"in the replay memory: {_f(lo * 100_000 / 3600, 1)} to {_f(hi * 100_000 / 3600, 1)} h per "
+                     f"in the replay memory: {_f(lo * 100_000 / 60, 0)} to {_f(hi * 100_000 / 60, 0)} minutes per "
                      f"100,000 steps (the warm-up steps counted as costly as a learning step, or as free).")
     if res['unfinished']:
         parts.append('Not finished, so not scored: ' + '; '.join(f"{u['game']} seed {u['seed']} ({u['status']})"
