@@ -202,7 +202,7 @@ def test_warmup_is_the_presets():
     assert bench.WARMUP == DERSettings().warmup
 
 def test_speed_runs_give_the_range_per_100k(runs, tmp_path):
-    "A short run timed apart: its steps, wall-clock and memory share, and the hours per 100,000 steps either way"
+    "A short run timed apart: its steps, wall-clock and memory share, and the minutes per 100,000 steps either way"
     fast = tmp_path/'speed'
     run = fast/'Pong/seed9/der-ALE/Pong-v5-seed9-20260101-000000'
     _metrics(run, 'Pong', 9, [-21.0], [], env_steps=4_000, wall_s=240.0, memory_s=12.0)
@@ -212,5 +212,5 @@ def test_speed_runs_give_the_range_per_100k(runs, tmp_path):
     assert [(r['game'], r['seed'], r['threads']) for r in res['speed_runs']] == [('Pong', 9, 2)]
     assert res['speed_runs'][0]['memory_share'] == pytest.approx(0.05)
     assert ('4,000 agent steps (the first 1,600 fill the memory without updates) on 2 threads' in res['text']
-            and '5.0% of it in the replay memory: 1.7 to 2.8 h per 100,000 steps' in res['text'])
+            and '5.0% of it in the replay memory: 100 to 167 minutes per 100,000 steps' in res['text'])
     assert res['command'].endswith(f'--speed-runs {fast}')
