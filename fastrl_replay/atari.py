@@ -14,10 +14,15 @@ from .memory.laber import LaBERSampler
 from .memory.frames import FrameStorage, CompressedFrameStorage
 from .agents.dqn import dqn_learner
 from .agents.common import settings, ReplaySettings
+from .memory.alloc import trim_heap
+from .errors import importing_fastai
+from fastcore.basics import listify
+with importing_fastai():
+    from fastai.callback.core import Callback
 
 # %% auto #0
 __all__ = ['STACK', 'ATARI_DEFAULTS', 'is_atari', 'atari_env', 'NatureQNet', 'FrameReplay', 'frame_replay', 'atari_defaults',
-           'atari_learner']
+           'TrimHeap', 'atari_learner']
 
 # %% ../nbs/17_atari.ipynb #929681b5
 def is_atari(env) -> bool:
@@ -103,6 +108,15 @@ def atari_defaults(env:str) -> dict:
     return {k: (v | d[k] if isinstance(v, dict) and k in d else d.get(k, v)) for k, v in _ATARI_BASE.items()} | \
            {k: v for k, v in d.items() if k not in _ATARI_BASE}
 
+class TrimHeap(Callback):
+    "Give the C heap's free pages back to the system every `every` batches, so a long run's memory stays bounded"
+    def __init__(self, every:int=100, # Batches between trims
+                 trim=trim_heap): # What trims: `trim_heap` (glibc's `malloc_trim`)
+        self.every, self.trim, self.n = every, trim, 0
+    def after_batch(self):
+        self.n += 1
+        if self.n % self.every == 0: self.trim()
+
 def atari_learner(env:str='ALE/Pong-v5', # An `ALE/...` game id
                   # The frame memory: `kind`, `bs`, `max_sz`, `warmup_sz`; `options` for the sampler and storage
                   # (`block`, `level`, `compress`)
@@ -127,5 +141,6 @@ def atari_learner(env:str='ALE/Pong-v5', # An `ALE/...` game id
     memory = frame_replay(replay.kind, bs=replay.bs, max_sz=replay.max_sz, warmup_sz=replay.warmup_sz, n_steps=n_steps,
                           gamma=gamma,
                           stack_size=STACK, seed=seed, compress=opts.pop('compress', True), **opts)
+    kwargs['cbs'] = (TrimHeap(), *listify(kwargs.get('cbs', ())))  # frames and prioritized replay: see `TrimHeap`
     return dqn_learner(env_, memory=memory, model=model, gamma=gamma, n_steps=n_steps, seed=seed, stack_size=STACK,
                        **kwargs)

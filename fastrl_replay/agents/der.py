@@ -16,13 +16,12 @@ import torch.nn.functional as F
 from ..callback import ReplayBatch
 from ..data.gym import EpsilonGreedy, play_episodes
 from ..threads import TorchThreads
-from ..atari import frame_replay, is_atari, STACK
+from ..atari import frame_replay, is_atari, STACK, TrimHeap
 from .nets import obs_batch
 from .common import OptimSettings, settings, replay_data, replay_learner, loop_metrics
 from .dqn import DQNLoss, DQNTrainer
 from ..learner import LeanLearner
 from ..errors import importing_fastai
-from ..memory.alloc import trim_heap
 from fastcore.basics import listify
 with importing_fastai():
     from fastai.optimizer import OptimWrapper
@@ -30,8 +29,8 @@ with importing_fastai():
 
 # %% auto #0
 __all__ = ['DER_SETTINGS', 'DERSettings', 'der_settings', 'NoisyLinear', 'RainbowNet', 'ExpectedQ', 'categorical_projection',
-           'C51Loss', 'AtariGame', 'der_env', 'DecayAfterWarmup', 'TrimHeap', 'der_learner', 'der_defaults',
-           'evaluate_der', 'game_returns', 'MemoryTimer']
+           'C51Loss', 'AtariGame', 'der_env', 'DecayAfterWarmup', 'der_learner', 'der_defaults', 'evaluate_der',
+           'game_returns', 'MemoryTimer']
 
 # %% ../../nbs/10g_agents.der.ipynb #c395d72a
 @dataclass
@@ -280,15 +279,6 @@ class DecayAfterWarmup(EpsilonGreedy):
         return self.eps_end + (self.eps_start - self.eps_end) * max(0., 1 - done)
 
 # %% ../../nbs/10g_agents.der.ipynb #b1af569b
-class TrimHeap(Callback):
-    "Give the C heap's free pages back to the system every `every` batches, so a long run's memory stays bounded"
-    def __init__(self, every:int=100, # Batches between trims
-                 trim=trim_heap): # What trims: `trim_heap` (glibc's `malloc_trim`)
-        self.every, self.trim, self.n = every, trim, 0
-    def after_batch(self):
-        self.n += 1
-        if self.n % self.every == 0: self.trim()
-
 def _adam(eps:float):
     "fastai's wrapper of torch's Adam (betas 0.9, 0.999) with epsilon `eps`, one kernel for all parameters"
     return partial(OptimWrapper, opt=partial(torch.optim.Adam, eps=eps, fused=True, foreach=False))
