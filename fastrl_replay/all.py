@@ -41,6 +41,7 @@ from .datasets import *
 from .checkpoint import *
 # modules with a name of their own that another module above already gives: `FrameReplay` is the circular replay
 # buffer's (`fastrl_replay.atari.FrameReplay` is Atari's), `MEMORIES` the agents' (`forgetting.MEMORIES` the experiment's)
-from .atari import STACK, ATARI_DEFAULTS, is_atari, atari_env, NatureQNet, frame_replay, atari_defaults, atari_learner
+from .atari import (STACK, ATARI_DEFAULTS, is_atari, atari_env, NatureQNet, frame_replay, atari_defaults, atari_learner,
+                    TrimHeap)
 from .forgetting import (BUDGETS, make_memory, RateCurve, a2c_forgetting, dqn_forgetting, plot_confusions, plot_rate_curves,
                          run_forgetting)
